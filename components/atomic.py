@@ -1,0 +1,78 @@
+"""Atomic file publication: write under a temporary name, then rename.
+
+A pipeline step can be killed at any moment (pod eviction, OOM, Ctrl-C). Files
+are therefore written inside a hidden staging directory next to their final
+place and only renamed into place once complete, so a file with a final name is
+always a finished file. ``os.replace`` is atomic within one filesystem, which is
+why the staging directory lives inside the output directory.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+STAGING_PREFIX = ".staging-"
+
+
+class StagingDir:
+    """A private directory whose files are published into ``target`` on demand."""
+
+    def __init__(self, target: Path, path: Path) -> None:
+        self.target = target
+        self.path = path
+
+    def file(self, name: str) -> Path:
+        """Where to write ``name`` before publishing it."""
+        return self.path / name
+
+    def publish(self, *names: str) -> None:
+        """Move the named staged files into the target, in the order given.
+
+        Callers publish their "completion marker" (e.g. stats.json) last, so a
+        reader that sees the marker knows every other file is in place.
+        """
+        for name in names:
+            self.publish_as(name, name)
+
+    def publish_as(self, name: str, final_name: str) -> None:
+        """Move the staged file ``name`` into the target as ``final_name``."""
+        staged = self.path / name
+        with open(staged, "rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(staged, self.target / final_name)
+
+
+@contextmanager
+def staging_dir(target: Path) -> Iterator[StagingDir]:
+    """Create ``target`` if needed and yield a staging area inside it.
+
+    The staging area is removed on exit, whether the block succeeded or not;
+    anything not published is discarded and files already in ``target`` are
+    untouched.
+    """
+    target.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=target))
+    try:
+        yield StagingDir(target, path)
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write a small text file so that it appears complete or not at all."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

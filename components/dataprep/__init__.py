@@ -1,0 +1,1 @@
+"""JSONL → validated chat ``messages`` → train/eval Parquet, in bounded memory."""

@@ -1,0 +1,113 @@
+"""Data preparation stage: the CLI, and what its KFP component runs.
+
+    python -m components.prepare_dataset --input 'data/*.jsonl' --output-dir out/
+
+In a pipeline the stage writes the Parquet files to the run's directory on the
+shared workspace (where the training pods read them) and also returns them as
+KFP Dataset artifacts, so they appear with lineage in the pipelines UI.
+"""
+
+
+import argparse
+import shutil
+from pathlib import Path
+
+from components.dataprep.prepare import PrepareOptions, PrepareResult, prepare
+from components.errors import UserError, exit_on_user_error
+from components.sample_data import bundled_dataset_path
+
+DEFAULTS = PrepareOptions()
+
+
+def fraction(text: str) -> float:
+    """argparse type for a number in [0, 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"{value} is outside [0, 1)")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m components.prepare_dataset",
+        description="Validate and normalise JSONL question/answer data into train/eval Parquet.",
+    )
+    parser.add_argument("--input", required=True, help="a .jsonl or .jsonl.gz file, a directory of them, or a quoted glob")
+    parser.add_argument("--output-dir", required=True, type=Path, help="where train.parquet, eval.parquet, rejects.jsonl and stats.json go")
+    parser.add_argument("--eval-fraction", type=fraction, default=DEFAULTS.eval_fraction, help="share of rows held out for evaluation, in [0, 1) (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=DEFAULTS.seed, help="salt of the content hash that assigns rows to splits (default: %(default)s)")
+    parser.add_argument("--max-reject-fraction", type=fraction, default=DEFAULTS.max_reject_fraction, help="fail when more than this share of records is rejected (default: %(default)s)")
+    parser.add_argument("--system-prompt", default=DEFAULTS.system_prompt, help="system turn prepended to conversations that have none (default: none)")
+    return parser
+
+
+def summary(result: PrepareResult) -> str:
+    stats = result.stats
+    return "\n".join(
+        [
+            f"records {stats['records']}: train {stats['rows']['train']}, eval {stats['rows']['eval']}, "
+            f"rejected {stats['rejected']}, duplicates {stats['duplicates']}",
+            f"fingerprint {stats['fingerprint']}",
+            f"train   -> {result.train_path}",
+            f"eval    -> {result.eval_path}",
+            f"rejects -> {result.rejects_path}",
+            f"stats   -> {result.stats_path}",
+        ]
+    )
+
+
+@exit_on_user_error
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    options = PrepareOptions(args.eval_fraction, args.seed, args.max_reject_fraction, args.system_prompt)
+    print(summary(prepare(args.input, args.output_dir, options)), flush=True)
+
+
+def resolve_dataset_uri(dataset_uri: str) -> str:
+    """The input to read: the bundled sample data when ``dataset_uri`` is empty."""
+    dataset_uri = dataset_uri.strip()
+    if not dataset_uri:
+        return str(bundled_dataset_path())
+    if "://" in dataset_uri:
+        raise UserError(
+            f"dataset_uri {dataset_uri!r} is a URL; this stage reads files. Copy the data onto the workspace "
+            "PVC (or bake it into the image) and pass its path, or leave dataset_uri empty for the bundled sample."
+        )
+    return dataset_uri
+
+
+@exit_on_user_error
+def run_in_pipeline(
+    dataset_uri: str,
+    data_dir: str,
+    options: PrepareOptions,
+    train_artifact,
+    eval_artifact,
+    rejects_artifact,
+    metrics,
+) -> tuple[str, str]:
+    """What the KFP component does, kept here so it is plain, testable Python."""
+    result = prepare(resolve_dataset_uri(dataset_uri), Path(data_dir), options)
+    print(summary(result), flush=True)
+    stats = result.stats
+    for artifact, path, rows in (
+        (train_artifact, result.train_path, stats["rows"]["train"]),
+        (eval_artifact, result.eval_path, stats["rows"]["eval"]),
+        (rejects_artifact, result.rejects_path, stats["rejected"]),
+    ):
+        Path(artifact.path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, artifact.path)
+        artifact.metadata.update({"rows": rows, "fingerprint": stats["fingerprint"], "workspace_path": str(path)})
+    metrics.log_metric("rows", stats["rows"]["train"] + stats["rows"]["eval"])
+    metrics.log_metric("train_rows", stats["rows"]["train"])
+    metrics.log_metric("eval_rows", stats["rows"]["eval"])
+    metrics.log_metric("rejected", stats["rejected"])
+    metrics.log_metric("duplicates", stats["duplicates"])
+    return stats["fingerprint"], str(result.output_dir)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""Compile the pipeline to the YAML you upload to OpenShift AI / Kubeflow Pipelines.
+
+    python -m pipelines.compile                 # writes compiled/fine_tune_pipeline.yaml
+    python -m pipelines.compile --check         # exit 1 if that file is stale
+    python -m pipelines.compile --image REGISTRY/IMAGE:TAG --output my.yaml
+
+The YAML needs a KFP v2 backend that supports ``dsl.If/Else`` with ``dsl.OneOf``
+and kfp-kubernetes PVC tasks: Kubeflow Pipelines 2.2 or newer (Red Hat OpenShift
+AI data science pipelines 2.x). See README.md.
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from components.atomic import write_text_atomic
+from components.runtime_image import IMAGE_ENV_VAR
+
+DEFAULT_OUTPUT = Path(__file__).resolve().parent.parent / "compiled" / "fine_tune_pipeline.yaml"
+
+
+def compile_to(path: Path) -> None:
+    # Imported here so that --image, applied to the environment first, reaches
+    # every @dsl.component decorator when the modules are imported.
+    from kfp import compiler
+
+    from pipelines.fine_tune import fine_tune_pipeline
+
+    compiler.Compiler().compile(fine_tune_pipeline, str(path))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipelines.compile", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="where to write the YAML (default: %(default)s)")
+    parser.add_argument("--image", help=f"runtime image for every step (default: ${IMAGE_ENV_VAR} or the project's image)")
+    parser.add_argument("--check", action="store_true", help="compile to a temporary file and fail if --output differs")
+    args = parser.parse_args(argv)
+    if args.image:
+        os.environ[IMAGE_ENV_VAR] = args.image
+    with tempfile.TemporaryDirectory() as scratch:
+        fresh = Path(scratch) / "pipeline.yaml"
+        compile_to(fresh)
+        if args.check:
+            if not args.output.exists() or args.output.read_text() != fresh.read_text():
+                print(f"{args.output} is stale: run `python -m pipelines.compile` and commit the result.", file=sys.stderr)
+                return 1
+            print(f"{args.output} is up to date")
+            return 0
+        write_text_atomic(args.output, fresh.read_text())
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

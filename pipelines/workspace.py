@@ -1,0 +1,90 @@
+"""The shared workspace the stages pass large files through.
+
+On a cluster it is a ReadWriteMany PVC: created for the run with kfp-kubernetes
+``CreatePVC`` (or an existing one named by ``pvc_name``), mounted at
+``MOUNT_PATH`` in every step that touches it, and deleted after the last stage
+unless ``keep_pvc`` is set. A failed run keeps its PVC, so its checkpoints can be
+inspected or resumed from.
+
+``kfp.local`` cannot run CreatePVC/DeletePVC and ignores mounts, so a local run
+uses ``LocalWorkspace``: a directory on this machine standing in for the PVC.
+Both present the same three hooks to the DAG.
+"""
+
+from pathlib import Path
+from typing import Protocol
+
+from kfp import dsl, kubernetes
+
+from pipelines.tasks import resolve_storage_class, use_existing_pvc, workspace_pvc
+
+MOUNT_PATH = "/mnt/workspace"
+PVC_NAME_SUFFIX = "-llm-finetune-workspace"
+
+
+class Workspace(Protocol):
+    root: str
+
+    def attach(self, after: dsl.PipelineTask, pvc_name, pvc_size, pvc_storage_class) -> None:
+        """Make the workspace available before the first stage runs."""
+
+    def mount(self, task: dsl.PipelineTask) -> dsl.PipelineTask:
+        """Give ``task`` access to the workspace at ``root``."""
+
+    def release(self, after: dsl.PipelineTask, pvc_name, keep_pvc) -> None:
+        """Clean up after the last stage."""
+
+
+class ClusterWorkspace:
+    """A ReadWriteMany PVC per run, or an existing one."""
+
+    root = MOUNT_PATH
+
+    def __init__(self) -> None:
+        self._pvc: dsl.PipelineTask | None = None
+
+    def attach(self, after, pvc_name, pvc_size, pvc_storage_class) -> None:
+        with dsl.If(pvc_name == "", name="create-workspace-pvc"):
+            storage_class = _uncached(resolve_storage_class(requested=pvc_storage_class).after(after))
+            created = _uncached(
+                kubernetes.CreatePVC(
+                    pvc_name_suffix=PVC_NAME_SUFFIX,
+                    access_modes=["ReadWriteMany"],
+                    size=pvc_size,
+                    storage_class_name=storage_class.output,
+                )
+            )
+        with dsl.Else(name="use-existing-pvc"):
+            existing = _uncached(use_existing_pvc(pvc_name=pvc_name).after(after))
+        self._pvc = _uncached(workspace_pvc(pvc_name=dsl.OneOf(created.outputs["name"], existing.output)))
+
+    def mount(self, task):
+        # A cached step would skip writing its files onto this run's PVC.
+        kubernetes.mount_pvc(_uncached(task), pvc_name=self._pvc.output, mount_path=MOUNT_PATH)
+        return task
+
+    def release(self, after, pvc_name, keep_pvc) -> None:
+        with dsl.If(pvc_name == "", name="pvc-was-created"):
+            with dsl.If(keep_pvc == False, name="keep-pvc-is-off"):  # noqa: E712 (a KFP condition, not Python)
+                _uncached(kubernetes.DeletePVC(pvc_name=self._pvc.output).after(after))
+
+
+class LocalWorkspace:
+    """A local directory standing in for the PVC under ``kfp.local``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = str(Path(root).resolve())
+
+    def attach(self, after, pvc_name, pvc_size, pvc_storage_class) -> None:
+        Path(self.root).mkdir(parents=True, exist_ok=True)
+
+    def mount(self, task):
+        return task
+
+    def release(self, after, pvc_name, keep_pvc) -> None:
+        """Nothing to delete: the directory is the run's output."""
+
+
+def _uncached(task: dsl.PipelineTask) -> dsl.PipelineTask:
+    task.set_caching_options(False)
+    return task
