@@ -34,8 +34,12 @@ class StagingDir:
         """Move the named staged files into the target, in the order given.
 
         Callers publish their "completion marker" (e.g. stats.json) last, so a
-        reader that sees the marker knows every other file is in place.
+        reader that sees the marker knows every other file is in place. A marker
+        left by an earlier run is withdrawn before the first rename, so a process
+        killed between renames never leaves an old marker beside new files.
         """
+        if len(names) > 1:
+            (self.target / names[-1]).unlink(missing_ok=True)
         for name in names:
             self.publish_as(name, name)
 

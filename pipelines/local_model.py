@@ -57,6 +57,8 @@ def local_base_model(cache_dir: Path | None = None) -> Path:
     building.chmod(0o755)  # mkdtemp makes it private; the cache is shared like any model directory
     try:
         materialise(bundled_gguf(), building)
+        for path in building.iterdir():
+            path.chmod(0o644)  # save_pretrained leaves model.safetensors private (0600); the cache is shared
         try:
             os.rename(building, target)
         except OSError:
@@ -82,7 +84,7 @@ def materialise(gguf: Path, destination: Path) -> None:
     loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     settings = loaded.config.to_dict()
     settings.pop("quantization_config", None)
-    settings["_name_or_path"] = LOCAL_MODEL_NAME
+    settings.pop("_model_name_or_path", None)  # the GGUF's internal name, not ours
     config = AutoConfig.for_model(**settings)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.load_state_dict(loaded.state_dict())

@@ -79,9 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     from pipelines.workspace import LocalWorkspace
 
     output_dir = args.output_dir.resolve()
-    pipeline = build_pipeline(LocalWorkspace(output_dir / "workspace"))
+    workspace = LocalWorkspace(output_dir / "workspace")
+    pipeline = build_pipeline(workspace)
     overrides = parse_params(args.param, declared_parameters(pipeline))
     validate({**defaults_of(pipeline), **overrides})
+    Path(workspace.root).mkdir(parents=True, exist_ok=True)
 
     # The runtime image is not a python:* image, which kfp.local warns about;
     # here every step runs in this very environment, where the project is installed.

@@ -76,7 +76,9 @@ class LocalWorkspace:
         self.root = str(Path(root).resolve())
 
     def attach(self, after, pvc_name, pvc_size, pvc_storage_class) -> None:
-        Path(self.root).mkdir(parents=True, exist_ok=True)
+        """Nothing to do here: this runs when the DAG is built, before the run
+        parameters are checked, so a directory made now would be left behind by a
+        rejected run. ``pipelines.run`` creates ``root`` once they pass."""
 
     def mount(self, task):
         return task

@@ -37,7 +37,7 @@ def resolve_inputs(pattern: str) -> list[Path]:
     """
     candidate = Path(pattern).expanduser()
     if candidate.is_dir():
-        files = sorted(p for p in candidate.iterdir() if p.name.endswith(SUFFIXES))
+        files = sorted(p for p in candidate.iterdir() if p.name.endswith(SUFFIXES) and p.is_file())
         where = f"directory {candidate}"
     elif glob.has_magic(pattern):
         files = sorted(Path(p) for p in glob.glob(str(candidate), recursive=True) if Path(p).is_file())
@@ -61,12 +61,18 @@ def _open(path: Path) -> BinaryIO:
     return open(path, "rb")
 
 
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
 def read_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[Chunk]:
     """Yield newline-aligned chunks of ``path``; a final line without newline is kept."""
     next_line = 1
     carry = b""
     try:
         with _open(path) as handle:
+            # Editors on Windows save UTF-8 with a byte-order mark; it is not part of the first record.
+            if handle.read(len(UTF8_BOM)) != UTF8_BOM:
+                handle.seek(0)
             while block := handle.read(chunk_bytes):
                 cut = block.rfind(b"\n")
                 if cut < 0:

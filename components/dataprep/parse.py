@@ -2,10 +2,13 @@
 
 The fast path hands the whole chunk to pyarrow's multithreaded JSON reader with
 a fixed schema. pyarrow rejects a chunk as a whole when any line is malformed
-(bad UTF-8, bad JSON, a number where a string belongs, a duplicated key), and it
-silently skips blank lines, so we fall back to an exact line-by-line parse
-whenever the chunk fails or its row count does not match its line count. Clean
-data stays on the fast path; bad lines still get an exact file and line number.
+(bad JSON, a number where a string belongs), and it silently skips blank lines,
+so we fall back to an exact line-by-line parse whenever the chunk fails or its
+row count does not match its number of non-blank lines. pyarrow does not check
+UTF-8, reads ``{...} {...}`` on one line as two rows, and crashes (SIGSEGV) on a
+top-level ``null``, so a chunk only takes the fast path when it is valid UTF-8
+and every non-blank line starts with ``{``. Clean data stays on the fast path;
+bad lines still get an exact file and line number.
 """
 
 from __future__ import annotations
@@ -79,20 +82,53 @@ def excerpt(raw: bytes | str) -> str:
 
 def parse_chunk(chunk: Chunk) -> ParsedChunk:
     """Parse ``chunk``, on pyarrow's fast path when the chunk allows it."""
+    expected = _object_lines(chunk)
+    if expected is None or not _is_utf8(chunk.data):
+        return _parse_lines(chunk)
+    numbers, blank = expected
     try:
         table = pajson.read_json(io.BytesIO(chunk.data), read_options=_READ_OPTIONS, parse_options=_PARSE_OPTIONS)
     except (pa.ArrowInvalid, UnicodeDecodeError):
         return _parse_lines(chunk)
-    if table.num_rows == chunk.line_count:
-        return ParsedChunk(table, np.arange(chunk.first_line, chunk.first_line + chunk.line_count, dtype=np.int64))
-    # Blank lines were skipped; if that explains the difference, number the rows
-    # by their non-blank lines instead of re-parsing.
-    lines = _split_lines(chunk.data)
-    non_blank = [index for index, raw in enumerate(lines) if raw.strip()]
-    if len(non_blank) == table.num_rows:
-        numbers = chunk.first_line + np.asarray(non_blank, dtype=np.int64)
-        return ParsedChunk(table, numbers, blank_lines=len(lines) - len(non_blank))
-    return _parse_lines(chunk)
+    if table.num_rows != len(numbers):  # e.g. two objects on one line
+        return _parse_lines(chunk)
+    return ParsedChunk(table, numbers, blank_lines=blank)
+
+
+def _object_lines(chunk: Chunk) -> tuple[np.ndarray, int] | None:
+    """Line numbers of the non-blank lines and the blank-line count, or None
+    when a non-blank line does not start with ``{`` (it cannot be a record, and a
+    top-level ``null`` would crash pyarrow).
+
+    Only the first byte of each line is looked at in bulk; the rare lines that do
+    not start with ``{`` (blank, indented or not objects) are checked one by one.
+    """
+    data = chunk.data
+    bytes_ = np.frombuffer(data, dtype=np.uint8)
+    starts = np.concatenate([[0], np.flatnonzero(bytes_ == ord("\n")) + 1])[: chunk.line_count]
+    blank = []
+    for index in np.flatnonzero(bytes_[starts] != ord("{")).tolist():
+        start = int(starts[index])
+        end = data.find(b"\n", start)
+        stripped = data[start : end if end >= 0 else len(data)].strip()
+        if stripped:
+            if not stripped.startswith(b"{"):
+                return None
+        else:
+            blank.append(index)
+    keep = np.ones(chunk.line_count, dtype=bool)
+    keep[blank] = False
+    return chunk.first_line + np.flatnonzero(keep).astype(np.int64), len(blank)
+
+
+def _is_utf8(data: bytes) -> bool:
+    """Whether ``data`` is valid UTF-8 (Arrow's vectorised check, no copy)."""
+    offsets = pa.py_buffer(np.array([0, len(data)], dtype=np.int64))
+    try:
+        pa.Array.from_buffers(pa.large_string(), 1, [None, offsets, pa.py_buffer(data)]).validate(full=True)
+    except pa.ArrowInvalid:
+        return False
+    return True
 
 
 def _split_lines(data: bytes) -> list[bytes]:
@@ -127,6 +163,8 @@ def _parse_lines(chunk: Chunk) -> ParsedChunk:
                 type_problem = _type_problem(record)
                 if type_problem:
                     problem = (Reason.WRONG_TYPE, type_problem)
+                elif b"\\u" in raw and _has_lone_surrogate(record):
+                    problem = (Reason.INVALID_JSON, "a \\u escape is an unpaired surrogate, which is not valid Unicode")
         if problem:
             rejects.append(Reject(chunk.source, line, problem[0], problem[1], excerpt(raw)))
             continue
@@ -134,6 +172,21 @@ def _parse_lines(chunk: Chunk) -> ParsedChunk:
         numbers.append(line)
     table = pa.Table.from_pylist(rows, schema=RAW_SCHEMA)
     return ParsedChunk(table, np.asarray(numbers, dtype=np.int64), rejects, blank)
+
+
+def _has_lone_surrogate(record: dict) -> bool:
+    """Whether a kept string holds an unpaired surrogate (json.loads allows them; UTF-8 and Arrow do not)."""
+    values = [record.get(name) for name in STRING_FIELDS]
+    for message in record.get("messages") or ():
+        if message is not None:
+            values += [message.get("role"), message.get("content")]
+    for value in values:
+        if value is not None:
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+    return False
 
 
 def _type_problem(record: dict) -> str | None:
@@ -148,6 +201,8 @@ def _type_problem(record: dict) -> str | None:
     if not isinstance(messages, list):
         return f"field 'messages' is a JSON {_json_type(messages)}; it must be a list of {{role, content}} objects"
     for index, message in enumerate(messages, start=1):
+        if message is None:
+            continue  # a null message lacks role and content: missing_field, as on the fast path
         if not isinstance(message, dict):
             return f"message {index} is a JSON {_json_type(message)}; it must be an object with 'role' and 'content'"
         for key in ("role", "content"):

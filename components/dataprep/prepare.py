@@ -48,6 +48,11 @@ class PrepareOptions:
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
                 raise UserError(f"{name} must be at least 0 and below 1; got {value}.")
+        if self.system_prompt and not self.system_prompt.strip():
+            raise UserError(
+                "system_prompt is only whitespace, which would add a blank system turn to every conversation; "
+                "pass real text, or an empty string for no system prompt."
+            )
 
 
 @dataclass
@@ -101,10 +106,13 @@ def prepare(inputs: str, output_dir: Path, options: PrepareOptions = PrepareOpti
                 chunk_rejects = list(parsed.rejects)
                 tally.records += parsed.table.num_rows + len(parsed.rejects)
                 tally.blank_lines += parsed.blank_lines
+                raw_lines = None  # the chunk split into lines, only once a row in it is rejected
                 for table, lines in parsed.batches():
                     normalised, problems = normalise(table, options.system_prompt)
+                    if problems and raw_lines is None:
+                        raw_lines = chunk.data.split(b"\n")
                     chunk_rejects += [
-                        Reject(chunk.source, int(lines[p.row]), p.reason, p.detail, _row_excerpt(table, p.row))
+                        Reject(chunk.source, int(lines[p.row]), p.reason, p.detail, _line_excerpt(chunk, raw_lines, int(lines[p.row])))
                         for p in problems
                     ]
                     _route_rows(normalised, options, seen, writers, digests, tally)
@@ -143,9 +151,13 @@ def _parquet_writer(path: Path) -> pq.ParquetWriter:
     return pq.ParquetWriter(path, OUTPUT_SCHEMA, compression="zstd", use_dictionary=["messages.list.element.role"])
 
 
-def _row_excerpt(table: pa.Table, row: int) -> str:
-    record = {k: v for k, v in table.slice(row, 1).to_pylist()[0].items() if v is not None}
-    return excerpt(json.dumps(record, ensure_ascii=False))
+def _line_excerpt(chunk: Chunk, raw_lines: list[bytes], line: int) -> str:
+    """The record as written in the file, like the line-by-line parser reports it.
+
+    The parsed row holds only the fields we know, so it would show ``{}`` for a
+    record of an unknown shape and drop the keys (ids, sources) users search for.
+    """
+    return excerpt(raw_lines[line - chunk.first_line])
 
 
 def _record_rejects(rejects: list[Reject], out, tally: _Tally) -> None:

@@ -1,0 +1,294 @@
+"""The committed pipeline YAML is fresh, and it is what OpenShift AI needs: documented parameters, a per-run
+ReadWriteMany PVC mounted where the stages expect it, no run-time installs, one runtime image, no secrets."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from components.runtime_image import DEFAULT_IMAGE, IMAGE_ENV_VAR, runtime_image
+from conftest import REPO_ROOT, run_module
+from pipelines.compile import DEFAULT_OUTPUT
+from pipelines.workspace import MOUNT_PATH
+
+COMMITTED = REPO_ROOT / "compiled" / "fine_tune_pipeline.yaml"
+ROOT = None  # owner of the root DAG in the helpers below
+PVC_STUBS = {"exec-createpvc", "exec-deletepvc"}  # kfp-kubernetes tasks the backend driver runs itself
+PVC_TASKS = {"resolve-storage-class", "createpvc", "use-existing-pvc", "workspace-pvc", "deletepvc"}
+CHANNEL = re.compile(r"inputs\.parameter_values\['([^']+)'\]")
+
+
+def compile_cli(*args, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``python -m pipelines.compile`` in a real subprocess; LLM_FT_IMAGE is unset unless ``env`` sets it."""
+    full_env = {k: v for k, v in os.environ.items() if k != IMAGE_ENV_VAR}
+    full_env.update(env or {})
+    return run_module("pipelines.compile", *args, env=full_env, timeout=timeout)
+
+
+def load(path: Path) -> tuple[dict, dict]:
+    """The pipeline spec and the kubernetes platform spec of a compiled YAML."""
+    pipeline, platform = yaml.safe_load_all(Path(path).read_text())
+    return pipeline, platform["platforms"]["kubernetes"]
+
+
+def executor_images(path: Path) -> dict[str, str]:
+    pipeline, _ = load(path)
+    return {label: executor["container"]["image"] for label, executor in pipeline["deploymentSpec"]["executors"].items()}
+
+
+@pytest.fixture(scope="module")
+def spec():
+    return load(COMMITTED)[0]
+
+
+@pytest.fixture(scope="module")
+def platform():
+    return load(COMMITTED)[1]
+
+
+def dags(spec):
+    """(owner, dag) for the root DAG (owner ROOT) and every DAG component."""
+    yield ROOT, spec["root"]["dag"]
+    for name, component in spec["components"].items():
+        if "dag" in component:
+            yield name, component["dag"]
+
+
+def all_tasks(spec):
+    """(owner, task name, task) for every task at every nesting level."""
+    for owner, dag in dags(spec):
+        for name, task in dag["tasks"].items():
+            yield owner, name, task
+
+
+def find_task(spec, wanted):
+    (found,) = [(owner, task) for owner, name, task in all_tasks(spec) if name == wanted]
+    return found
+
+
+def parent_of(spec, component):
+    """The (owner, task name, task) that runs DAG component ``component``."""
+    (found,) = [(owner, name, task) for owner, name, task in all_tasks(spec) if task["componentRef"]["name"] == component]
+    return found
+
+
+def source(spec, owner, task, input_name):
+    """Where a task input comes from, followed up to the root: ('param', name), ('task', producer, key) or ('constant', v)."""
+    binding = task["inputs"]["parameters"][input_name]
+    if "componentInputParameter" in binding:
+        if owner is ROOT:
+            return ("param", binding["componentInputParameter"])
+        parent_owner, _, parent_task = parent_of(spec, owner)
+        return source(spec, parent_owner, parent_task, binding["componentInputParameter"])
+    if "taskOutputParameter" in binding:
+        return ("task", binding["taskOutputParameter"]["producerTask"], binding["taskOutputParameter"]["outputParameterKey"])
+    return ("constant", binding["runtimeValue"]["constant"])
+
+
+def guards(spec, task_name) -> set[str]:
+    """Every condition a task runs under, written in terms of pipeline parameters and task outputs."""
+    found = set()
+    owner, _ = find_task(spec, task_name)
+    while owner is not ROOT:
+        owner, _, condition_task = parent_of(spec, owner)
+        condition = condition_task.get("triggerPolicy", {}).get("condition")
+        if condition:
+
+            def name(match, owner=owner, condition_task=condition_task):
+                origin = source(spec, owner, condition_task, match.group(1))
+                return origin[1] if origin[0] == "param" else ".".join(origin[1:])
+
+            found.add(CHANNEL.sub(name, condition))
+    return found
+
+
+def outermost(spec, task_name):
+    """The root-level task (the task itself or its enclosing condition) that ``task_name`` runs inside."""
+    owner, task = find_task(spec, task_name)
+    name = task_name
+    while owner is not ROOT:
+        owner, name, task = parent_of(spec, owner)
+    return name, task
+
+
+def workspace_tasks(spec):
+    """Tasks that read or write the workspace: those given a workspace_root."""
+    return {name: (owner, task) for owner, name, task in all_tasks(spec) if "workspace_root" in task.get("inputs", {}).get("parameters", {})}
+
+
+def test_committed_yaml_is_fresh():
+    """Users upload compiled/fine_tune_pipeline.yaml; it must be exactly what the current code compiles to."""
+    assert DEFAULT_OUTPUT == COMMITTED
+    result = compile_cli("--check")
+    assert result.returncode == 0, result.stderr
+    assert f"{COMMITTED} is up to date" in result.stdout
+
+
+def test_check_fails_on_a_stale_copy_without_touching_it(tmp_path):
+    """--check must catch a hand-edited or outdated YAML, say how to fix it, and never rewrite the file."""
+    fresh = tmp_path / "fresh.yaml"
+    result = compile_cli("--output", fresh)
+    assert result.returncode == 0, result.stderr
+    assert f"wrote {fresh}" in result.stdout
+    assert fresh.read_text() == COMMITTED.read_text()
+
+    stale = tmp_path / "stale.yaml"
+    stale.write_text(fresh.read_text().replace("defaultValue: 20Gi", "defaultValue: 10Gi"))
+    before = stale.read_bytes()
+    result = compile_cli("--check", "--output", stale)
+    assert result.returncode == 1
+    assert f"{stale} is stale" in result.stderr
+    assert "python -m pipelines.compile" in result.stderr
+    assert stale.read_bytes() == before
+
+    result = compile_cli("--check", "--output", fresh)
+    assert result.returncode == 0, result.stderr
+
+
+def test_check_fails_when_the_file_is_missing(tmp_path):
+    """A missing YAML is stale too, not a crash."""
+    result = compile_cli("--check", "--output", tmp_path / "absent.yaml")
+    assert result.returncode == 1
+    assert "is stale" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "absent.yaml").exists()
+
+
+def test_image_flag_sets_every_runtime_executor(tmp_path):
+    """--image is how users point the pipeline at the image they pushed; every step must run in it."""
+    out = tmp_path / "p.yaml"
+    result = compile_cli("--image", "registry.example.com/me/ft:1.2", "--output", out)
+    assert result.returncode == 0, result.stderr
+    images = executor_images(out)
+    assert {images[label] for label in images if label not in PVC_STUBS} == {"registry.example.com/me/ft:1.2"}
+
+
+def test_image_env_var_and_flag_precedence(tmp_path):
+    """LLM_FT_IMAGE overrides the default; an explicit --image beats the environment."""
+    by_env = tmp_path / "env.yaml"
+    result = compile_cli("--output", by_env, env={IMAGE_ENV_VAR: "registry.example.com/env/ft:2"})
+    assert result.returncode == 0, result.stderr
+    assert {img for label, img in executor_images(by_env).items() if label not in PVC_STUBS} == {"registry.example.com/env/ft:2"}
+
+    both = tmp_path / "both.yaml"
+    result = compile_cli("--image", "registry.example.com/flag/ft:3", "--output", both, env={IMAGE_ENV_VAR: "registry.example.com/env/ft:2"})
+    assert result.returncode == 0, result.stderr
+    assert {img for label, img in executor_images(both).items() if label not in PVC_STUBS} == {"registry.example.com/flag/ft:3"}
+
+
+def test_runtime_image_default_and_blank_env(monkeypatch):
+    """An unset or blank LLM_FT_IMAGE means the project's image, never an empty image reference."""
+    monkeypatch.delenv(IMAGE_ENV_VAR, raising=False)
+    assert runtime_image() == DEFAULT_IMAGE
+    monkeypatch.setenv(IMAGE_ENV_VAR, "   ")
+    assert runtime_image() == DEFAULT_IMAGE
+    monkeypatch.setenv(IMAGE_ENV_VAR, " quay.io/x/y:1 ")
+    assert runtime_image() == "quay.io/x/y:1"
+
+
+def test_every_executor_uses_the_runtime_image(spec):
+    """One image for every step: a step in another image would run different code or lack the project.
+    Only the kfp-kubernetes PVC stubs, which the backend handles without a container, differ."""
+    executors = spec["deploymentSpec"]["executors"]
+    stubs = {label for label, e in executors.items() if "command" not in e["container"] and e["container"]["image"].startswith("argostub/")}
+    assert stubs == PVC_STUBS
+    assert {e["container"]["image"] for label, e in executors.items() if label not in stubs} == {DEFAULT_IMAGE}
+    assert len(executors) - len(stubs) >= 5
+
+
+def test_no_package_installs_at_run_time(spec):
+    """Steps must use what the image has; a pip install at run time is slow, needs network and drifts."""
+    pip = re.compile(r"pip3?\s+install|-m\s+pip\b")
+    for label, executor in spec["deploymentSpec"]["executors"].items():
+        container = executor["container"]
+        text = " ".join(container.get("command", []) + container.get("args", []))
+        assert not pip.search(text), label
+    assert not pip.search(COMMITTED.read_text())
+
+
+def test_no_hf_token_anywhere():
+    """A Hub token must come from a Kubernetes secret at run time, never be baked into the uploaded YAML."""
+    assert "HF_TOKEN" not in COMMITTED.read_text().upper()
+
+
+def test_every_parameter_has_default_and_description(spec):
+    """The run form shows these; a parameter without a default blocks one-click runs, one without a description is a guess."""
+    parameters = spec["root"]["inputDefinitions"]["parameters"]
+    assert set(parameters) == {
+        "dataset_uri", "eval_fraction", "split_seed", "max_reject_fraction", "system_prompt",
+        "pvc_name", "pvc_size", "pvc_storage_class", "keep_pvc",
+    }
+    for name, definition in parameters.items():
+        assert "defaultValue" in definition, name
+        assert definition.get("isOptional") is True, name
+        assert len(definition.get("description", "").split()) >= 4, name
+    assert parameters["pvc_size"]["defaultValue"] == "20Gi"
+    assert parameters["keep_pvc"]["defaultValue"] is False
+
+
+def test_readme_documents_every_parameter(spec):
+    """The README's run-parameter table is what users read before filling the form."""
+    readme = (REPO_ROOT / "README.md").read_text()
+    for name in spec["root"]["inputDefinitions"]["parameters"]:
+        assert f"| `{name}` |" in readme, name
+
+
+def test_kfp_loads_the_yaml():
+    """The file must be loadable by KFP itself (what an upload does), with its parameters intact."""
+    from kfp import components
+
+    loaded = components.load_component_from_file(str(COMMITTED))
+    assert loaded.name == "llm-finetune"
+    assert loaded.component_spec.inputs["pvc_size"].default == "20Gi"
+    assert "kubernetes" in loaded.platform_spec.platforms
+
+
+def test_create_pvc_is_read_write_many_sized_by_parameter(spec):
+    """Training pods on several nodes share the workspace, so it must be RWX, sized by pvc_size,
+    use the resolved StorageClass, and only be created when no existing PVC is named."""
+    owner, task = find_task(spec, "createpvc")
+    assert spec["components"][task["componentRef"]["name"]]["executorLabel"] == "exec-createpvc"
+    assert source(spec, owner, task, "access_modes") == ("constant", ["ReadWriteMany"])
+    assert source(spec, owner, task, "size") == ("param", "pvc_size")
+    assert source(spec, owner, task, "storage_class_name") == ("task", "resolve-storage-class", "Output")
+    owner, resolve = find_task(spec, "resolve-storage-class")
+    assert source(spec, owner, resolve, "requested") == ("param", "pvc_storage_class")
+    assert guards(spec, "createpvc") == {"pvc_name == ''"}
+    assert guards(spec, "use-existing-pvc") == {"!(pvc_name == '')"}
+
+
+def test_delete_pvc_guarded_by_keep_pvc_and_runs_last(spec):
+    """The per-run PVC is deleted only when this run created it and keep_pvc is off, after the last stage."""
+    owner, task = find_task(spec, "deletepvc")
+    assert spec["components"][task["componentRef"]["name"]]["executorLabel"] == "exec-deletepvc"
+    assert source(spec, owner, task, "pvc_name") == ("task", "workspace-pvc", "Output")
+    assert guards(spec, "deletepvc") == {"pvc_name == ''", "keep_pvc == false"}
+    _, enclosing = outermost(spec, "deletepvc")
+    assert set(workspace_tasks(spec)) <= set(enclosing["dependentTasks"])
+
+
+def test_workspace_stages_mount_the_pvc(spec, platform):
+    """Every stage that touches the workspace gets the run's PVC at MOUNT_PATH and is told that path;
+    nothing else mounts it."""
+    touching = workspace_tasks(spec)
+    assert "prepare-dataset" in touching
+    mounted = set()
+    for name, (owner, task) in touching.items():
+        assert source(spec, owner, task, "workspace_root") == ("constant", MOUNT_PATH), name
+        label = spec["components"][task["componentRef"]["name"]]["executorLabel"]
+        mounted.add(label)
+        (mount,) = platform["deploymentSpec"]["executors"][label]["pvcMount"]
+        assert mount["mountPath"] == MOUNT_PATH == "/mnt/workspace"
+        assert mount["pvcNameParameter"] == {"taskOutputParameter": {"producerTask": "workspace-pvc", "outputParameterKey": "Output"}}
+    assert set(platform["deploymentSpec"]["executors"]) == mounted
+
+
+def test_pvc_tasks_are_not_cached(spec):
+    """A cached PVC or workspace step would be skipped and leave the new run's volume missing or empty."""
+    for name in PVC_TASKS | set(workspace_tasks(spec)):
+        _, task = find_task(spec, name)
+        assert task["cachingOptions"].get("enableCache", False) is False, name

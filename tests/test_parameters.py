@@ -1,0 +1,169 @@
+"""Run parameters are checked up front, each problem naming its parameter; the local CLI rejects bad input cleanly."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from components.errors import UserError
+from conftest import run_module
+from pipelines import run
+from pipelines.fine_tune import fine_tune_pipeline
+from pipelines.parameters import CHECKS, check_in_pipeline, problems, validate
+from pipelines.tasks import validate_parameters
+
+GOOD = {
+    "eval_fraction": [0.0, 0.1, 0.5, 0.999999],
+    "max_reject_fraction": [0.0, 0.05, 0.999],
+    "split_seed": [0, 42, 2**64 - 1],
+    "pvc_name": ["", "a", "my-pvc", "pvc1", "0abc", "a" * 63],
+    "pvc_size": ["20Gi", "500Mi", "1", "0.5Gi", "1.5Ti", "100k", "2G", "3Ei"],
+    "pvc_storage_class": ["", "standard", "ocs-storagecluster-cephfs", "nfs.example.com", "a" * 253],
+}
+BAD = {
+    "eval_fraction": [1.0, 1.5, -0.01, float("nan"), float("inf")],
+    "max_reject_fraction": [1.0, 2.0, -0.5, float("nan")],
+    "split_seed": [-1, 2**64, 2**70],
+    "pvc_name": ["My-PVC", "-pvc", "pvc-", "my_pvc", "my.pvc", "pvc name", "a" * 64, " pvc"],
+    "pvc_size": ["", "0", "0Gi", "0.0Mi", "-1Gi", "20GB", "20gi", "Gi", "20 Gi", " 20Gi", "20Gi ", "ten"],
+    "pvc_storage_class": ["Standard", "-sc", "sc-", "sc_name", "sc..x", ".sc", "a" * 254, "sc class"],
+}
+
+
+def cases(table):
+    return [pytest.param(name, value, id=f"{name}={value!r}"[:60]) for name, values in table.items() for value in values]
+
+
+def run_cli(*args, timeout: float = 120) -> subprocess.CompletedProcess:
+    return run_module("pipelines.run", *args, timeout=timeout)
+
+
+@pytest.mark.parametrize("name,value", cases(GOOD))
+def test_good_values_pass(name, value):
+    """Values the cluster and the data stage accept must not be refused, or users could not start valid runs."""
+    assert problems({name: value}) == []
+    validate({name: value})
+
+
+@pytest.mark.parametrize("name,value", cases(BAD))
+def test_bad_values_are_named(name, value):
+    """Each bad value yields exactly one problem that names its parameter, so the user knows which field to fix."""
+    found = problems({name: value})
+    assert len(found) == 1
+    assert found[0].startswith(f"parameter '{name}' ")
+    with pytest.raises(UserError, match=f"parameter '{name}'"):
+        validate({name: value})
+
+
+def test_messages_show_the_value_and_the_rule():
+    """The message must say what was given and what is allowed, not just "invalid"."""
+    assert problems({"eval_fraction": 1.5}) == ["parameter 'eval_fraction' must be at least 0 and below 1 (got 1.5)"]
+    assert problems({"split_seed": -1}) == ["parameter 'split_seed' must be between 0 and 2**64 - 1 (got -1)"]
+    (size,) = problems({"pvc_size": "20GB"})
+    assert "'20GB'" in size and "20Gi" in size
+    (pvc,) = problems({"pvc_name": "My_PVC"})
+    assert "'My_PVC'" in pvc and "63" in pvc and "empty" in pvc
+    (storage,) = problems({"pvc_storage_class": "Fast_SSD"})
+    assert "'Fast_SSD'" in storage and "StorageClass" in storage
+
+
+def test_every_problem_is_reported_at_once():
+    """A run form with several mistakes must list all of them, not one per failed attempt."""
+    bad = {"eval_fraction": 1.0, "split_seed": -3, "max_reject_fraction": 7.0, "pvc_name": "X", "pvc_size": "0", "pvc_storage_class": "A"}
+    with pytest.raises(UserError) as raised:
+        validate({**bad, "dataset_uri": "whatever", "keep_pvc": True})
+    message = str(raised.value)
+    for name in bad:
+        assert f"parameter '{name}'" in message
+    assert message.startswith("The run parameters are invalid: ")
+    assert message.endswith("Fix them and start the run again.")
+
+
+def test_checks_cover_real_parameters_and_reach_the_pipeline_task():
+    """A check keyed by a misspelt name would silently never run; every checked name must be a pipeline
+    parameter and an input of the validate-parameters task, so the in-pipeline check sees it too."""
+    declared = run.declared_parameters(fine_tune_pipeline)
+    assert set(CHECKS) <= set(declared)
+    assert set(validate_parameters.component_spec.inputs) == set(CHECKS)
+
+
+def test_pipeline_defaults_are_valid():
+    """Starting a run without touching the form must pass validation."""
+    defaults = run.defaults_of(fine_tune_pipeline)
+    assert set(CHECKS) <= set(defaults)
+    assert problems(defaults) == []
+
+
+def test_in_pipeline_check_exits_2_with_one_paragraph(capsys):
+    """Inside the pod a bad value must end the task with the error paragraph (exit 2), not a traceback."""
+    with pytest.raises(SystemExit) as exited:
+        check_in_pipeline({"eval_fraction": 0.1, "pvc_size": "lots"})
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: The run parameters are invalid: parameter 'pvc_size'")
+    check_in_pipeline({"eval_fraction": 0.1, "pvc_size": "1Gi"})
+    assert capsys.readouterr().out == "run parameters are valid\n"
+
+
+def test_parse_params_types_values():
+    """--param values are typed by the pipeline's own declarations; a value may itself contain '='."""
+    declared = run.declared_parameters(fine_tune_pipeline)
+    parsed = run.parse_params(
+        ["keep_pvc=TRUE", "split_seed=7", "eval_fraction=0.25", "dataset_uri=data/a=b.jsonl", "system_prompt="],
+        declared,
+    )
+    assert parsed == {"keep_pvc": True, "split_seed": 7, "eval_fraction": 0.25, "dataset_uri": "data/a=b.jsonl", "system_prompt": ""}
+    assert type(parsed["split_seed"]) is int and type(parsed["eval_fraction"]) is float
+    assert run.parse_params(["keep_pvc= false "], declared) == {"keep_pvc": False}
+
+
+def test_cli_rejects_bad_value_before_running_anything(tmp_path):
+    """The local run validates first: exit 2, one "error:" paragraph naming the parameter, no traceback,
+    and nothing started or written under --output-dir."""
+    out = tmp_path / "out"
+    result = run_cli("--param", "eval_fraction=1.5", "--output-dir", out)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("error: ")
+    assert "parameter 'eval_fraction'" in result.stderr and "1.5" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert "running pipeline locally" not in result.stdout
+    assert not out.exists()
+
+
+def test_cli_lists_every_bad_parameter(tmp_path):
+    """Several bad --param values are all named in one go, and an existing output dir is left empty."""
+    out = tmp_path / "out"
+    out.mkdir()
+    result = run_cli("--param", "split_seed=-1", "--param", "pvc_size=0Gi", "--output-dir", out)
+    assert result.returncode == 2
+    assert "parameter 'split_seed'" in result.stderr and "parameter 'pvc_size'" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert list(out.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "param,expected",
+    [
+        ("eval_fraction", "--param 'eval_fraction' is not NAME=VALUE, e.g. --param eval_fraction=0.2."),
+        ("evil_fraction=0.2", "--param 'evil_fraction' is not a pipeline parameter; the parameters are: dataset_uri, eval_fraction,"),
+        ("split_seed=abc", "--param split_seed='abc': split_seed must be a whole number."),
+        ("split_seed=1.5", "--param split_seed='1.5': split_seed must be a whole number."),
+        ("eval_fraction=ten", "--param eval_fraction='ten': eval_fraction must be a number."),
+        ("keep_pvc=yes", "--param keep_pvc='yes': keep_pvc is true or false."),
+        ("eval_fraction=nan", "parameter 'eval_fraction' must be at least 0 and below 1 (got nan)"),
+        ("split_seed=18446744073709551616", "parameter 'split_seed' must be between 0 and 2**64 - 1"),
+    ],
+    ids=["no-equals", "unknown-name", "int-text", "int-decimal", "float-text", "bool-text", "nan", "seed-2**64"],
+)
+def test_cli_bad_param_exits_2_with_clear_message(tmp_path, capsys, param, expected):
+    """Typos on the command line get a one-line explanation and exit status 2 before anything is created."""
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exited:
+        run.main(["--param", param, "--output-dir", str(out)])
+    assert exited.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("error: ")
+    assert expected in " ".join(captured.err.split())
+    assert "running pipeline locally" not in captured.out
+    assert not out.exists()
