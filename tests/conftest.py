@@ -1,4 +1,4 @@
-"""Small helpers shared by the data-stage tests: write JSONL, run the CLI, read outputs."""
+"""Helpers and fixtures shared by the tests: JSONL files, CLI runs, outputs, models for the trainer."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PUBLISHED = ("train.parquet", "eval.parquet", "rejects.jsonl", "stats.json")
@@ -80,3 +81,56 @@ def snapshot(output_dir: Path) -> dict[str, bytes]:
 def qa(i: int, topic: str = "knots") -> dict:
     """A distinct, valid topic/question/answer record."""
     return {"topic": topic, "question": f"question number {i}?", "answer": f"Answer number {i}."}
+
+
+# --- Trainer fixtures -------------------------------------------------------------------------
+# The real SmolLM2 tokenizer and chat template (from the bundled GGUF), and a tiny randomly
+# initialised Llama with that tokenizer: real tokenisation, training steps in milliseconds.
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(tmp_path_factory) -> Path:
+    """SmolLM2-135M-Instruct materialised once per test session into a private cache."""
+    from pipelines.local_model import local_base_model
+
+    return local_base_model(cache_dir=tmp_path_factory.mktemp("model-cache"))
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(smollm2_dir, tmp_path_factory) -> Path:
+    """A 2-layer, 64-wide Llama sharing SmolLM2's tokenizer, chat template and special tokens."""
+    import torch
+    from transformers import AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    model.generation_config = GenerationConfig(bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    target = tmp_path_factory.mktemp("tiny-model")
+    model.save_pretrained(target)
+    tokenizer.save_pretrained(target)
+    return target
+
+
+@pytest.fixture(scope="session")
+def prepared_data_dir(tmp_path_factory) -> Path:
+    """The bundled sample data through the data stage: train.parquet and eval.parquet."""
+    from components.dataprep.prepare import PrepareOptions, prepare
+    from components.sample_data import bundled_dataset_path
+
+    target = tmp_path_factory.mktemp("prepared")
+    prepare(str(bundled_dataset_path()), target, PrepareOptions())
+    return target

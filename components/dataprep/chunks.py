@@ -1,6 +1,6 @@
 """Find input files and read them as newline-aligned byte chunks.
 
-Chunks keep memory bounded whatever the input size and are large enough (16 MiB)
+Chunks keep memory bounded whatever the input size and are large enough (4 MiB)
 for pyarrow's JSON parser to run at full speed.
 """
 
@@ -15,7 +15,10 @@ from typing import BinaryIO, Iterator
 
 from components.errors import UserError
 
-CHUNK_BYTES = 16 << 20
+# Bytes read per chunk. Peak memory is about 60x this (raw bytes, parsed and normalised
+# Arrow tables, the next chunk parsed ahead) plus 8 bytes per distinct record for
+# duplicate detection; 4 MiB keeps a 3M-record run under 500 MB at no measurable speed cost.
+CHUNK_BYTES = 4 << 20
 SUFFIXES = (".jsonl", ".jsonl.gz")
 
 

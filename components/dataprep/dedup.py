@@ -58,5 +58,7 @@ class SeenHashes:
             already_seen = np.zeros(len(unique), dtype=bool)
         keep = np.zeros(len(hashes), dtype=bool)
         keep[first_index[~already_seen]] = True
-        self._sorted = np.sort(np.concatenate([self._sorted, unique[~already_seen]]), kind="stable")
+        merged = np.concatenate([self._sorted, unique[~already_seen]])
+        merged.sort()  # in place: peak memory is the old and the merged array, not three copies
+        self._sorted = merged
         return keep

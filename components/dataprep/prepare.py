@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 from components.atomic import staging_dir
 from components.dataprep.chunks import Chunk, read_chunks, resolve_inputs
 from components.dataprep.dedup import SeenHashes, content_hashes, eval_mask
+from components.dataprep.lengths import LengthHistogram
 from components.dataprep.normalise import normalise
 from components.dataprep.parse import ParsedChunk, Reject, excerpt, parse_chunk
 from components.dataprep.schema import OUTPUT_SCHEMA, Shape
@@ -87,8 +88,8 @@ class _Tally:
     rows: Counter = field(default_factory=Counter)
     rejects: Counter = field(default_factory=Counter)
     shapes: Counter = field(default_factory=Counter)
-    conversation_chars: list = field(default_factory=list)
-    response_chars: list = field(default_factory=list)
+    conversation_chars: LengthHistogram = field(default_factory=LengthHistogram)
+    response_chars: LengthHistogram = field(default_factory=LengthHistogram)
     first_reject: Reject | None = None
 
 
@@ -185,8 +186,8 @@ def _route_rows(normalised, options: PrepareOptions, seen: SeenHashes, writers, 
         tally.rows[name] += int(mask.sum())
     per_shape = np.bincount(normalised.shapes[keep], minlength=len(Shape))
     tally.shapes.update({shape.name.lower(): int(per_shape[shape]) for shape in Shape if per_shape[shape]})
-    tally.conversation_chars.append(normalised.conversation_chars[keep].astype(np.int32))
-    tally.response_chars.append(normalised.response_chars[keep].astype(np.int32))
+    tally.conversation_chars.add(normalised.conversation_chars[keep])
+    tally.response_chars.add(normalised.response_chars[keep])
 
 
 def _update_digest(digest, keys: pa.StringArray) -> None:
@@ -197,15 +198,6 @@ def _update_digest(digest, keys: pa.StringArray) -> None:
     """
     offsets = np.frombuffer(keys.buffers()[1], dtype=np.int32, count=len(keys) + 1, offset=keys.offset * 4)
     digest.update(memoryview(keys.buffers()[2])[offsets[0] : offsets[-1]])
-
-
-def _percentiles(parts: list[np.ndarray]) -> dict:
-    values = np.concatenate(parts) if parts else np.zeros(0, np.int32)
-    if not len(values):
-        return {}
-    summary = {f"p{p}": int(np.percentile(values, p)) for p in PERCENTILES}
-    summary["max"] = int(values.max())
-    return summary
 
 
 def _stats(files: list[Path], options: PrepareOptions, tally: _Tally, digests) -> dict:
@@ -226,8 +218,8 @@ def _stats(files: list[Path], options: PrepareOptions, tally: _Tally, digests) -
         "rows": {"train": tally.rows[TRAIN_FILE], "eval": tally.rows[EVAL_FILE]},
         "shapes": dict(sorted(tally.shapes.items())),
         "length_chars": {
-            "conversation": _percentiles(tally.conversation_chars),
-            "response": _percentiles(tally.response_chars),
+            "conversation": tally.conversation_chars.summary(PERCENTILES),
+            "response": tally.response_chars.summary(PERCENTILES),
         },
         "fingerprint": "sha256:" + fingerprint.hexdigest(),
     }

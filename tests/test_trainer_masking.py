@@ -1,0 +1,110 @@
+"""Assistant-only loss and packing on SmolLM2's real chat template, whose template has no generation markers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import SFTTrainer
+
+from trainer import data
+from trainer.config import TrainConfig
+from trainer.distributed import Topology
+from trainer.masking import TemplateError, tokenise_conversation
+from trainer.train import sft_config
+
+CONVERSATION = [
+    {"role": "system", "content": "You answer briefly."},
+    {"role": "user", "content": "For knots, which knot makes a fixed loop?"},
+    {"role": "assistant", "content": "A bowline makes a fixed loop that will not slip."},
+    {"role": "user", "content": "And to join two ropes?"},
+    {"role": "assistant", "content": "Use a sheet bend."},
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(smollm2_dir):
+    return AutoTokenizer.from_pretrained(smollm2_dir)
+
+
+def masked_runs(input_ids, mask, tokenizer):
+    """Decoded text of each contiguous run of tokens whose mask is 1."""
+    runs, current = [], []
+    for token, bit in zip(input_ids, mask):
+        if bit:
+            current.append(token)
+        elif current:
+            runs.append(current)
+            current = []
+    if current:
+        runs.append(current)
+    return [tokenizer.decode(run) for run in runs]
+
+
+def test_only_each_reply_and_its_end_token_are_trained(tokenizer):
+    """The loss must cover what the assistant says and the token that ends its turn (so it learns to stop), nothing else."""
+    encoded = tokenise_conversation(tokenizer, CONVERSATION)
+    assert masked_runs(encoded.input_ids, encoded.assistant_masks, tokenizer) == [
+        "A bowline makes a fixed loop that will not slip.<|im_end|>",
+        "Use a sheet bend.<|im_end|>",
+    ]
+    assert tokenizer.decode(encoded.input_ids) == tokenizer.apply_chat_template(CONVERSATION, tokenize=False)
+
+
+def test_prompt_tokens_carry_no_loss_after_trl_packs_them(tokenizer, tiny_model_dir, prepared_data_dir, tmp_path):
+    """Through TRL's own preparation and packing, every labelled token is an assistant token and vice versa."""
+    config = TrainConfig(model=str(tiny_model_dir), data_dir=prepared_data_dir, output_dir=tmp_path, max_length=256)
+    split = data.tokenise(data.load_split(prepared_data_dir, "train"), tokenizer, "assistant")
+    expected_labelled = sum(sum(row) for row in split["assistant_masks"])
+    trainer = SFTTrainer(
+        model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+        args=sft_config(config, Topology(rank=0, local_rank=0, world_size=1)),
+        train_dataset=split,
+        processing_class=tokenizer,
+    )
+    packed = trainer.train_dataset
+    assert len(packed) < len(split)  # conversations really were packed together
+    labelled = [(token, label) for row in packed for token, label in zip(row["input_ids"], row["labels"]) if label != -100]
+    assert all(token == label for token, label in labelled)
+    assert len(labelled) == expected_labelled
+    text = tokenizer.decode([token for token, _ in labelled])
+    assert "<|im_start|>" not in text and "For car maintenance," not in text and "assistant\n" not in text
+
+    batch = trainer.data_collator([packed[0], packed[1]])
+    assert "attention_mask" not in batch  # padding-free: sequence boundaries come from position_ids
+    starts = (batch["position_ids"][0] == 0).nonzero().flatten().tolist()
+    assert len(starts) > 2 and all(batch["labels"][0, start] == -100 for start in starts)
+
+
+def test_loss_on_all_tokens_keeps_no_mask(tokenizer, prepared_data_dir):
+    """--loss-on all: TRL then trains on every token, prompts included."""
+    split = data.tokenise(data.load_split(prepared_data_dir, "eval"), tokenizer, "all")
+    assert split.column_names == ["input_ids"]
+
+
+def test_template_that_rewrites_history_is_refused(tokenizer):
+    """A template that renders earlier turns differently would put the loss on the wrong tokens: refuse it."""
+    rewriting = (
+        "{% for m in messages %}{% if m.role == 'assistant' and not loop.last %}<|im_start|>assistant\n[earlier]<|im_end|>\n"
+        "{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer.name_or_path)
+    tokenizer.chat_template = rewriting
+    with pytest.raises(TemplateError, match="--loss-on all"):
+        tokenise_conversation(tokenizer, CONVERSATION)
+
+
+def test_packed_conversations_do_not_attend_to_each_other(tokenizer, tiny_model_dir):
+    """Packing is only correct when each conversation's logits equal those it gets alone."""
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    first = tokenise_conversation(tokenizer, CONVERSATION[:3]).input_ids
+    second = tokenise_conversation(tokenizer, CONVERSATION[1:3]).input_ids
+    with torch.no_grad():
+        alone = [model(input_ids=torch.tensor([ids])).logits[0] for ids in (first, second)]
+        packed = model(
+            input_ids=torch.tensor([first + second]),
+            position_ids=torch.tensor([list(range(len(first))) + list(range(len(second)))]),
+        ).logits[0]
+    torch.testing.assert_close(packed[: len(first)], alone[0], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(packed[len(first) :], alone[1], atol=1e-4, rtol=1e-4)
