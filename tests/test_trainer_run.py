@@ -1,0 +1,204 @@
+"""The trainer as it runs in the pods: real torchrun, two ranks on gloo, real checkpoints and signals.
+
+The model is a tiny randomly initialised Llama with SmolLM2's real tokenizer and
+chat template (see conftest), so each step takes a fraction of a second on CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from conftest import REPO_ROOT, run_module
+from trainer import checkpoints
+
+pytestmark = pytest.mark.slow
+
+# Logs every file a rank opens for writing (and every rename/mkdir/remove) to
+# $AUDIT_WRITES_DIR/rank<N>.log, through Python's audit hooks: how a test can see
+# which rank wrote what without changing the trainer.
+AUDIT_SITECUSTOMIZE = '''
+import os, sys
+_directory = os.environ.get("AUDIT_WRITES_DIR")
+if _directory and "RANK" in os.environ:
+    _log = open(os.path.join(_directory, "rank%s.log" % os.environ["RANK"]), "a", buffering=1)
+    _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+    def _hook(event, args):
+        if event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
+            mode, flags = args[1], args[2] or 0
+            if (isinstance(mode, str) and any(c in mode for c in "wax+")) or flags & _WRITE_FLAGS:
+                _log.write("open %s\\n" % os.path.abspath(os.fsdecode(args[0])))
+        elif event in ("os.rename", "os.replace"):
+            _log.write("%s %s -> %s\\n" % (event, os.path.abspath(os.fsdecode(args[0])), os.path.abspath(os.fsdecode(args[1]))))
+        elif event in ("os.mkdir", "os.remove", "os.rmdir", "shutil.rmtree"):
+            _log.write("%s %s\\n" % (event, os.path.abspath(os.fsdecode(args[0]))))
+    sys.addaudithook(_hook)
+'''
+
+
+def trainer_args(model: Path, data: Path, output: Path, *extra) -> list[str]:
+    return [
+        "--model", str(model), "--data-dir", str(data), "--output-dir", str(output),
+        "--max-length", "128", "--per-device-batch-size", "2", "--logging-steps", "1", *map(str, extra),
+    ]  # fmt: skip
+
+
+def torchrun(args: list[str], env: dict[str, str] | None = None, log: Path | None = None) -> subprocess.Popen:
+    """Start ``torchrun --standalone --nproc_per_node=2 -m trainer args`` with output going to ``log``."""
+    handle = open(log, "w") if log else subprocess.DEVNULL
+    return subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "trainer", *args],
+        cwd=REPO_ROOT,
+        env={**os.environ, **(env or {})},
+        stdout=handle,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def finish(process: subprocess.Popen, timeout: float = 600) -> int:
+    return process.wait(timeout=timeout)
+
+
+def wait_for(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.2)
+
+
+def worker_pid(agent: subprocess.Popen, rank: int) -> int:
+    """The PID of the torchrun worker with ``RANK=rank``, found through /proc."""
+    for children in Path(f"/proc/{agent.pid}/task").glob("*/children"):
+        for pid in children.read_text().split():
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            if f"RANK={rank}".encode() in environ:
+                return int(pid)
+    raise AssertionError(f"no worker with RANK={rank} under torchrun {agent.pid}")
+
+
+def summary(output: Path) -> dict:
+    return json.loads((output / "training_summary.json").read_text())
+
+
+def test_two_ranks_split_the_data_agree_on_weights_and_only_rank_0_writes(tiny_model_dir, prepared_data_dir, tmp_path):
+    """What makes data parallelism worth paying for: disjoint shards, identical weights, one writer, a usable model."""
+    output, audit = tmp_path / "out", tmp_path / "audit"
+    audit.mkdir()
+    (audit / "sitecustomize.py").write_text(AUDIT_SITECUSTOMIZE)
+    args = trainer_args(tiny_model_dir, prepared_data_dir, output, "--method", "full", "--learning-rate", "2e-3", "--epochs", "2", "--per-device-batch-size", "8", "--save-steps", "10", "--expected-world-size", "2")
+    process = torchrun(args, env={"AUDIT_WRITES_DIR": str(audit), "PYTHONPATH": str(audit)}, log=tmp_path / "log")
+    assert finish(process) == 0, (tmp_path / "log").read_text()[-3000:]
+
+    result = summary(output)
+    assert result["world_size"] == 2 and len(result["devices"]) == 2
+    assert result["ranks"][0]["weights_sha256"] == result["ranks"][1]["weights_sha256"]
+
+    shards = json.loads((output / "data_shards.json").read_text())
+    assert [shard["rank"] for shard in shards] == [0, 1]
+    for epoch in ("0", "1"):
+        first, second = set(shards[0][epoch]), set(shards[1][epoch])
+        assert first and second and not first & second, f"epoch {epoch}: ranks shared {len(first & second)} sequences"
+
+    losses = [entry["loss"] for entry in json.loads((output / "training_history.json").read_text()) if "loss" in entry]
+    assert losses[-1] < losses[0] - 0.5, losses
+
+    # The Trainer has every rank create the checkpoint directory (idempotent) and store its own
+    # RNG state there (rng_state_<rank>.pth, via torch.save, for an exact resume); beyond that
+    # rank 1 must write nothing into the shared output.
+    rank1_writes = [line for line in (audit / "rank1.log").read_text().splitlines() if str(output) in line]
+    assert rank1_writes and all(line.startswith(f"os.mkdir {output / 'checkpoints'}/checkpoint-") for line in rank1_writes)
+    assert any(line.endswith(f"-> {output / 'merged'}") for line in (audit / "rank0.log").read_text().splitlines())
+
+    model = AutoModelForCausalLM.from_pretrained(output / "merged")
+    tokenizer = AutoTokenizer.from_pretrained(output / "merged")
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "For knots, what is a bowline?"}], add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    generated = model.generate(**prompt, max_new_tokens=8, do_sample=False)
+    assert generated.shape[1] > prompt["input_ids"].shape[1]
+    for name in ("loss_curve.png", "training_history.json"):
+        assert (output / name).stat().st_size > 0
+    assert list((output / "tensorboard").rglob("events.out.tfevents.*"))
+
+
+def test_killed_rank_restart_resumes_from_the_newest_complete_checkpoint(tiny_model_dir, prepared_data_dir, tmp_path):
+    """A pod lost mid-run (SIGKILL: OOM, node failure) costs the steps since the last checkpoint, not the run."""
+    output = tmp_path / "out"
+    args = trainer_args(tiny_model_dir, prepared_data_dir, output, "--max-steps", "14", "--save-steps", "3", "--learning-rate", "1e-3")
+    process = torchrun(args, log=tmp_path / "first.log")
+    wait_for(lambda: (output / "checkpoints" / "checkpoint-3" / checkpoints.MANIFEST).exists() or process.poll() is not None, 300, "the first checkpoint")
+    assert process.poll() is None, "training finished before it could be interrupted"
+    os.kill(worker_pid(process, rank=1), signal.SIGKILL)
+    assert finish(process) != 0
+    resume_point = checkpoints.newest_complete(output / "checkpoints")
+    assert resume_point is not None and not (output / "training_summary.json").exists()
+
+    process = torchrun(args, log=tmp_path / "second.log")
+    assert finish(process) == 0, (tmp_path / "second.log").read_text()[-3000:]
+    result = summary(output)
+    assert result["resumed_from"] == str(resume_point)
+    assert result["global_step"] == 14
+    resumed_steps = [entry["step"] for entry in json.loads((output / "training_history.json").read_text()) if "loss" in entry]
+    assert resumed_steps == sorted(resumed_steps) and resumed_steps[-1] == 14
+
+
+def test_interrupted_checkpoint_is_skipped_and_removed(tiny_model_dir, prepared_data_dir, tmp_path):
+    """A checkpoint whose save was cut short must never be loaded: resume from the one before it."""
+    output = tmp_path / "out"
+    first = run_module("trainer", *trainer_args(tiny_model_dir, prepared_data_dir, output, "--max-steps", "4", "--save-steps", "2"), timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    newest = output / "checkpoints" / "checkpoint-4"
+    weights = newest / "adapter_model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # truncated mid-write
+    unmarked = output / "checkpoints" / "checkpoint-5"
+    unmarked.mkdir()
+    (unmarked / "trainer_state.json").write_text("{")  # a save that never finished
+
+    second = run_module("trainer", *trainer_args(tiny_model_dir, prepared_data_dir, output, "--max-steps", "6", "--save-steps", "2"), timeout=600)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert summary(output)["resumed_from"] == str(output / "checkpoints" / "checkpoint-2")
+    assert summary(output)["global_step"] == 6
+    assert "checkpoint-4" in second.stderr and "adapter_model.safetensors has" in second.stderr
+    assert "checkpoint-5" in second.stderr and "no completion manifest" in second.stderr
+    assert all(verdict.complete for verdict in checkpoints.inspect_all(output / "checkpoints"))
+
+
+def test_sigterm_saves_a_checkpoint_before_exiting(tiny_model_dir, prepared_data_dir, tmp_path):
+    """Eviction sends SIGTERM to the pod's torchrun; the work done so far must be on disk when it exits."""
+    output, log = tmp_path / "out", tmp_path / "log"
+    args = trainer_args(tiny_model_dir, prepared_data_dir, output, "--max-steps", "500", "--save-steps", "1000")
+    process = torchrun(args, log=log)
+    wait_for(lambda: "step 2/" in log.read_text() or process.poll() is not None, 300, "training to start")
+    assert process.poll() is None, log.read_text()[-3000:]
+    process.send_signal(signal.SIGTERM)
+    returncode = finish(process, timeout=120)
+    saved = checkpoints.inspect_all(output / "checkpoints")
+    assert returncode != 0
+    assert saved and saved[0].complete and saved[0].step >= 2, log.read_text()[-3000:]
+    assert "termination requested" in log.read_text()
+    assert not (output / "merged").exists()
+
+
+def test_world_size_mismatch_fails_at_start(tiny_model_dir, prepared_data_dir, tmp_path):
+    """A PyTorchJob whose workers never joined must not train alone on everything."""
+    result = run_module("trainer", *trainer_args(tiny_model_dir, prepared_data_dir, tmp_path / "out", "--expected-world-size", "2"))
+    assert result.returncode == 2
+    assert "--expected-world-size is 2" in result.stderr and "WORLD_SIZE=1" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_qlora_is_refused_without_cuda(tiny_model_dir, prepared_data_dir, tmp_path):
+    """4-bit QLoRA needs CUDA and bitsandbytes; on CPU the user hears so before anything loads."""
+    assert not torch.cuda.is_available()
+    result = run_module("trainer", *trainer_args(tiny_model_dir, prepared_data_dir, tmp_path / "out", "--method", "qlora"))
+    assert result.returncode == 2
+    assert "--method qlora needs a CUDA GPU" in result.stderr and "Traceback" not in result.stderr

@@ -1,0 +1,74 @@
+"""Who this process is in the job, and whether the job is the one that was asked for.
+
+torchrun derives ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` from what the
+PyTorchJob controller sets (``PET_NNODES``, ``PET_NPROC_PER_NODE``,
+``PET_NODE_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``); the Hugging Face Trainer
+then initialises the process group from them. A pod started without torchrun,
+or a PyTorchJob whose workers never rendezvous, sees no ``WORLD_SIZE`` and
+would happily train alone on the whole data set: ``--expected-world-size``
+turns that silent waste of GPU hours into an immediate failure.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from components.errors import UserError
+
+
+@dataclass(frozen=True)
+class Topology:
+    """This process's place in the job, read from the environment torchrun sets."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @classmethod
+    def from_environment(cls) -> Topology:
+        return cls(
+            rank=int(os.environ.get("RANK", 0)),
+            local_rank=int(os.environ.get("LOCAL_RANK", 0)),
+            world_size=int(os.environ.get("WORLD_SIZE", 1)),
+        )
+
+
+def check_world_size(topology: Topology, expected: int) -> None:
+    """Fail before any work when the job is not as large as the caller planned (0 skips the check)."""
+    if expected and topology.world_size != expected:
+        launcher = {key: os.environ[key] for key in ("PET_NNODES", "PET_NPROC_PER_NODE", "MASTER_ADDR") if key in os.environ}
+        raise UserError(
+            f"--expected-world-size is {expected} but this process sees WORLD_SIZE={topology.world_size} "
+            f"(launcher environment: {launcher or 'none'}). Each rank would train on the wrong share of the data. "
+            "Launch with torchrun so that nnodes x nproc_per_node equals the expected world size (in a PyTorchJob: "
+            "the Master plus Worker replicas times nprocPerNode), or pass the world size you actually launched."
+        )
+
+
+def backend() -> str:
+    """NCCL between GPUs, gloo on CPU (the only backend that works there)."""
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def barrier() -> None:
+    """Wait for every rank; a no-op in a single-process run."""
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def any_rank(flag: bool) -> bool:
+    """True on every rank when ``flag`` is true on at least one (e.g. one pod got SIGTERM)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return flag
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    value = torch.tensor([1 if flag else 0], device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())

@@ -1,0 +1,68 @@
+"""What a finished run leaves for the next stages: adapter, merged model, summaries, loss curve.
+
+Everything is written by rank 0 only, each file or directory under a temporary
+name first and renamed into place, so the export stage never picks up a
+half-written ``merged/`` after a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # pods have no display
+import matplotlib.pyplot as plt  # noqa: E402
+
+from components.atomic import write_text_atomic  # noqa: E402
+
+SUMMARY = "training_summary.json"
+HISTORY = "training_history.json"
+LOSS_CURVE = "loss_curve.png"
+DATA_SHARDS = "data_shards.json"
+
+
+def replace_dir(final: Path, write: Any) -> None:
+    """Call ``write(tmp_dir)`` and swap the result in for ``final`` (an older copy is removed after)."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".partial", dir=final.parent))
+    try:
+        write(building)
+        building.chmod(0o755)
+        old = final.with_name(f".{final.name}.old")
+        if final.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            final.rename(old)
+        building.rename(final)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(building, ignore_errors=True)
+        raise
+
+
+def write_json(path: Path, payload: Any) -> None:
+    write_text_atomic(path, json.dumps(payload, indent=2, sort_keys=False) + "\n")
+
+
+def plot_loss_curve(history: list[dict[str, Any]], path: Path) -> None:
+    """Training loss per logged step and eval loss per evaluation, on one chart."""
+    train = [(entry["step"], entry["loss"]) for entry in history if "loss" in entry]
+    evals = [(entry["step"], entry["eval_loss"]) for entry in history if "eval_loss" in entry]
+    figure, axes = plt.subplots(figsize=(8, 4.5), dpi=100)
+    if train:
+        axes.plot(*zip(*train), label="train loss")
+    if evals:
+        axes.plot(*zip(*evals), marker="o", label="eval loss")
+    axes.set_xlabel("optimizer step")
+    axes.set_ylabel("loss")
+    axes.grid(alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    temporary = path.with_name(f".{path.name}.tmp")
+    figure.savefig(temporary, format="png")
+    plt.close(figure)
+    temporary.replace(path)

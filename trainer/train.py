@@ -1,0 +1,266 @@
+"""One readable path from a ``TrainConfig`` to a fine-tuned model on shared storage.
+
+config → checks → tokenised splits → model (+ LoRA) → TRL SFTTrainer (resuming
+from the newest complete checkpoint) → final evaluation → adapter, merged
+model and summaries written by rank 0.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from peft import LoraConfig
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.trainer_callback import PrinterCallback
+from trl import SFTConfig, SFTTrainer
+
+from components.errors import UserError
+from trainer import checkpoints, data, diagnostics, distributed, outputs
+from trainer.callbacks import CompletionManifest, PreemptionSave, ProgressLines
+from trainer.diagnostics import ShardRecorder
+from trainer.config import TrainConfig
+from trainer.distributed import Topology
+
+log = logging.getLogger("trainer")
+
+# The exit status of a process stopped by SIGTERM: the pod is going away and a
+# checkpoint is on disk, so the restarted job resumes instead of finishing here.
+PREEMPTED_EXIT_CODE = 143
+
+
+def check_config(config: TrainConfig) -> None:
+    """Reject settings that would fail (or silently misbehave) only after the model has loaded."""
+    problems = []
+    for name in ("lora_r", "lora_alpha", "per_device_batch_size", "gradient_accumulation_steps", "max_length", "save_steps", "logging_steps"):
+        if getattr(config, name) <= 0:
+            problems.append(f"--{name.replace('_', '-')} must be positive (got {getattr(config, name)})")
+    if config.epochs <= 0 and config.max_steps <= 0:
+        problems.append(f"--epochs must be positive (got {config.epochs}) unless --max-steps is set")
+    if config.learning_rate <= 0:
+        problems.append(f"--learning-rate must be positive (got {config.learning_rate})")
+    if not 0 <= config.lora_dropout < 1:
+        problems.append(f"--lora-dropout must be in [0, 1) (got {config.lora_dropout})")
+    if config.save_total_limit < 2:
+        problems.append(
+            f"--save-total-limit must be at least 2 (got {config.save_total_limit}): a save interrupted by a pod "
+            "restart must never leave the run without a complete checkpoint"
+        )
+    if config.method == "qlora" and not (torch.cuda.is_available() and importlib.util.find_spec("bitsandbytes")):
+        problems.append(
+            "--method qlora needs a CUDA GPU and the bitsandbytes package, and this process has "
+            f"{'no CUDA device' if not torch.cuda.is_available() else 'no bitsandbytes'}; use --method lora"
+        )
+    if problems:
+        raise UserError("invalid training options: " + "; ".join(problems) + ".")
+
+
+def precision() -> dict[str, bool]:
+    """bf16 where the GPU supports it, else fp16 on GPU, fp32 on CPU."""
+    if torch.cuda.is_available():
+        bf16 = torch.cuda.is_bf16_supported()
+        return {"bf16": bf16, "fp16": not bf16}
+    return {"bf16": False, "fp16": False}
+
+
+def load_model(config: TrainConfig, bf16: bool) -> PreTrainedModel:
+    kwargs: dict[str, Any] = {"dtype": torch.bfloat16 if bf16 else torch.float32}
+    if config.method == "qlora":
+        from transformers import BitsAndBytesConfig
+
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=torch.bfloat16 if bf16 else torch.float16,
+        )
+    return AutoModelForCausalLM.from_pretrained(config.model, **kwargs)
+
+
+def lora_config(config: TrainConfig) -> LoraConfig | None:
+    if config.method == "full":
+        return None
+    modules = config.lora_target_modules
+    return LoraConfig(
+        r=config.lora_r,
+        lora_alpha=config.lora_alpha,
+        lora_dropout=config.lora_dropout,
+        target_modules=modules if modules == "all-linear" else [name.strip() for name in modules.split(",") if name.strip()],
+        task_type="CAUSAL_LM",
+    )
+
+
+def sft_config(config: TrainConfig, topology: Topology, has_eval: bool) -> SFTConfig:
+    evaluate_by_steps = config.eval_steps > 0
+    eval_strategy = "no" if not has_eval else "steps" if evaluate_by_steps else "epoch"
+    return SFTConfig(
+        output_dir=str(config.checkpoints_dir),
+        num_train_epochs=config.epochs,
+        max_steps=config.max_steps,
+        learning_rate=config.learning_rate * (topology.world_size if config.scale_lr else 1),
+        lr_scheduler_type="cosine",
+        warmup_steps=config.warmup_ratio,  # a float below 1 is a share of all steps
+        weight_decay=config.weight_decay,
+        per_device_train_batch_size=config.per_device_batch_size,
+        per_device_eval_batch_size=config.per_device_batch_size,
+        gradient_accumulation_steps=config.gradient_accumulation_steps,
+        activation_checkpointing=config.gradient_checkpointing,
+        max_length=config.max_length,
+        packing=config.packing,
+        packing_strategy="bfd",
+        padding_free=config.packing,
+        save_strategy="steps",
+        save_steps=config.save_steps,
+        save_total_limit=config.save_total_limit,
+        eval_strategy=eval_strategy,
+        eval_steps=config.eval_steps if evaluate_by_steps else None,
+        logging_strategy="steps",
+        logging_steps=config.logging_steps,
+        logging_first_step=True,
+        report_to=["tensorboard"],
+        include_num_input_tokens_seen="non_padding",
+        ddp_backend=distributed.backend() if topology.world_size > 1 else None,
+        ddp_find_unused_parameters=False,
+        # Equal batch counts per rank without accelerate's padding of the last
+        # batch with repeated samples, which would break the disjoint shards.
+        dataloader_drop_last=topology.world_size > 1,
+        disable_tqdm=not sys.stderr.isatty(),
+        seed=config.seed,
+        data_seed=config.seed,
+        use_cpu=not torch.cuda.is_available(),
+        **precision(),
+    )
+
+
+def clear_incomplete_checkpoints(config: TrainConfig, topology: Topology) -> Path | None:
+    """Rank 0 removes checkpoints whose save was interrupted; every rank gets the newest complete one."""
+    resume_from = checkpoints.newest_complete(config.checkpoints_dir)
+    if topology.is_main:
+        for verdict in checkpoints.inspect_all(config.checkpoints_dir):
+            if not verdict.complete:
+                log.warning("removing incomplete checkpoint %s (%s); it is never resumed from", verdict.path, verdict.problem)
+                shutil.rmtree(verdict.path, ignore_errors=True)
+    distributed.barrier()
+    return resume_from
+
+
+def device_name() -> str:
+    return torch.cuda.get_device_name(torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
+
+
+def final_eval_loss(trainer: SFTTrainer) -> float | None:
+    """The eval loss at the last step: reuse the end-of-training evaluation when there was one."""
+    if trainer.eval_dataset is None:
+        return None
+    evaluations = [entry for entry in trainer.state.log_history if "eval_loss" in entry]
+    if evaluations and evaluations[-1].get("step") == trainer.state.global_step:
+        return evaluations[-1]["eval_loss"]
+    return trainer.evaluate()["eval_loss"]
+
+
+def save_models(trainer: SFTTrainer, config: TrainConfig, tokenizer: PreTrainedTokenizerBase) -> None:
+    """``adapter/`` (LoRA only) and ``merged/``: a plain checkpoint the evaluation and GGUF stages load."""
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    if config.method != "full":
+        outputs.replace_dir(config.adapter_dir, model.save_pretrained)
+        if config.method == "qlora":
+            from peft import PeftModel
+
+            base = AutoModelForCausalLM.from_pretrained(config.model, dtype=torch.bfloat16)
+            model = PeftModel.from_pretrained(base, config.adapter_dir)
+        model = model.merge_and_unload()
+
+    def write_merged(directory: Path) -> None:
+        model.save_pretrained(directory)
+        tokenizer.save_pretrained(directory)
+
+    outputs.replace_dir(config.merged_dir, write_merged)
+
+
+def run(config: TrainConfig) -> int:
+    topology = Topology.from_environment()
+    distributed.check_world_size(topology, config.expected_world_size)
+    check_config(config)
+    started = time.monotonic()
+
+    tokenizer = AutoTokenizer.from_pretrained(config.model)
+    if tokenizer.chat_template is None:
+        raise UserError(f"the tokenizer of {config.model} has no chat template; fine-tune an instruct/chat model.")
+    train_split = data.tokenise(data.load_split(config.data_dir, "train"), tokenizer, config.loss_on)
+    eval_split = data.tokenise(data.load_split(config.data_dir, "eval"), tokenizer, config.loss_on)
+
+    args = sft_config(config, topology, has_eval=len(eval_split) > 0)  # initialises the process group under torchrun
+    os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(config.output_dir / "tensorboard"))
+    resume_from = clear_incomplete_checkpoints(config, topology)
+    preemption = PreemptionSave()
+    shards = ShardRecorder()
+    trainer = SFTTrainer(
+        model=load_model(config, args.bf16),
+        args=args,
+        train_dataset=train_split,
+        eval_dataset=eval_split if len(eval_split) else None,
+        processing_class=tokenizer,
+        peft_config=lora_config(config),
+        callbacks=[CompletionManifest(), preemption, ProgressLines(), shards],
+    )
+    shards.attach(trainer)
+    if args.disable_tqdm:
+        trainer.remove_callback(PrinterCallback)  # in pods our progress lines say it once, readably
+    if resume_from:
+        log.info("resuming from %s", resume_from)
+    result = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    if preemption.stopped_early:
+        log.warning("stopped for termination at step %d; the restarted job resumes from its checkpoint", trainer.state.global_step)
+        return PREEMPTED_EXIT_CODE
+
+    eval_loss = final_eval_loss(trainer)
+    ranks = diagnostics.gather(
+        {
+            "rank": topology.rank,
+            "device": device_name(),
+            "weights_sha256": diagnostics.weights_digest(trainer.model),
+            **shards.report(),
+        },
+        topology.world_size,
+    )
+    if topology.is_main:
+        save_models(trainer, config, tokenizer)
+        history = trainer.state.log_history
+        outputs.write_json(config.output_dir / outputs.HISTORY, history)
+        outputs.plot_loss_curve(history, config.output_dir / outputs.LOSS_CURVE)
+        train_losses = [entry["loss"] for entry in history if "loss" in entry]
+        runtime = result.metrics.get("train_runtime", time.monotonic() - started)
+        tokens = int(trainer.state.num_input_tokens_seen)
+        outputs.write_json(
+            config.output_dir / outputs.SUMMARY,
+            {
+                "config": config.as_json(),
+                "world_size": topology.world_size,
+                "devices": [rank["device"] for rank in ranks],
+                "precision": "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
+                "learning_rate": args.learning_rate,
+                "resumed_from": str(resume_from) if resume_from else None,
+                "global_step": trainer.state.global_step,
+                "epochs": trainer.state.epoch,
+                "train_examples": len(train_split),
+                "eval_examples": len(eval_split),
+                "tokens_seen": tokens,
+                "train_runtime_s": runtime,
+                "non_padding_tokens_per_s": tokens / runtime if runtime else None,
+                "final_train_loss": train_losses[-1] if train_losses else None,
+                "mean_train_loss": result.training_loss,
+                "final_eval_loss": eval_loss,
+                "ranks": [{key: rank[key] for key in ("rank", "device", "tokens", "weights_sha256")} for rank in ranks],
+            },
+        )
+        outputs.write_json(config.output_dir / outputs.DATA_SHARDS, [{"rank": rank["rank"], **rank["sequences_by_epoch"]} for rank in ranks])
+        log.info("wrote %s", config.output_dir)
+    distributed.barrier()
+    return 0
