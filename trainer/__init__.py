@@ -1,6 +1,7 @@
-"""What runs inside the training pods: ``torchrun ... python -m trainer``.
+"""What runs inside the training pods: ``torchrun ... -m trainer``.
 
 TRL SFT with PEFT LoRA over the Parquet the data stage wrote to the workspace,
-resuming from checkpoints after a pod restart. Built in its own issue; the
-package exists so the runtime image and the layout are fixed from the start.
+resuming from the newest complete checkpoint after a pod restart. The path from
+options to result is ``config`` → ``train.run``; the other modules each hold one
+concern (masking, data, checkpoints, callbacks, diagnostics, outputs).
 """
