@@ -115,3 +115,13 @@ def test_packed_conversations_do_not_attend_to_each_other(tokenizer, tiny_model_
         ).logits[0]
     torch.testing.assert_close(packed[: len(first)], alone[0], atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(packed[len(first) :], alone[1], atol=1e-4, rtol=1e-4)
+
+
+def test_an_empty_eval_split_loads_as_zero_conversations(tmp_path):
+    """eval_fraction 0 gives an eval.parquet with no rows; the trainer must then train without evaluating, not crash."""
+    from components.dataprep.prepare import PrepareOptions, prepare
+    from components.sample_data import bundled_dataset_path
+
+    prepare(str(bundled_dataset_path()), tmp_path, PrepareOptions(eval_fraction=0.0))
+    assert len(data.load_split(tmp_path, "eval")) == 0
+    assert len(data.load_split(tmp_path, "train")) == 324

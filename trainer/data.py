@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow.parquet as pq
 from datasets import Dataset
 from transformers import PreTrainedTokenizerBase
 
@@ -31,10 +32,12 @@ def load_split(data_dir: Path, split: str) -> Dataset:
             f"{path} does not exist. --data-dir must be the output directory of the data preparation stage "
             "(python -m components.prepare_dataset), which holds train.parquet and eval.parquet."
         )
-    dataset = Dataset.from_parquet(str(path), keep_in_memory=True)
-    if "messages" not in dataset.column_names:
-        raise UserError(f"{path} has no 'messages' column (columns: {dataset.column_names}); re-run the data preparation stage.")
-    return dataset.select_columns(["messages"])
+    # Read with pyarrow: datasets' Parquet builder fails on a file with no rows,
+    # which is what the data stage writes for eval when eval_fraction is 0.
+    table = pq.read_table(path)
+    if "messages" not in table.column_names:
+        raise UserError(f"{path} has no 'messages' column (columns: {table.column_names}); re-run the data preparation stage.")
+    return Dataset(table.select(["messages"]))
 
 
 def tokenise(dataset: Dataset, tokenizer: PreTrainedTokenizerBase, loss_on: str) -> Dataset:
