@@ -138,7 +138,7 @@ def test_killed_rank_restart_resumes_from_the_newest_complete_checkpoint(tiny_mo
     assert process.poll() is None, "training finished before it could be interrupted"
     os.kill(worker_pid(process, rank=1), signal.SIGKILL)
     assert finish(process) != 0
-    resume_point = checkpoints.newest_complete(output / "checkpoints")
+    resume_point = checkpoints.newest_complete(checkpoints.inspect_all(output / "checkpoints"))
     assert resume_point is not None and not (output / "training_summary.json").exists()
 
     process = torchrun(args, log=tmp_path / "second.log")

@@ -12,7 +12,6 @@ disk is ever resumed from.
 from __future__ import annotations
 
 import json
-import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +20,6 @@ from components.atomic import write_text_atomic
 
 MANIFEST = "checkpoint_complete.json"
 _CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)$")
-
-log = logging.getLogger(__name__)
 
 
 def _file_sizes(checkpoint: Path) -> dict[str, int]:
@@ -82,10 +79,6 @@ def inspect_all(checkpoints_dir: Path) -> list[CheckpointVerdict]:
     return sorted(found, key=lambda verdict: verdict.step, reverse=True)
 
 
-def newest_complete(checkpoints_dir: Path) -> Path | None:
-    """The checkpoint to resume from, logging every newer one that is skipped and why."""
-    for verdict in inspect_all(checkpoints_dir):
-        if verdict.complete:
-            return verdict.path
-        log.warning("skipping incomplete checkpoint %s: %s", verdict.path, verdict.problem)
-    return None
+def newest_complete(verdicts: list[CheckpointVerdict]) -> Path | None:
+    """The checkpoint to resume from: the newest of ``inspect_all``'s verdicts that is complete."""
+    return next((verdict.path for verdict in verdicts if verdict.complete), None)

@@ -140,15 +140,20 @@ def sft_config(config: TrainConfig, topology: Topology, has_eval: bool) -> SFTCo
 
 
 def clear_incomplete_checkpoints(config: TrainConfig, topology: Topology) -> Path | None:
-    """Rank 0 removes checkpoints whose save was interrupted; every rank gets the newest complete one."""
-    resume_from = checkpoints.newest_complete(config.checkpoints_dir)
+    """Rank 0 removes checkpoints whose save was interrupted; every rank gets the newest complete one.
+
+    Every rank inspects before rank 0 removes anything, so no rank ever reads a
+    directory while it is being deleted.
+    """
+    verdicts = checkpoints.inspect_all(config.checkpoints_dir)
+    distributed.barrier()
     if topology.is_main:
-        for verdict in checkpoints.inspect_all(config.checkpoints_dir):
+        for verdict in verdicts:
             if not verdict.complete:
                 log.warning("removing incomplete checkpoint %s (%s); it is never resumed from", verdict.path, verdict.problem)
                 shutil.rmtree(verdict.path, ignore_errors=True)
     distributed.barrier()
-    return resume_from
+    return checkpoints.newest_complete(verdicts)
 
 
 def device_name() -> str:

@@ -131,7 +131,8 @@ def _is_utf8(data: bytes) -> bool:
     return True
 
 
-def _split_lines(data: bytes) -> list[bytes]:
+def split_lines(data: bytes) -> list[bytes]:
+    """The lines of a chunk without their newlines; a final newline ends the last line, it does not start a new one."""
     lines = data.split(b"\n")
     if data.endswith(b"\n"):
         lines.pop()
@@ -144,7 +145,7 @@ def _parse_lines(chunk: Chunk) -> ParsedChunk:
     numbers: list[int] = []
     rejects: list[Reject] = []
     blank = 0
-    for offset, raw in enumerate(_split_lines(chunk.data)):
+    for offset, raw in enumerate(split_lines(chunk.data)):
         if not raw.strip():
             blank += 1
             continue

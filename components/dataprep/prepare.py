@@ -26,7 +26,7 @@ from components.dataprep.chunks import Chunk, read_chunks, resolve_inputs
 from components.dataprep.dedup import SeenHashes, content_hashes, eval_mask
 from components.dataprep.lengths import LengthHistogram
 from components.dataprep.normalise import normalise
-from components.dataprep.parse import ParsedChunk, Reject, excerpt, parse_chunk
+from components.dataprep.parse import ParsedChunk, Reject, excerpt, parse_chunk, split_lines
 from components.dataprep.schema import OUTPUT_SCHEMA, Shape
 from components.errors import UserError
 
@@ -111,7 +111,7 @@ def prepare(inputs: str, output_dir: Path, options: PrepareOptions = PrepareOpti
                 for table, lines in parsed.batches():
                     normalised, problems = normalise(table, options.system_prompt)
                     if problems and raw_lines is None:
-                        raw_lines = chunk.data.split(b"\n")
+                        raw_lines = split_lines(chunk.data)
                     chunk_rejects += [
                         Reject(chunk.source, int(lines[p.row]), p.reason, p.detail, _line_excerpt(chunk, raw_lines, int(lines[p.row])))
                         for p in problems
