@@ -91,16 +91,20 @@ def summary(output: Path) -> dict:
 
 
 def test_two_ranks_split_the_data_agree_on_weights_and_only_rank_0_writes(tiny_model_dir, prepared_data_dir, tmp_path):
-    """What makes data parallelism worth paying for: disjoint shards, identical weights, one writer, a usable model."""
+    """What makes data parallelism worth paying for: disjoint shards, identical weights, one writer, a usable model.
+
+    ``--scale-lr`` is on, so the run also shows the learning rate scaled by the world size it really had.
+    """
     output, audit = tmp_path / "out", tmp_path / "audit"
     audit.mkdir()
     (audit / "sitecustomize.py").write_text(AUDIT_SITECUSTOMIZE)
-    args = trainer_args(tiny_model_dir, prepared_data_dir, output, "--method", "full", "--learning-rate", "2e-3", "--epochs", "2", "--per-device-batch-size", "8", "--save-steps", "10", "--expected-world-size", "2")
+    args = trainer_args(tiny_model_dir, prepared_data_dir, output, "--method", "full", "--learning-rate", "1e-3", "--scale-lr", "--epochs", "2", "--per-device-batch-size", "8", "--save-steps", "10", "--expected-world-size", "2")
     process = torchrun(args, env={"AUDIT_WRITES_DIR": str(audit), "PYTHONPATH": str(audit)}, log=tmp_path / "log")
     assert finish(process) == 0, (tmp_path / "log").read_text()[-3000:]
 
     result = summary(output)
     assert result["world_size"] == 2 and len(result["devices"]) == 2
+    assert result["learning_rate"] == pytest.approx(2e-3)  # --scale-lr: 1e-3 times the world size
     assert result["ranks"][0]["weights_sha256"] == result["ranks"][1]["weights_sha256"]
 
     shards = json.loads((output / "data_shards.json").read_text())

@@ -1,0 +1,55 @@
+"""Gradient checkpointing: it changes how a step is computed (memory for time), not what it computes."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import SFTTrainer
+
+from trainer import data
+from trainer.config import TrainConfig
+from trainer.distributed import Topology
+from trainer.train import lora_config, sft_config
+
+SINGLE = Topology(rank=0, local_rank=0, world_size=1)
+
+
+def train_steps(tiny_model_dir, prepared_data_dir, output_dir, **options) -> SFTTrainer:
+    """Three LoRA steps on the tiny model with the trainer's own SFT and LoRA settings."""
+    config = TrainConfig(
+        model=str(tiny_model_dir), data_dir=prepared_data_dir, output_dir=output_dir,
+        max_length=128, per_device_batch_size=2, max_steps=3, logging_steps=1, learning_rate=1e-2, **options,
+    )  # fmt: skip
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    args = sft_config(config, SINGLE, has_eval=False)
+    args.report_to = []
+    torch.manual_seed(0)
+    trainer = SFTTrainer(
+        model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+        args=args,
+        train_dataset=data.tokenise(data.load_split(prepared_data_dir, "train"), tokenizer, config.loss_on),
+        processing_class=tokenizer,
+        peft_config=lora_config(config),
+    )
+    trainer.train()
+    return trainer
+
+
+@pytest.mark.slow
+def test_gradient_checkpointing_changes_memory_not_the_maths(tiny_model_dir, prepared_data_dir, tmp_path):
+    """With --gradient-checkpointing the model recomputes activations, and training follows the very same losses.
+
+    TRL's own SFTConfig turns checkpointing on unless told otherwise, so the default
+    run must really have it off (it costs about a fifth of the step time).
+    """
+    plain = train_steps(tiny_model_dir, prepared_data_dir, tmp_path / "plain")
+    checkpointed = train_steps(tiny_model_dir, prepared_data_dir, tmp_path / "checkpointed", gradient_checkpointing=True)
+
+    assert not plain.model.base_model.model.is_activation_checkpointing
+    assert checkpointed.model.base_model.model.is_activation_checkpointing
+    losses = [[entry["loss"] for entry in run.state.log_history if "loss" in entry] for run in (plain, checkpointed)]
+    assert len(losses[0]) == 3 and all(math.isfinite(loss) for loss in losses[0])
+    assert losses[1] == pytest.approx(losses[0], rel=1e-4)
