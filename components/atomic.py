@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 STAGING_PREFIX = ".staging-"
 
@@ -79,4 +79,26 @@ def write_text_atomic(path: Path, text: str) -> None:
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def replace_dir(final: Path, fill: Callable[[Path], None]) -> None:
+    """Call ``fill(tmp_dir)`` on a fresh hidden directory beside ``final``, then swap it in.
+
+    A reader sees the old directory or the complete new one, never a partial
+    one; a failure in ``fill`` leaves ``final`` as it was.
+    """
+    final.parent.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".partial", dir=final.parent))
+    try:
+        fill(building)
+        building.chmod(0o755)  # mkdtemp makes it private; the folder is read by other steps and users
+        old = final.with_name(f".{final.name}.old")
+        if final.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            final.rename(old)
+        building.rename(final)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(building, ignore_errors=True)
         raise
