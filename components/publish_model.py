@@ -52,6 +52,9 @@ def main(argv: list[str] | None = None) -> None:
 @exit_on_user_error
 def run_in_pipeline(workspace_root: str, run_id: str, dataset_uri: str, options: PublishOptions, model_card, metrics) -> tuple[str, bool]:
     """What the KFP component does: publish, show the model card in the UI; return (location, dry_run)."""
+    from huggingface_hub.utils import disable_progress_bars
+
+    disable_progress_bars()  # one line per refresh in a pod log; the summary below says what was sent
     result = publish(workspace_root, run_id, dataset_uri, options, hub_token())
     print(summary(result), flush=True)
     Path(model_card.path).parent.mkdir(parents=True, exist_ok=True)

@@ -59,6 +59,7 @@ class FakeHub:
         self.lfs_store: dict[str, bytes] = {}
         self.log: list[tuple[str, str, int]] = []  # method, path, answered status
         self._failures: list[tuple[str, str, int]] = []
+        self._lost: list[tuple[str, str]] = []
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
@@ -77,6 +78,10 @@ class FakeHub:
     def fail_next(self, method: str, path_part: str, status: int) -> None:
         """The next ``method`` request whose path contains ``path_part`` answers ``status``."""
         self._failures.append((method, path_part, status))
+
+    def lose_next_response(self, method: str, path_part: str) -> None:
+        """The next matching request is carried out, but its answer is replaced by a 503 (a lost response)."""
+        self._lost.append((method, path_part))
 
     def add_repo(self, repo_type: str, repo_id: str, files: dict[str, bytes], private: bool = False) -> Repo:
         repo = Repo(private=private, files=dict(files))
@@ -130,6 +135,8 @@ class FakeHub:
                 return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
             def _send(self, status: int, payload=None, headers: dict | None = None, raw: bytes | None = None) -> None:
+                if getattr(self, "lose_response", False):
+                    self.lose_response, status, payload, headers, raw = False, 503, {"error": "response lost"}, None, None
                 body = raw if raw is not None else (json.dumps(payload).encode() if payload is not None else b"")
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json" if raw is None else "application/octet-stream")
@@ -152,6 +159,11 @@ class FakeHub:
                     if fail_method == method and part in path:
                         del hub._failures[index]
                         return self._send(status, {"error": f"injected {status}"})
+                for index, (lost_method, part) in enumerate(hub._lost):
+                    if lost_method == method and part in path:
+                        del hub._lost[index]
+                        self.lose_response = True
+                        break
                 with hub._lock:
                     self._route(method, path, parse_qs(urlsplit(self.path).query), body)
 
