@@ -12,8 +12,9 @@ publishing and downloading need, as the Hub does it:
 - ``POST /api/{type}s/{id}/commit/{rev}``: an ndjson commit applied atomically, LFS pointers checked,
 - ``GET /api/{type}s/{id}/tree/{rev}``, and ``HEAD``/``GET .../resolve/{rev}/{path}`` with the Hub's headers.
 
-Every request needs ``Authorization: Bearer <a valid token>`` except reads of public
-repositories. ``fail_next(method, path_part, status)`` makes the next matching
+Writes need ``Authorization: Bearer <a valid token>``; an invalid token is refused
+on every endpoint (401), and a private repository looks missing without a token
+(401 with ``X-Error-Code: RepoNotFound``), as on the Hub. ``fail_next(method, path_part, status)`` makes the next matching
 request answer ``status``, to test retries.
 """
 
@@ -164,6 +165,8 @@ class FakeHub:
                         del hub._lost[index]
                         self.lose_response = True
                         break
+                if self.headers.get("Authorization") and not self._authorised() and not path.startswith("/lfs-"):
+                    return self._send(401, {"error": "Invalid credentials in Authorization header"})
                 with hub._lock:
                     self._route(method, path, parse_qs(urlsplit(self.path).query), body)
 

@@ -33,8 +33,21 @@ class PublishOptions:
             raise UserError(f"attempts must be at least 1; got {self.attempts}.")
         if self.first_retry_wait_s < 0:
             raise UserError(f"first_retry_wait_s must not be negative; got {self.first_retry_wait_s}.")
-        if self.repo_id and self.repo_id.count("/") != 1:
-            raise UserError(
-                f"repo_id {self.repo_id!r} is not owner/name: name the user or organisation that owns the repository, "
-                "e.g. my-org/smollm3-practical-skills."
-            )
+        if self.repo_id:
+            _check_repo_id(self.repo_id)
+
+
+def _check_repo_id(repo_id: str) -> None:
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    problem = "" if repo_id.count("/") == 1 else "it is not owner/name"
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as error:
+        problem = problem or str(error).rstrip(".")
+    if problem:
+        raise UserError(
+            f"repo_id {repo_id!r} is not a valid Hub repository id ({problem}). Write owner/name, the user or "
+            "organisation first, e.g. my-org/smollm3-practical-skills."
+        )
