@@ -33,7 +33,7 @@ class FakeKfp:
         self.received: list[Received] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
     def __enter__(self) -> "FakeKfp":
         self._thread.start()

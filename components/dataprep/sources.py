@@ -60,10 +60,8 @@ def fetch(dataset_uri: str, destination: Path) -> str:
     if scheme in ("http", "https"):
         return str(_fetch_http(dataset_uri, destination))
     if scheme == "s3":
-        _fetch_s3(dataset_uri, destination)
-    else:
-        _fetch_hub_dataset(dataset_uri, destination)
-    return str(destination / ALL_JSONL)
+        return _fetch_s3(dataset_uri, destination)
+    return _fetch_hub_dataset(dataset_uri, destination)
 
 
 def describe_uri(uri: str) -> str:
@@ -71,7 +69,7 @@ def describe_uri(uri: str) -> str:
     parts = urlsplit(uri.strip())
     if not parts.scheme or not parts.netloc:
         return uri.strip()
-    return urlunsplit((parts.scheme, parts.hostname or "", parts.path, "", "")) + (f" (port {parts.port})" if parts.port else "")
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
 
 
 def hub_dataset_id(dataset_uri: str) -> str | None:
@@ -156,7 +154,8 @@ def _name_by_content(path: Path) -> Path:
 # --- S3 ----------------------------------------------------------------------------------------
 
 
-def _fetch_s3(uri: str, destination: Path) -> None:
+def _fetch_s3(uri: str, destination: Path) -> str:
+    """The one object's local path, or a glob of the objects under the prefix."""
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
     parts = urlsplit(uri)
@@ -174,6 +173,7 @@ def _fetch_s3(uri: str, destination: Path) -> None:
                 raise UserError(f"No .jsonl or .jsonl.gz objects are under {uri}; check the bucket and prefix.")
         for name, relative in objects.items():
             _write_atomically(destination / _safe_relative(relative, uri), lambda handle: client.download_fileobj(bucket, name, handle))
+        return str(destination / PurePosixPath(key).name) if key.endswith(SUFFIXES) else str(destination / ALL_JSONL)
     except NoCredentialsError:
         raise UserError(
             f"No S3 credentials for {uri}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_ENDPOINT_URL for "
@@ -193,7 +193,7 @@ def _s3_client():
     # botocore reads AWS_ENDPOINT_URL itself; S3-compatible stores (MinIO, NooBaa) want path-style bucket addressing.
     custom_endpoint = bool(os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL_S3"))
     config = Config(retries={"max_attempts": S3_ATTEMPTS, "mode": "standard"}, s3={"addressing_style": "path"} if custom_endpoint else None)
-    return boto3.client("s3", config=config)
+    return boto3.session.Session().client("s3", config=config)  # a new session reads the environment as it is now
 
 
 def _s3_keys(client, bucket: str, prefix: str) -> list[str]:
@@ -237,7 +237,8 @@ def _parse_hub_dataset(uri: str):
     return parsed
 
 
-def _fetch_hub_dataset(uri: str, destination: Path) -> None:
+def _fetch_hub_dataset(uri: str, destination: Path) -> str:
+    """The one file's local path, or a glob of the JSONL files fetched."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
 
@@ -268,3 +269,4 @@ def _fetch_hub_dataset(uri: str, destination: Path) -> None:
             f"The Hub dataset {parsed.id} has no .jsonl or .jsonl.gz files {where}. This pipeline reads JSONL "
             "question/answer records; point the URI at them (hf://datasets/owner/name/path/to/file.jsonl)."
         )
+    return str(destination / path) if path.endswith(SUFFIXES) else str(destination / ALL_JSONL)
