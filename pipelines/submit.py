@@ -107,7 +107,8 @@ def kubeconfig_token() -> str | None:
 
     configuration = client.Configuration()
     try:
-        config.load_kube_config(client_configuration=configuration)
+        # KUBECONFIG as set now (the library reads it once, at import); it may list several files.
+        config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or "~/.kube/config", client_configuration=configuration)
     except Exception:  # no kubeconfig, no current context, or a context without a token: fall back to none
         return None
     return configuration.api_key.get("authorization", "").removeprefix("Bearer ").strip() or None
