@@ -26,8 +26,10 @@ import json
 import re
 import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, unquote, urlsplit
+
+from local_server import LocalServer
 
 LFS_SUFFIXES = (".gguf", ".safetensors", ".png", ".bin", ".parquet")
 LFS_MIN_SIZE = 10 * 1024 * 1024
@@ -53,7 +55,7 @@ class Repo:
         return hashlib.sha256(data).hexdigest() if path in self.lfs_paths else git_blob_sha(data)
 
 
-class FakeHub:
+class FakeHub(LocalServer):
     def __init__(self, valid_tokens: set[str]) -> None:
         self.valid_tokens = set(valid_tokens)
         self.repos: dict[tuple[str, str], Repo] = {}
@@ -62,17 +64,7 @@ class FakeHub:
         self._failures: list[tuple[str, str, int]] = []
         self._lost: list[tuple[str, str]] = []
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    def __enter__(self) -> "FakeHub":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(self._handler_class())
 
     # --- test controls --------------------------------------------------------------------------
 

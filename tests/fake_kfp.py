@@ -11,10 +11,11 @@ server received.
 from __future__ import annotations
 
 import json
-import threading
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
+
+from local_server import LocalServer
 
 
 @dataclass
@@ -26,22 +27,12 @@ class Received:
     body: dict | None
 
 
-class FakeKfp:
+class FakeKfp(LocalServer):
     def __init__(self, token: str | None = None, experiments: dict[str, str] | None = None) -> None:
         self.token = token
         self.experiments = dict(experiments or {})  # display name -> id
         self.received: list[Received] = []
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    def __enter__(self) -> "FakeKfp":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(self._handler_class())
 
     def bodies(self, method: str, path: str) -> list[dict]:
         return [r.body for r in self.received if r.method == method and r.path == path]

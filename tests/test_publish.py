@@ -137,3 +137,27 @@ def test_run_in_pipeline_fills_the_kfp_artifacts(tmp_path, monkeypatch):
     assert Path(card.path).read_text() == card_of(run_dir)
     assert card.metadata == {"repo_id": "me/skills", "location": location, "dry_run": True}
     assert metrics.logged["dry_run_files"] == len([p for p in Path(location).rglob("*") if p.is_file()])
+
+
+def test_upload_folder_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
+    """A second publish leaves no file of the first behind; one that fails midway leaves the first intact."""
+    run_dir = make_run(tmp_path)
+    upload = run_dir / "publish" / "upload"
+    publish(str(tmp_path), "run-1", "", PublishOptions(), token=None)
+    assert (upload / "adapter").is_dir()
+    publish(str(tmp_path), "run-1", "", PublishOptions(include_adapter=False), token=None)
+    assert not (upload / "adapter").exists()
+    before = sorted(p.relative_to(upload) for p in upload.rglob("*"))
+
+    from components.publish import bundle
+
+    def broken_link(source, destination):
+        if source.name.endswith(".gguf"):
+            raise OSError("disk full")
+        return bundle.shutil.copy2(source, destination)
+
+    monkeypatch.setattr(bundle, "_link_or_copy", broken_link)
+    with pytest.raises(OSError, match="disk full"):
+        publish(str(tmp_path), "run-1", "", PublishOptions(), token=None)
+    assert sorted(p.relative_to(upload) for p in upload.rglob("*")) == before
+    assert [p.name for p in upload.parent.iterdir()] == ["upload"]  # no staging folder left behind

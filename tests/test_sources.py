@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import boto3
@@ -25,12 +24,13 @@ from components.prepare_dataset import resolve_dataset_uri
 from components.sample_data import bundled_dataset_path
 from conftest import qa, read_split, read_stats, run_cli, write_jsonl
 from fake_hub import FakeHub
+from local_server import LocalServer
 
 SAMPLE = bundled_dataset_path().read_bytes()
 LINES = b"".join(json.dumps(qa(i)).encode() + b"\n" for i in range(3))
 
 
-class StaticServer:
+class StaticServer(LocalServer):
     """Serves ``routes``: path -> list of (status, body) answered in turn (the last one repeats)."""
 
     def __init__(self, routes: dict[str, list[tuple[int, bytes]]]) -> None:
@@ -52,20 +52,13 @@ class StaticServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(Handler)
 
 
 @pytest.fixture
 def web():
-    server = StaticServer({})
-    yield server
-    server.close()
+    with StaticServer({}) as server:
+        yield server
 
 
 # --- HTTP --------------------------------------------------------------------------------------

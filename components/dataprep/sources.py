@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO, Callable
+from typing import BinaryIO
 from urllib.parse import urlsplit, urlunsplit
 
+from components.atomic import write_file_atomic
 from components.dataprep.chunks import SUFFIXES
 from components.errors import UserError
 from components.hub_auth import TOKEN_ENV, hub_token, token_refused
@@ -79,21 +79,6 @@ def hub_dataset_id(dataset_uri: str) -> str | None:
     return _parse_hub_dataset(dataset_uri.strip()).id
 
 
-def _write_atomically(target: Path, write: Callable[[BinaryIO], None]) -> None:
-    """Run ``write`` on a hidden temporary file beside ``target``, then rename it into place."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
 # --- HTTP(S) -----------------------------------------------------------------------------------
 
 
@@ -112,7 +97,7 @@ def _fetch_http(url: str, destination: Path) -> Path:
                 if response.status_code != 200:
                     raise UserError(_http_problem(shown, response.status_code))
                 target = destination / _local_name(PurePosixPath(urlsplit(response.url).path).name)
-                _write_atomically(target, lambda handle: _copy_stream(response.iter_content(1 << 20), handle))
+                write_file_atomic(target, lambda handle: _copy_stream(response.iter_content(1 << 20), handle))
         except requests.RequestException as error:
             raise UserError(
                 f"Could not download {shown}: {type(error).__name__} after {HTTP_RETRIES} retries. Check that the host is "
@@ -172,7 +157,7 @@ def _fetch_s3(uri: str, destination: Path) -> str:
             if not objects:
                 raise UserError(f"No .jsonl or .jsonl.gz objects are under {uri}; check the bucket and prefix.")
         for name, relative in objects.items():
-            _write_atomically(destination / _safe_relative(relative, uri), lambda handle: client.download_fileobj(bucket, name, handle))
+            write_file_atomic(destination / _safe_relative(relative, uri), lambda handle: client.download_fileobj(bucket, name, handle))
         return str(destination / PurePosixPath(key).name) if key.endswith(SUFFIXES) else str(destination / ALL_JSONL)
     except NoCredentialsError:
         raise UserError(
