@@ -41,22 +41,18 @@ def prepare_dataset(
 
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
-def check_data_changed(
-    fingerprint: str,
-    repo_id: str,
-    workspace_root: str,
-    force: bool,
-) -> NamedTuple("DataChange", [("changed", bool), ("reason", str)]):
-    """Compare the prepared data's fingerprint with the last published model's (Hub card, else the PVC record).
+def check_data_changed(fingerprint: str, repo_id: str, workspace_root: str, force: bool) -> bool:
+    """Whether to train: the prepared data's fingerprint differs from the last published model's
+    (Hub model card, else the record on the workspace), nothing was published yet, or ``force``.
 
+    The reason is in the step's log. A single output on purpose: kfp.local resolves a
+    ``dsl.If`` condition only on a task's ``.output``, not on a NamedTuple field.
     HF_TOKEN, when the task gets it from the hf-token Secret, lets it read the Hub model card.
     """
-    from collections import namedtuple
-
     from components.data_changed import run_in_pipeline
 
-    changed, reason = run_in_pipeline(fingerprint, repo_id, workspace_root, force)
-    return namedtuple("DataChange", ["changed", "reason"])(changed, reason)
+    changed, _reason = run_in_pipeline(fingerprint, repo_id, workspace_root, force)
+    return changed
 
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
