@@ -28,7 +28,7 @@ def add_options(parser: argparse.ArgumentParser, options_type: type) -> None:
     types = typing.get_type_hints(options_type)
     for spec in dataclasses.fields(options_type):
         kind = types[spec.name]
-        help_text = f"{spec.metadata['help']} Default: {spec.default}."
+        help_text = f"{spec.metadata['help']} Default: {spec.default if spec.default != '' else 'empty'}."
         if kind is bool:
             parser.add_argument(flag(spec.name), action=argparse.BooleanOptionalAction, default=spec.default, help=help_text)
         else:

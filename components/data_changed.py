@@ -18,7 +18,7 @@ from components.publish.changes import DataChange, check_data_changed
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m components.data_changed", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m components.data_changed", description="Tell whether the prepared data differs from the data of the last published model.")
     parser.add_argument("--stats", required=True, type=Path, help="the data stage's stats.json, holding the fingerprint")
     parser.add_argument("--workspace-root", required=True, help="the workspace holding published/ (the PVC, or local-run/workspace)")
     parser.add_argument("--repo-id", default="", help="the Hub repository the pipeline publishes to (empty: the dry-run record)")

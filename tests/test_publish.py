@@ -69,7 +69,7 @@ def test_model_card_metadata_and_sections(tmp_path):
     for sample in SAMPLES:
         assert f"### {sample['question']}" in text and f"> {sample['fine_tuned']}" in text
     assert "> Knots are\n> useful." in text  # a multi-line answer stays inside its quote
-    assert f"llama-cli -hf me/skills:Q8_0" in text and f"hf download me/skills {GGUF} --local-dir ." in text
+    assert "llama-cli -hf me/skills:Q8_0" in text and f"hf download me/skills {GGUF} --local-dir ." in text
     assert "ollama run hf.co/me/skills:Q8_0" in text and "ollama create skills -f Modelfile" in text
     assert ModelCard(text).data.data_fingerprint == FINGERPRINT  # huggingface_hub reads the metadata back
 
