@@ -170,7 +170,7 @@ class FakeHub(LocalServer):
                 if method == "POST" and path == "/api/repos/create":
                     return self._create_repo(json.loads(body))
                 if method == "POST" and path == "/api/validate-yaml":
-                    return self._send(200, {"errors": [], "warnings": []}) if self._authorised() else self._send(401, {"error": "Invalid credentials"})
+                    return self._validate_yaml(json.loads(body)["content"])
                 match = re.fullmatch(r"/(?:(datasets)/)?([^/]+/[^/]+?)\.git/info/lfs/objects/batch", path)
                 if match and method == "POST":
                     return self._lfs_batch(json.loads(body))
@@ -229,6 +229,13 @@ class FakeHub(LocalServer):
                 if action == "commit" and method == "POST":
                     return self._apply_commit(repo, repo_id, body)
                 return self._send(404, {"error": f"fake hub: no {method} {action}"})
+
+            def _validate_yaml(self, content: str) -> None:
+                """The Hub checks the metadata against its schema; the fake knows one rule: license ids."""
+                license_line = re.search(r"^license: (.+)$", content, re.MULTILINE)
+                if license_line and license_line.group(1).strip() not in ("apache-2.0", "mit", "other"):
+                    return self._send(400, {"errors": [{"message": '"license" must be one of [apache-2.0, mit, ...]'}]})
+                return self._send(200, {"errors": [], "warnings": []})
 
             def _upload_mode(self, repo: Repo, item: dict) -> dict:
                 lfs = item["path"].endswith(LFS_SUFFIXES) or item["size"] >= LFS_MIN_SIZE

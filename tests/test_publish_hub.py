@@ -131,3 +131,12 @@ def test_without_a_token_nothing_is_sent(hub, tmp_path):
     assert (run_dir / "publish" / "upload" / GGUF).is_file()
     record = json.loads((tmp_path / "ws" / "published" / "me--practical-skills.json").read_text())
     assert record["uploaded"] is False and record["location"] == str(run_dir / "publish" / "upload")
+
+
+def test_metadata_the_hub_rejects_is_a_clear_error(hub, tmp_path):
+    make_run(tmp_path / "ws")
+    result = publish_cli(tmp_path / "ws", hub_env(hub, tmp_path / "home"), "--license", "my-own-licence")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    message = " ".join(result.stderr.split())
+    assert "The Hub rejected the model card metadata" in message and '"license" must be one of' in message
+    assert len(hub.repos[("model", REPO)].commits) == 1  # nothing was committed

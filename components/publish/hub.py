@@ -97,7 +97,15 @@ def publish_folder(api: HfApi, repo_id: str, folder: Path, options: PublishOptio
         return api.create_commit(repo_id, operations=operations, commit_message=message, commit_description=description)
 
     with hub_errors(f"upload to the repository {repo_id}", api.endpoint):
-        return with_retries(commit, "upload", options).commit_url
+        try:
+            return with_retries(commit, "upload", options).commit_url
+        except ValueError as error:  # huggingface_hub's report of the Hub's metadata validation
+            if "Invalid metadata in README.md" not in str(error):
+                raise
+            raise UserError(
+                f"The Hub rejected the model card metadata: {' '.join(str(error).split())} Fix the named field "
+                "(--license takes a Hub license id such as apache-2.0; --base-model a Hub model id) and publish again."
+            ) from None
 
 
 def published_card(api: HfApi, repo_id: str, options: PublishOptions) -> str | None:
