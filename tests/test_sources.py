@@ -220,3 +220,11 @@ def test_cli_takes_a_url(web, tmp_path):
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "out" / "source" / "qa.jsonl.gz").is_file()
     assert read_stats(tmp_path / "out")["records"] == 3
+
+
+def test_s3_endpoint_of_an_openshift_ai_data_connection(s3, s3_server, monkeypatch, tmp_path):
+    """Data connections name the endpoint AWS_S3_ENDPOINT instead of AWS_ENDPOINT_URL."""
+    s3.put_object(Bucket="qa-data", Key="qa.jsonl", Body=LINES)
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    monkeypatch.setenv("AWS_S3_ENDPOINT", s3_server)
+    assert Path(resolve_dataset_uri("s3://qa-data/qa.jsonl", tmp_path / "source")).read_bytes() == LINES

@@ -8,7 +8,8 @@
     One object, or every ``.jsonl`` / ``.jsonl.gz`` object under the prefix. Credentials and endpoint
     come from the standard AWS variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
     ``AWS_SESSION_TOKEN``, ``AWS_DEFAULT_REGION``, ``AWS_ENDPOINT_URL`` for MinIO, OpenShift Data
-    Foundation / NooBaa or Ceph RGW), in the cluster from a Secret.
+    Foundation / NooBaa or Ceph RGW), in the cluster from a Secret; the ``AWS_S3_ENDPOINT`` of an
+    OpenShift AI data connection works too.
 ``hf://datasets/owner/name[@revision][/path]``
     The ``.jsonl`` / ``.jsonl.gz`` files of a Hugging Face Hub dataset repository (under ``path``, or
     the file ``path``), the syntax of ``huggingface_hub.parse_hf_uri``. Private ones need ``HF_TOKEN``.
@@ -175,10 +176,12 @@ def _s3_client():
     import boto3
     from botocore.config import Config
 
-    # botocore reads AWS_ENDPOINT_URL itself; S3-compatible stores (MinIO, NooBaa) want path-style bucket addressing.
-    custom_endpoint = bool(os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL_S3"))
-    config = Config(retries={"max_attempts": S3_ATTEMPTS, "mode": "standard"}, s3={"addressing_style": "path"} if custom_endpoint else None)
-    return boto3.session.Session().client("s3", config=config)  # a new session reads the environment as it is now
+    # botocore reads AWS_ENDPOINT_URL itself; an OpenShift AI data connection names the endpoint AWS_S3_ENDPOINT.
+    standard = os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL_S3")
+    endpoint = None if standard else os.environ.get("AWS_S3_ENDPOINT") or None
+    # S3-compatible stores (MinIO, NooBaa, Ceph RGW) want path-style bucket addressing.
+    config = Config(retries={"max_attempts": S3_ATTEMPTS, "mode": "standard"}, s3={"addressing_style": "path"} if standard or endpoint else None)
+    return boto3.session.Session().client("s3", endpoint_url=endpoint, config=config)  # a new session reads the environment as it is now
 
 
 def _s3_keys(client, bucket: str, prefix: str) -> list[str]:
