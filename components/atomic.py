@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import BinaryIO, Callable, Iterator
 
 STAGING_PREFIX = ".staging-"
 
@@ -67,16 +67,46 @@ def staging_dir(target: Path) -> Iterator[StagingDir]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write a small text file so that it appears complete or not at all."""
+def write_file_atomic(path: Path, write: Callable[[BinaryIO], None]) -> None:
+    """Call ``write`` on a hidden temporary file beside ``path``, then rename it into place.
+
+    The file appears complete or not at all; a failure in ``write`` leaves nothing behind.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write a small text file so that it appears complete or not at all."""
+    write_file_atomic(path, lambda handle: handle.write(text.encode("utf-8")))
+
+
+def replace_dir(final: Path, fill: Callable[[Path], None]) -> None:
+    """Call ``fill(tmp_dir)`` on a fresh hidden directory beside ``final``, then swap it in.
+
+    A reader sees the old directory or the complete new one, never a partial
+    one; a failure in ``fill`` leaves ``final`` as it was.
+    """
+    final.parent.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".partial", dir=final.parent))
+    try:
+        fill(building)
+        building.chmod(0o755)  # mkdtemp makes it private; the folder is read by other steps and users
+        old = final.with_name(f".{final.name}.old")
+        if final.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            final.rename(old)
+        building.rename(final)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(building, ignore_errors=True)
         raise

@@ -1,6 +1,10 @@
 """Data preparation stage: the CLI, and what its KFP component runs.
 
     python -m components.prepare_dataset --input 'data/*.jsonl' --output-dir out/
+    python -m components.prepare_dataset --input s3://bucket/qa/ --output-dir out/
+
+A URL input (https://, s3://, hf://datasets/owner/name) is first fetched into
+``out/source/`` (see ``components.dataprep.sources``).
 
 In a pipeline the stage writes the Parquet files to the run's directory on the
 shared workspace (where the training pods read them) and also returns them as
@@ -12,11 +16,13 @@ import argparse
 import shutil
 from pathlib import Path
 
+from components.dataprep import sources
 from components.dataprep.prepare import PrepareOptions, PrepareResult, prepare
-from components.errors import UserError, exit_on_user_error
+from components.errors import exit_on_user_error
 from components.sample_data import bundled_dataset_path
 
 DEFAULTS = PrepareOptions()
+SOURCE_DIR = "source"  # where a dataset given by URL is fetched to, inside the output directory
 
 
 def fraction(text: str) -> float:
@@ -35,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m components.prepare_dataset",
         description="Validate and normalise JSONL question/answer data into train/eval Parquet.",
     )
-    parser.add_argument("--input", required=True, help="a .jsonl or .jsonl.gz file, a directory of them, or a quoted glob")
+    parser.add_argument("--input", required=True, help="a .jsonl or .jsonl.gz file, a directory of them, a quoted glob, or a URL: https://..., s3://bucket/key-or-prefix, hf://datasets/owner/name")
     parser.add_argument("--output-dir", required=True, type=Path, help="where train.parquet, eval.parquet, rejects.jsonl and stats.json go")
     parser.add_argument("--eval-fraction", type=fraction, default=DEFAULTS.eval_fraction, help="share of rows held out for evaluation, in [0, 1) (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=DEFAULTS.seed, help="salt of the content hash that assigns rows to splits (default: %(default)s)")
@@ -63,19 +69,20 @@ def summary(result: PrepareResult) -> str:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     options = PrepareOptions(args.eval_fraction, args.seed, args.max_reject_fraction, args.system_prompt)
-    print(summary(prepare(args.input, args.output_dir, options)), flush=True)
+    inputs = resolve_dataset_uri(args.input, args.output_dir / SOURCE_DIR)
+    print(summary(prepare(inputs, args.output_dir, options)), flush=True)
 
 
-def resolve_dataset_uri(dataset_uri: str) -> str:
-    """The input to read: the bundled sample data when ``dataset_uri`` is empty."""
+def resolve_dataset_uri(dataset_uri: str, download_dir: Path | None = None) -> str:
+    """The input to read: the bundled sample data when ``dataset_uri`` is empty, a path or glob
+    as is, and for a URL (https://, s3://, hf://datasets/...) the files fetched into ``download_dir``."""
     dataset_uri = dataset_uri.strip()
     if not dataset_uri:
         return str(bundled_dataset_path())
-    if "://" in dataset_uri:
-        raise UserError(
-            f"dataset_uri {dataset_uri!r} is a URL; this stage reads files. Copy the data onto the workspace "
-            "PVC (or bake it into the image) and pass its path, or leave dataset_uri empty for the bundled sample."
-        )
+    if sources.is_remote(dataset_uri):
+        if download_dir is None:
+            raise ValueError("a URL dataset_uri needs a download_dir to fetch into")
+        return sources.fetch(dataset_uri, download_dir)
     return dataset_uri
 
 
@@ -90,7 +97,7 @@ def run_in_pipeline(
     metrics,
 ) -> tuple[str, str]:
     """What the KFP component does, kept here so it is plain, testable Python."""
-    result = prepare(resolve_dataset_uri(dataset_uri), Path(data_dir), options)
+    result = prepare(resolve_dataset_uri(dataset_uri, Path(data_dir) / SOURCE_DIR), Path(data_dir), options)
     print(summary(result), flush=True)
     stats = result.stats
     for artifact, path, rows in (

@@ -13,52 +13,12 @@ import argparse
 import sys
 import warnings
 from pathlib import Path
-from typing import Any
 
-from components.errors import UserError, exit_on_user_error
+from components.errors import exit_on_user_error
 from pipelines.parameters import validate
+from pipelines.run_params import declared_parameters, defaults_of, parse_params
 
 DEFAULT_OUTPUT_DIR = Path("local-run")
-_PARSERS = {"STRING": str, "NUMBER_INTEGER": int, "NUMBER_DOUBLE": float, "BOOLEAN": None}
-
-
-def parse_params(pairs: list[str], declared: dict[str, str]) -> dict[str, Any]:
-    """Turn ``NAME=VALUE`` strings into typed values for the declared parameters."""
-    values: dict[str, Any] = {}
-    for pair in pairs:
-        name, sep, text = pair.partition("=")
-        if not sep:
-            raise UserError(f"--param {pair!r} is not NAME=VALUE, e.g. --param eval_fraction=0.2.")
-        if name not in declared:
-            raise UserError(f"--param {name!r} is not a pipeline parameter; the parameters are: {', '.join(sorted(declared))}.")
-        values[name] = _parse_value(name, text, declared[name])
-    return values
-
-
-def _parse_value(name: str, text: str, kind: str) -> Any:
-    if kind == "BOOLEAN":
-        lowered = text.strip().lower()
-        if lowered not in ("true", "false"):
-            raise UserError(f"--param {name}={text!r}: {name} is true or false.")
-        return lowered == "true"
-    try:
-        return _PARSERS[kind](text)
-    except ValueError:
-        noun = {"NUMBER_INTEGER": "a whole number", "NUMBER_DOUBLE": "a number"}[kind]
-        raise UserError(f"--param {name}={text!r}: {name} must be {noun}.") from None
-
-
-def declared_parameters(pipeline) -> dict[str, str]:
-    """Name → KFP parameter type of each run parameter of ``pipeline``."""
-    spec = pipeline.pipeline_spec.root.input_definitions.parameters
-    from kfp.pipeline_spec import pipeline_spec_pb2
-
-    kinds = pipeline_spec_pb2.ParameterType.ParameterTypeEnum
-    return {name: kinds.Name(definition.parameter_type) for name, definition in spec.items()}
-
-
-def defaults_of(pipeline) -> dict[str, Any]:
-    return {name: spec.default for name, spec in pipeline.component_spec.inputs.items()}
 
 
 def list_outputs(output_dir: Path) -> list[Path]:

@@ -128,11 +128,11 @@ def test_missing_dataset_fails_cleanly(tmp_path):
     assert "Traceback" not in result.stdout + result.stderr
 
 
-def test_url_dataset_is_refused_with_the_fix(tmp_path):
-    """The stage reads files; a URL gets told how to get the data onto the PVC instead of a confusing file error."""
-    result = run_pipeline("--output-dir", tmp_path / "out", "--param", "dataset_uri=s3://bucket/data.jsonl")
+def test_url_of_an_unsupported_scheme_is_refused_with_the_fix(tmp_path):
+    """https://, s3:// and hf://datasets/ are fetched (tests/test_sources.py); any other scheme is told which ones work."""
+    result = run_pipeline("--output-dir", tmp_path / "out", "--param", "dataset_uri=ftp://host/data.jsonl")
     assert result.returncode == 1
-    assert squash("error: dataset_uri 's3://bucket/data.jsonl' is a URL; this stage reads files.") in squash(result.stdout)
+    assert squash("error: dataset_uri 'ftp://host/data.jsonl' uses the scheme 'ftp', which this pipeline cannot fetch.") in squash(result.stdout)
     assert "Traceback" not in result.stdout + result.stderr
 
 

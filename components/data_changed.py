@@ -1,0 +1,56 @@
+"""Fingerprint check before training: the CLI, and what its KFP component runs.
+
+    python -m components.data_changed --stats local-run/workspace/runs/RUN/data/stats.json \\
+        --workspace-root local-run/workspace [--repo-id my-org/my-model] [--force]
+
+Prints whether the prepared data differs from the data of the last published
+model (see ``components.publish.changes``); the pipeline skips training, export
+and publishing when it does not. Exit status 0 either way.
+"""
+
+import argparse
+import json
+from pathlib import Path
+
+from components.errors import UserError, exit_on_user_error
+from components.hub_auth import hub_token
+from components.publish.changes import DataChange, check_data_changed
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m components.data_changed", description="Tell whether the prepared data differs from the data of the last published model.")
+    parser.add_argument("--stats", required=True, type=Path, help="the data stage's stats.json, holding the fingerprint")
+    parser.add_argument("--workspace-root", required=True, help="the workspace holding published/ (the PVC, or local-run/workspace)")
+    parser.add_argument("--repo-id", default="", help="the Hub repository the pipeline publishes to (empty: the dry-run record)")
+    parser.add_argument("--force", action="store_true", help="report 'changed' whatever the data")
+    return parser
+
+
+def _fingerprint(stats_path: Path) -> str:
+    try:
+        return json.loads(stats_path.read_text(encoding="utf-8"))["fingerprint"]
+    except (OSError, ValueError, KeyError) as error:
+        raise UserError(f"Cannot read the fingerprint from {stats_path} ({error}); pass the data stage's stats.json.") from None
+
+
+def describe(change: DataChange) -> str:
+    return f"{'data changed: training runs' if change.changed else 'data unchanged: training is skipped'}. Why: {change.reason}"
+
+
+@exit_on_user_error
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    change = check_data_changed(_fingerprint(args.stats), args.repo_id, args.workspace_root, args.force, hub_token())
+    print(describe(change), flush=True)
+
+
+@exit_on_user_error
+def run_in_pipeline(fingerprint: str, repo_id: str, workspace_root: str, force: bool) -> tuple[bool, str]:
+    """What the KFP component does: decide and say why; return (changed, reason)."""
+    change = check_data_changed(fingerprint, repo_id, workspace_root, force, hub_token())
+    print(describe(change), flush=True)
+    return change.changed, change.reason
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,260 @@
+"""Fetch a dataset named by URL into the run's data directory, so the data stage reads local files as always.
+
+``dataset_uri`` forms (a plain path, directory or glob is read in place and never comes here):
+
+``https://host/path/data.jsonl[.gz]`` (or ``http://``)
+    One file. A presigned URL works; its query string is never printed.
+``s3://bucket/key.jsonl[.gz]`` or ``s3://bucket/prefix/``
+    One object, or every ``.jsonl`` / ``.jsonl.gz`` object under the prefix. Credentials and endpoint
+    come from the standard AWS variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
+    ``AWS_SESSION_TOKEN``, ``AWS_DEFAULT_REGION``, ``AWS_ENDPOINT_URL`` for MinIO, OpenShift Data
+    Foundation / NooBaa or Ceph RGW), in the cluster from a Secret; the ``AWS_S3_ENDPOINT`` of an
+    OpenShift AI data connection works too.
+``hf://datasets/owner/name[@revision][/path]``
+    The ``.jsonl`` / ``.jsonl.gz`` files of a Hugging Face Hub dataset repository (under ``path``, or
+    the file ``path``), the syntax of ``huggingface_hub.parse_hf_uri``. Private ones need ``HF_TOKEN``.
+
+Every file appears under its final name only once complete (temporary name, then rename). Each
+library retries transient failures itself: urllib3 ``Retry`` for HTTP, botocore's standard retry mode
+for S3, huggingface_hub's backoff for the Hub.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path, PurePosixPath
+from typing import BinaryIO
+from urllib.parse import urlsplit, urlunsplit
+
+from components.atomic import write_file_atomic
+from components.dataprep.chunks import SUFFIXES
+from components.errors import UserError
+from components.hub_auth import TOKEN_ENV, hub_token, token_refused
+
+SCHEMES = ("http", "https", "s3", "hf")
+ALL_JSONL = str(Path("**") / "*.jsonl*")
+HTTP_RETRIES = 5
+HTTP_TIMEOUT_S = (30, 300)  # connect, read between bytes
+S3_ATTEMPTS = 5
+
+
+def is_remote(dataset_uri: str) -> bool:
+    """True for a URL; a URL of a scheme this module cannot fetch is a clear error."""
+    scheme, sep, _ = dataset_uri.partition("://")
+    if not sep:
+        return False
+    if scheme.lower() not in SCHEMES:
+        raise UserError(
+            f"dataset_uri {describe_uri(dataset_uri)!r} uses the scheme '{scheme}', which this pipeline cannot fetch. "
+            "Use a path on the workspace PVC, an https:// or s3:// URL, or a Hub dataset as hf://datasets/owner/name."
+        )
+    return True
+
+
+def fetch(dataset_uri: str, destination: Path) -> str:
+    """Download ``dataset_uri`` into ``destination`` (emptied first) and return the input for the data stage."""
+    shutil.rmtree(destination, ignore_errors=True)
+    destination.mkdir(parents=True)
+    scheme = dataset_uri.partition("://")[0].lower()
+    print(f"fetching {describe_uri(dataset_uri)} into {destination}", flush=True)
+    if scheme in ("http", "https"):
+        return str(_fetch_http(dataset_uri, destination))
+    if scheme == "s3":
+        return _fetch_s3(dataset_uri, destination)
+    return _fetch_hub_dataset(dataset_uri, destination)
+
+
+def describe_uri(uri: str) -> str:
+    """``uri`` without user info or query string, which may hold credentials (presigned URLs)."""
+    parts = urlsplit(uri.strip())
+    if not parts.scheme or not parts.netloc:
+        return uri.strip()
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
+
+
+def hub_dataset_id(dataset_uri: str) -> str | None:
+    """``owner/name`` when ``dataset_uri`` is a Hub dataset URI, else None."""
+    if not dataset_uri.strip().lower().startswith("hf://"):
+        return None
+    return _parse_hub_dataset(dataset_uri.strip()).id
+
+
+# --- HTTP(S) -----------------------------------------------------------------------------------
+
+
+def _fetch_http(url: str, destination: Path) -> Path:
+    import requests
+    from requests.adapters import HTTPAdapter
+    from urllib3.util.retry import Retry
+
+    shown = describe_uri(url)
+    retry = Retry(total=HTTP_RETRIES, backoff_factor=1.0, status_forcelist=(429, 500, 502, 503, 504), allowed_methods=("GET",), raise_on_status=False)
+    with requests.Session() as session:
+        session.mount("http://", HTTPAdapter(max_retries=retry))
+        session.mount("https://", HTTPAdapter(max_retries=retry))
+        try:
+            with session.get(url, stream=True, timeout=HTTP_TIMEOUT_S) as response:
+                if response.status_code != 200:
+                    raise UserError(_http_problem(shown, response.status_code))
+                target = destination / _local_name(PurePosixPath(urlsplit(response.url).path).name)
+                write_file_atomic(target, lambda handle: _copy_stream(response.iter_content(1 << 20), handle))
+        except requests.RequestException as error:
+            raise UserError(
+                f"Could not download {shown}: {type(error).__name__} after {HTTP_RETRIES} retries. Check that the host is "
+                "reachable from the cluster (proxy, egress rules) and try again."
+            ) from None
+    return _name_by_content(target)
+
+
+def _http_problem(shown: str, status: int) -> str:
+    if status in (401, 403):
+        return (
+            f"The server refused {shown} (HTTP {status}). This step sends no credentials over HTTP: use a presigned "
+            "URL, or put the data on S3 (s3://, credentials from a Secret) or the workspace PVC."
+        )
+    if status == 404:
+        return f"{shown} does not exist (HTTP 404). Check the URL; dataset_uri must name a .jsonl or .jsonl.gz file."
+    return f"The server answered HTTP {status} for {shown}, also after {HTTP_RETRIES} retries. Try again later."
+
+
+def _copy_stream(chunks, handle: BinaryIO) -> None:
+    for chunk in chunks:
+        handle.write(chunk)
+
+
+def _local_name(remote_name: str) -> str:
+    return remote_name if remote_name.endswith(SUFFIXES) else "dataset.jsonl"
+
+
+def _name_by_content(path: Path) -> Path:
+    """A download saved as ``dataset.jsonl`` that is gzip data gets the name the data stage decompresses."""
+    if path.name != "dataset.jsonl":
+        return path
+    with open(path, "rb") as handle:
+        if handle.read(2) != b"\x1f\x8b":
+            return path
+    return path.rename(path.with_name("dataset.jsonl.gz"))
+
+
+# --- S3 ----------------------------------------------------------------------------------------
+
+
+def _fetch_s3(uri: str, destination: Path) -> str:
+    """The one object's local path, or a glob of the objects under the prefix."""
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+    parts = urlsplit(uri)
+    bucket, key = parts.netloc, parts.path.lstrip("/")
+    if not bucket:
+        raise UserError(f"dataset_uri {uri!r} names no bucket; write s3://bucket/key.jsonl or s3://bucket/prefix/.")
+    client = _s3_client()
+    try:
+        if key.endswith(SUFFIXES):
+            objects = {key: PurePosixPath(key).name}
+        else:
+            prefix = f"{key.rstrip('/')}/" if key else ""
+            objects = {item: item[len(prefix) :] for item in _s3_keys(client, bucket, prefix) if item.endswith(SUFFIXES)}
+            if not objects:
+                raise UserError(f"No .jsonl or .jsonl.gz objects are under {uri}; check the bucket and prefix.")
+        for name, relative in objects.items():
+            write_file_atomic(destination / _safe_relative(relative, uri), lambda handle: client.download_fileobj(bucket, name, handle))
+        return str(destination / PurePosixPath(key).name) if key.endswith(SUFFIXES) else str(destination / ALL_JSONL)
+    except NoCredentialsError:
+        raise UserError(
+            f"No S3 credentials for {uri}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_ENDPOINT_URL for "
+            "MinIO or OpenShift Data Foundation). In the cluster, put them in a Secret that the prepare step gets as "
+            "environment variables."
+        ) from None
+    except ClientError as error:
+        raise UserError(_s3_problem(uri, error)) from None
+    except BotoCoreError as error:
+        raise UserError(f"Could not read {uri}: {error}. Check AWS_ENDPOINT_URL and that the endpoint is reachable.") from None
+
+
+def _s3_client():
+    import boto3
+    from botocore.config import Config
+
+    # botocore reads AWS_ENDPOINT_URL itself; an OpenShift AI data connection names the endpoint AWS_S3_ENDPOINT.
+    standard = os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL_S3")
+    endpoint = None if standard else os.environ.get("AWS_S3_ENDPOINT") or None
+    # S3-compatible stores (MinIO, NooBaa, Ceph RGW) want path-style bucket addressing.
+    config = Config(retries={"max_attempts": S3_ATTEMPTS, "mode": "standard"}, s3={"addressing_style": "path"} if standard or endpoint else None)
+    return boto3.session.Session().client("s3", endpoint_url=endpoint, config=config)  # a new session reads the environment as it is now
+
+
+def _s3_keys(client, bucket: str, prefix: str) -> list[str]:
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    return sorted(item["Key"] for page in pages for item in page.get("Contents", []))
+
+
+def _s3_problem(uri: str, error) -> str:
+    code = str(error.response.get("Error", {}).get("Code", ""))
+    if code in ("403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
+        return (
+            f"S3 refused access to {uri} ({code}): the credentials in AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY are wrong "
+            "or may not read that bucket. Fix the Secret the prepare step reads them from."
+        )
+    if code in ("404", "NoSuchKey", "NoSuchBucket"):
+        return f"{uri} does not exist ({code}). Check the bucket and key (and AWS_ENDPOINT_URL for non-AWS stores)."
+    return f"S3 answered {code or 'an error'} for {uri}: {error}."
+
+
+def _safe_relative(relative: str, uri: str) -> Path:
+    """A key below the prefix as a local relative path; keys that would escape the folder are refused."""
+    parts = PurePosixPath(relative).parts
+    if not parts or any(part in ("..", "") for part in parts) or relative.startswith("/"):
+        raise UserError(f"The object key {relative!r} under {uri} cannot be stored as a local file; rename it.")
+    return Path(*parts)
+
+
+# --- Hugging Face Hub datasets -----------------------------------------------------------------
+
+
+def _parse_hub_dataset(uri: str):
+    from huggingface_hub import parse_hf_uri
+    from huggingface_hub.errors import HfUriError
+
+    try:
+        parsed = parse_hf_uri(uri)
+    except HfUriError as error:
+        raise UserError(f"dataset_uri {uri!r} is not a Hub dataset URI ({error}). Write hf://datasets/owner/name.") from None
+    if parsed.type != "dataset":
+        raise UserError(f"dataset_uri {uri!r} names a Hub {parsed.type}, not a dataset; write hf://datasets/owner/name.")
+    return parsed
+
+
+def _fetch_hub_dataset(uri: str, destination: Path) -> str:
+    """The one file's local path, or a glob of the JSONL files fetched."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
+
+    parsed = _parse_hub_dataset(uri)
+    path = parsed.path_in_repo.strip("/")
+    prefix = f"{path}/" if path else ""
+    patterns = [path] if path.endswith(SUFFIXES) else [f"{prefix}*{suffix}" for suffix in SUFFIXES]
+    token = hub_token()
+    try:
+        snapshot_download(
+            parsed.id, repo_type="dataset", revision=parsed.revision, allow_patterns=patterns, local_dir=destination, token=token or False
+        )
+    except RevisionNotFoundError:
+        raise UserError(f"The Hub dataset {parsed.id} has no revision {parsed.revision!r}; check the part after '@'.") from None
+    except RepositoryNotFoundError:
+        hint = "" if token else f" If it is private or gated, set {TOKEN_ENV} (in the cluster, the hf-token Secret)."
+        raise UserError(f"The Hub dataset {parsed.id} does not exist or this token cannot see it.{hint}") from None
+    except HfHubHTTPError as error:
+        status = error.response.status_code if error.response is not None else 0
+        if status in (401, 403):
+            raise UserError(token_refused(status, f"download the dataset {parsed.id}")) from None
+        raise UserError(f"The Hub answered HTTP {status} for the dataset {parsed.id}; try again later.") from None
+    except LocalEntryNotFoundError:
+        raise UserError(f"Could not reach the Hub to download the dataset {parsed.id}; check the connection (and HF_ENDPOINT).") from None
+    if not any(destination.glob(ALL_JSONL)):
+        where = f"at {path}" if path else "in it"
+        raise UserError(
+            f"The Hub dataset {parsed.id} has no .jsonl or .jsonl.gz files {where}. This pipeline reads JSONL "
+            "question/answer records; point the URI at them (hf://datasets/owner/name/path/to/file.jsonl)."
+        )
+    return str(destination / path) if path.endswith(SUFFIXES) else str(destination / ALL_JSONL)

@@ -1,0 +1,254 @@
+"""The model card (README.md): Hub metadata and a page a user can act on.
+
+Metadata goes through ``huggingface_hub.ModelCardData`` (the Hub's own schema:
+base_model, datasets, license, tags, pipeline_tag, library_name) plus
+``data_fingerprint``, which the next scheduled run reads back to tell whether
+the data changed. The page is the Jinja template beside this module, filled
+with numbers formatted here: evaluation base vs fine-tuned, sample answers,
+training configuration, and how to run the GGUF with llama.cpp and Ollama.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub import ModelCard, ModelCardData
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
+
+from components.dataprep.sources import describe_uri, hub_dataset_id
+from components.publish.bundle import LORA_MARKER, MODELFILE, RunOutputs
+from components.publish.options import PublishOptions
+from pipelines.local_model import LOCAL_MODEL_NAME
+
+TEMPLATE = Path(__file__).with_name("model_card.md.j2")
+FINGERPRINT_KEY = "data_fingerprint"
+PLACEHOLDER_REPO = "YOUR-NAMESPACE/{name}"
+# Local runs fine-tune a copy of a Hub model materialised on disk; the card names the original.
+LOCAL_MODEL_HUB_IDS = {LOCAL_MODEL_NAME: "HuggingFaceTB/SmolLM2-135M-Instruct"}
+METRICS = (("eval_loss", "eval loss (lower is better)", 4), ("perplexity", "perplexity (lower is better)", 2), ("rouge_l", "ROUGE-L (higher is better)", 3))
+
+
+@dataclass(frozen=True)
+class CardContext:
+    """What the card says besides the stage outputs."""
+
+    repo_id: str
+    run_id: str
+    dataset_uri: str
+    files: list[str]  # paths in the repository, model card excluded
+
+
+def render_model_card(outputs: RunOutputs, options: PublishOptions, context: CardContext) -> str:
+    """The README.md text: YAML metadata, then the page."""
+    base_model = resolve_base_model(options, outputs.summary)
+    gguf = outputs.ggufs[0].name
+    repo_id = context.repo_id or PLACEHOLDER_REPO.format(name=_model_name(gguf))
+    card = ModelCard.from_template(
+        card_data(outputs, options, context, base_model),
+        template_path=str(TEMPLATE),
+        title=repo_id.split("/")[-1],
+        intro=_intro(outputs, options, base_model, context),
+        eval_rows=_eval_rows(outputs),
+        metrics=_metric_rows(outputs.evaluation),
+        gate_verdict="passed" if outputs.gate_passed else "failed",
+        gate_reason=outputs.evaluation.get("gate", {}).get("reason", ""),
+        samples=[
+            {"question": " ".join(str(s["question"]).split()), "base": _quote(s["base"]), "fine_tuned": _quote(s["fine_tuned"])}
+            for s in outputs.samples
+        ],
+        training=_training_rows(outputs.summary),
+        files=_file_rows(context.files, repo_id),
+        repo_id=repo_id,
+        gguf=gguf,
+        quant=_outtype(gguf).upper(),
+        ollama_name=repo_id.split("/")[-1].lower(),
+        fingerprint=outputs.fingerprint,
+        dataset=f"`{describe_uri(context.dataset_uri)}`" if context.dataset_uri.strip() else "the practical-skills sample bundled with the pipeline",
+        run_id=context.run_id,
+    )
+    return str(card).rstrip("\n") + "\n"
+
+
+def card_data(outputs: RunOutputs, options: PublishOptions, context: CardContext, base_model: str) -> ModelCardData:
+    method = outputs.summary.get("config", {}).get("method", "")
+    dataset = hub_dataset_id(context.dataset_uri)
+    tags = ["gguf", "llama.cpp", "ollama", "fine-tuned", *([method] if method in ("lora", "qlora") else []), "llm-finetune-pipeline"]
+    extra: dict[str, Any] = {FINGERPRINT_KEY: outputs.fingerprint}
+    if base_model:
+        extra["base_model_relation"] = "finetune"
+    return ModelCardData(
+        base_model=base_model or None,
+        datasets=[dataset] if dataset else None,
+        license=options.license or None,
+        library_name="transformers" if options.include_merged else "llama.cpp",
+        pipeline_tag="text-generation",
+        tags=tags,
+        **extra,
+    )
+
+
+def read_fingerprint(card_text: str) -> str | None:
+    """The data fingerprint recorded in a model card's metadata, if any."""
+    return ModelCard(card_text, ignore_metadata_errors=True).data.to_dict().get(FINGERPRINT_KEY)
+
+
+def resolve_base_model(options: PublishOptions, summary: dict[str, Any]) -> str:
+    """The Hub id of the base model: the option, else the trainer's --model when it names a Hub model."""
+    if options.base_model:
+        return options.base_model
+    model = str(summary.get("config", {}).get("model", ""))
+    if Path(model).name in LOCAL_MODEL_HUB_IDS:
+        return LOCAL_MODEL_HUB_IDS[Path(model).name]
+    if Path(model).exists() or model.count("/") != 1:
+        return ""
+    try:
+        validate_repo_id(model)
+    except HFValidationError:
+        return ""
+    return model
+
+
+def _intro(outputs: RunOutputs, options: PublishOptions, base_model: str, context: CardContext) -> str:
+    config = outputs.summary.get("config", {})
+    method = config.get("method", "fine-tuning")
+    how = (
+        f"LoRA (r={config.get('lora_r')}, alpha={config.get('lora_alpha')}), merged into the weights"
+        if method in ("lora", "qlora")
+        else "full fine-tuning"
+    )
+    base = f"[{base_model}](https://huggingface.co/{base_model})" if base_model else f"`{config.get('model', 'the base model')}`"
+    parts = ["GGUF files for llama.cpp and Ollama"]
+    if options.include_merged:
+        parts.append("the merged safetensors checkpoint for transformers")
+    if any(name.startswith("adapter/") for name in context.files):
+        parts.append("the LoRA adapter for PEFT (`adapter/`)")
+    return (
+        f"{base} fine-tuned on {outputs.summary.get('train_examples', 'the')} question/answer conversations with {how}. "
+        f"This repository holds {_join(parts)}."
+    )
+
+
+def _eval_rows(outputs: RunOutputs) -> str:
+    scored = outputs.evaluation.get("scored_rows")
+    examples = outputs.summary.get("eval_examples")
+    text = f"{examples} conversations" if examples is not None else "held-out conversations"
+    return text + (f"; ROUGE-L on {scored} of them" if scored is not None else "")
+
+
+def _metric_rows(evaluation: dict[str, Any]) -> list[dict[str, str]]:
+    rows = []
+    for key, name, digits in METRICS:
+        base, tuned = evaluation.get("base", {}).get(key), evaluation.get("fine_tuned", {}).get(key)
+        if base is None and tuned is None:
+            continue
+        delta = evaluation.get("deltas", {}).get(key)
+        rows.append(
+            {
+                "name": name,
+                "base": _number(base, digits),
+                "fine_tuned": _number(tuned, digits),
+                "delta": "" if delta is None else f"{delta:+.{digits}f}",
+            }
+        )
+    return rows
+
+
+def _training_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    config = summary.get("config", {})
+    devices = summary.get("devices") or []
+    rows = [
+        ("method", str(config.get("method", ""))),
+        ("base checkpoint", f"`{config.get('model', '')}`"),
+    ]
+    if config.get("method") in ("lora", "qlora"):
+        rows += [
+            ("LoRA rank / alpha / dropout", f"{config.get('lora_r')} / {config.get('lora_alpha')} / {config.get('lora_dropout')}"),
+            ("LoRA target modules", str(config.get("lora_target_modules", ""))),
+        ]
+    rows += [
+        ("epochs", _number(summary.get("epochs", config.get("epochs")), 2)),
+        ("learning rate", str(summary.get("learning_rate", config.get("learning_rate", "")))),
+        ("max sequence length", str(config.get("max_length", ""))),
+        ("world size (processes)", f"{summary.get('world_size', '')}" + (f" ({_device_counts(devices)})" if devices else "")),
+        ("precision", str(summary.get("precision", ""))),
+        ("optimizer steps", str(summary.get("global_step", ""))),
+        ("training / eval conversations", f"{summary.get('train_examples', '')} / {summary.get('eval_examples', '')}"),
+        ("tokens seen", _count(summary.get("tokens_seen"))),
+        ("throughput", f"{_count(summary.get('non_padding_tokens_per_s'))} non-padding tokens/s"),
+        ("training time", _duration(summary.get("train_runtime_s"))),
+        ("final train / eval loss", f"{_number(summary.get('final_train_loss'), 4)} / {_number(summary.get('final_eval_loss'), 4)}"),
+    ]
+    return [(name, value.replace("|", "\\|")) for name, value in rows]
+
+
+def _file_rows(files: list[str], repo_id: str) -> list[tuple[str, str]]:
+    """One row per file; the adapter folder and the merged checkpoint's files as one row each."""
+    known = {
+        MODELFILE: "Ollama Modelfile (`ollama create NAME -f Modelfile`)",
+        "training_summary.json": "training configuration, throughput and losses",
+        "evaluation/evaluation.json": "evaluation metrics, base vs fine-tuned, and the quality gate",
+        "evaluation/report.md": "evaluation report with side-by-side answers and the loss curve",
+        "evaluation/loss_curve.png": "training and eval loss per step",
+        "evaluation/sample_responses.json": "the sample answers above, as JSON",
+        "verification/verification.json": "GGUF checked in llama.cpp against transformers (token and logit agreement)",
+        "verification/verification.md": "the same verification, readable",
+    }
+    rows, merged = [], []
+    for name in sorted(files):
+        if name.endswith(".gguf"):
+            kind = "LoRA adapter as GGUF (llama.cpp `--lora`)" if LORA_MARKER in name else "model as GGUF"
+            rows.append((f"`{name}`", f"{kind}, {_outtype(name)}"))
+        elif name in known:
+            rows.append((f"`{name}`", known[name]))
+        elif not name.startswith("adapter/"):
+            merged.append(f"`{name}`")
+    if any(name.startswith("adapter/") for name in files):
+        rows.append(("`adapter/`", f'LoRA adapter: `PeftModel.from_pretrained(base_model, "{repo_id}", subfolder="adapter")`'))
+    if merged:
+        rows.append((", ".join(merged), f'merged checkpoint: `AutoModelForCausalLM.from_pretrained("{repo_id}")`'))
+    return rows
+
+
+def _outtype(gguf_name: str) -> str:
+    """``q8_0`` from ``<model-name>-q8_0.gguf`` (the export stage's naming)."""
+    return gguf_name.removesuffix(".gguf").rsplit("-", 1)[-1]
+
+
+def _model_name(gguf_name: str) -> str:
+    return gguf_name.removesuffix(".gguf").rsplit("-", 1)[0].lower()
+
+
+def _quote(answer: Any) -> str:
+    lines = str(answer).strip().splitlines() or ["(empty answer)"]
+    return "\n".join(f"> {line}".rstrip() for line in lines)
+
+
+def _number(value: Any, digits: int) -> str:
+    return "" if value is None else f"{float(value):.{digits}f}"
+
+
+def _count(value: Any) -> str:
+    return "" if value is None else f"{round(float(value)):,}"
+
+
+def _duration(seconds: Any) -> str:
+    if seconds is None:
+        return ""
+    minutes, rest = divmod(round(float(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min" if hours else f"{minutes} min {rest} s"
+
+
+def _device_counts(devices: list[str]) -> str:
+    counts: dict[str, int] = {}
+    for device in devices:
+        counts[device] = counts.get(device, 0) + 1
+    return ", ".join(f"{count} × {device}" for device, count in counts.items())
+
+
+def _join(parts: list[str]) -> str:
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+

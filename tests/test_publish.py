@@ -1,0 +1,163 @@
+"""The publish stage without a Hub: the upload folder, the model card, the dry-run record and bad input.
+
+A dry run writes exactly the folder a real publish commits, so these tests check
+the layout and the model card on it; ``test_publish_hub.py`` checks the upload.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+from huggingface_hub import ModelCard
+
+from components.errors import UserError
+from components.publish.options import PublishOptions
+from components.publish.publish import publish
+from components.publish_model import run_in_pipeline
+from conftest import run_module
+from fake_run import FINGERPRINT, GGUF, LORA_GGUF, SAMPLES, make_run
+
+
+class FakeMetrics:
+    def __init__(self) -> None:
+        self.logged: dict[str, float] = {}
+
+    def log_metric(self, name: str, value: float) -> None:
+        self.logged[name] = value
+
+
+def card_of(run_dir: Path) -> str:
+    return (run_dir / "publish" / "upload" / "README.md").read_text(encoding="utf-8")
+
+
+def test_dry_run_writes_the_folder_and_the_record(tmp_path):
+    run_dir = make_run(tmp_path)
+    result = publish(str(tmp_path), "run-1", "", PublishOptions(), token="hf_unused_without_repo")
+    upload = run_dir / "publish" / "upload"
+    assert result.dry_run and result.location == str(upload)
+    assert result.files == sorted(p.relative_to(upload).as_posix() for p in upload.rglob("*") if p.is_file())
+    assert {"README.md", GGUF, LORA_GGUF, "Modelfile", "training_summary.json", "evaluation/evaluation.json",
+            "evaluation/report.md", "evaluation/loss_curve.png", "evaluation/sample_responses.json",
+            "verification/verification.json", "adapter/adapter_config.json", "adapter/adapter_model.safetensors"} <= set(result.files)
+    assert "config.json" not in result.files  # the merged checkpoint is opt-in
+    assert (upload / GGUF).read_bytes() == (run_dir / "export" / GGUF).read_bytes()
+    assert not [p for p in upload.parent.iterdir() if p.name.startswith(".")]  # no staging left behind
+    record = json.loads((tmp_path / "published" / "dry-run.json").read_text())
+    assert record["data_fingerprint"] == FINGERPRINT and record["uploaded"] is False and record["run_id"] == "run-1"
+
+
+def test_model_card_metadata_and_sections(tmp_path):
+    run_dir = make_run(tmp_path)
+    publish(str(tmp_path), "run-1", "hf://datasets/me/practical-qa", PublishOptions(repo_id="me/skills", include_merged=True), token=None)
+    text = card_of(run_dir)
+    metadata = yaml.safe_load(text.split("---")[1])
+    assert metadata["base_model"] == "HuggingFaceTB/SmolLM3-3B"
+    assert metadata["datasets"] == ["me/practical-qa"]
+    assert metadata["license"] == "apache-2.0"
+    assert metadata["pipeline_tag"] == "text-generation" and metadata["library_name"] == "transformers"
+    assert {"gguf", "lora"} <= set(metadata["tags"])
+    assert metadata["data_fingerprint"] == FINGERPRINT
+    assert "| eval loss (lower is better) | 2.3456 | 0.9511 | -1.3945 |" in text
+    assert "| ROUGE-L (higher is better) | 0.123 | 0.457 | +0.333 |" in text
+    assert "| LoRA rank / alpha / dropout | 16 / 32 / 0.05 |" in text
+    assert "| world size (processes) | 2 (2 × NVIDIA H100 80GB HBM3) |" in text
+    assert "| throughput | 2,226 non-padding tokens/s |" in text
+    for sample in SAMPLES:
+        assert f"### {sample['question']}" in text and f"> {sample['fine_tuned']}" in text
+    assert "> Knots are\n> useful." in text  # a multi-line answer stays inside its quote
+    assert "llama-cli -hf me/skills:Q8_0" in text and f"hf download me/skills {GGUF} --local-dir ." in text
+    assert "ollama run hf.co/me/skills:Q8_0" in text and "ollama create skills -f Modelfile" in text
+    assert ModelCard(text).data.data_fingerprint == FINGERPRINT  # huggingface_hub reads the metadata back
+
+
+def test_local_base_model_is_named_by_its_hub_id(tmp_path):
+    """Local runs train a copy of SmolLM2 on disk; the card names the Hub model, not the cache path."""
+    run_dir = make_run(tmp_path, model=str(tmp_path / "cache" / "models" / "SmolLM2-135M-Instruct"))
+    publish(str(tmp_path), "run-1", "", PublishOptions(), token=None)
+    assert yaml.safe_load(card_of(run_dir).split("---")[1])["base_model"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+def test_unknown_local_base_model_is_left_out_of_the_metadata(tmp_path):
+    (tmp_path / "my-model").mkdir()
+    run_dir = make_run(tmp_path, model=str(tmp_path / "my-model"))
+    publish(str(tmp_path), "run-1", "", PublishOptions(), token=None)
+    metadata = yaml.safe_load(card_of(run_dir).split("---")[1])
+    assert "base_model" not in metadata and "base_model_relation" not in metadata
+    assert f"`{tmp_path / 'my-model'}` fine-tuned on 270" in card_of(run_dir)
+
+
+def test_presigned_dataset_url_is_not_copied_into_the_card(tmp_path):
+    run_dir = make_run(tmp_path)
+    publish(str(tmp_path), "run-1", "https://store.example/qa.jsonl?X-Amz-Signature=secret123", PublishOptions(), token=None)
+    text = card_of(run_dir)
+    assert "https://store.example/qa.jsonl" in text and "secret123" not in text
+
+
+def test_failed_gate_is_not_published(tmp_path):
+    run_dir = make_run(tmp_path, gate_passed=False)
+    with pytest.raises(UserError, match="gate of this run failed .eval loss got worse by 0.2."):
+        publish(str(tmp_path), "run-1", "", PublishOptions(), token=None)
+    assert not (run_dir / "publish").exists() and not (tmp_path / "published").exists()
+
+
+def test_missing_export_is_a_clear_error_and_keeps_the_previous_folder(tmp_path):
+    run_dir = make_run(tmp_path)
+    publish(str(tmp_path), "run-1", "", PublishOptions(), token=None)
+    (run_dir / "export" / GGUF).unlink()
+    result = run_module("components.publish_model", "--workspace-root", tmp_path, "--run-id", "run-1")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "export stage left no model GGUF" in result.stderr and "run the export step" in " ".join(result.stderr.split())
+    assert (run_dir / "publish" / "upload" / GGUF).is_file()  # the earlier folder is untouched
+
+
+def test_include_merged_without_a_checkpoint_is_a_clear_error(tmp_path):
+    run_dir = make_run(tmp_path)
+    (run_dir / "train" / "merged" / "config.json").unlink()
+    with pytest.raises(UserError, match="include_merged is set but .* holds no checkpoint"):
+        publish(str(tmp_path), "run-1", "", PublishOptions(include_merged=True), token=None)
+
+
+@pytest.mark.parametrize("repo_id", ["no-owner", "a/b/c", "bad owner/name"])
+def test_malformed_repo_id_is_refused(repo_id):
+    with pytest.raises(UserError, match="repo_id"):
+        PublishOptions(repo_id=repo_id)
+
+
+def test_run_in_pipeline_fills_the_kfp_artifacts(tmp_path, monkeypatch):
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    run_dir = make_run(tmp_path / "ws")
+    card = SimpleNamespace(path=str(tmp_path / "artifacts" / "model_card"), metadata={})
+    metrics = FakeMetrics()
+    location, dry_run = run_in_pipeline(str(tmp_path / "ws"), "run-1", "", PublishOptions(repo_id="me/skills"), card, metrics)
+    assert dry_run and location == str(run_dir / "publish" / "upload")
+    assert Path(card.path).read_text() == card_of(run_dir)
+    assert card.metadata == {"repo_id": "me/skills", "location": location, "dry_run": True}
+    assert metrics.logged["dry_run_files"] == len([p for p in Path(location).rglob("*") if p.is_file()])
+
+
+def test_upload_folder_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
+    """A second publish leaves no file of the first behind; one that fails midway leaves the first intact."""
+    run_dir = make_run(tmp_path)
+    upload = run_dir / "publish" / "upload"
+    publish(str(tmp_path), "run-1", "", PublishOptions(), token=None)
+    assert (upload / "adapter").is_dir()
+    publish(str(tmp_path), "run-1", "", PublishOptions(include_adapter=False), token=None)
+    assert not (upload / "adapter").exists()
+    before = sorted(p.relative_to(upload) for p in upload.rglob("*"))
+
+    from components.publish import bundle
+
+    def broken_link(source, destination):
+        if source.name.endswith(".gguf"):
+            raise OSError("disk full")
+        return bundle.shutil.copy2(source, destination)
+
+    monkeypatch.setattr(bundle, "_link_or_copy", broken_link)
+    with pytest.raises(OSError, match="disk full"):
+        publish(str(tmp_path), "run-1", "", PublishOptions(), token=None)
+    assert sorted(p.relative_to(upload) for p in upload.rglob("*")) == before
+    assert [p.name for p in upload.parent.iterdir()] == ["upload"]  # no staging folder left behind

@@ -1,0 +1,230 @@
+"""Datasets named by URL: fetched into the run's data directory, then prepared like local files.
+
+The servers are local stand-ins, since nothing outside this machine can be
+reached: an HTTP server on 127.0.0.1, moto's S3 server (``ThreadedMotoServer``)
+on 127.0.0.1 for S3 and S3-compatible stores, and ``tests/fake_hub.py``, a fake
+Hugging Face Hub on 127.0.0.1, for ``hf://datasets/...``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+
+import boto3
+import pytest
+from huggingface_hub import constants
+from moto.server import ThreadedMotoServer
+
+from components.dataprep.prepare import prepare
+from components.errors import UserError
+from components.prepare_dataset import resolve_dataset_uri
+from components.sample_data import bundled_dataset_path
+from conftest import qa, read_split, read_stats, run_cli, write_jsonl
+from fake_hub import FakeHub
+from local_server import LocalServer
+
+SAMPLE = bundled_dataset_path().read_bytes()
+LINES = b"".join(json.dumps(qa(i)).encode() + b"\n" for i in range(3))
+
+
+class StaticServer(LocalServer):
+    """Serves ``routes``: path -> list of (status, body) answered in turn (the last one repeats)."""
+
+    def __init__(self, routes: dict[str, list[tuple[int, bytes]]]) -> None:
+        self.routes = routes
+        self.hits: list[str] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                path = self.path.split("?")[0]
+                server.hits.append(path)
+                answers = server.routes.get(path, [(404, b"not found")])
+                status, body = answers.pop(0) if len(answers) > 1 else answers[0]
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        super().__init__(Handler)
+
+
+@pytest.fixture
+def web():
+    with StaticServer({}) as server:
+        yield server
+
+
+# --- HTTP --------------------------------------------------------------------------------------
+
+
+def test_http_file_prepares_like_the_local_file(web, tmp_path, prepared_data_dir):
+    """Same bytes, same prepared data: the fingerprint does not depend on where the file came from."""
+    web.routes["/data/practical_skills.jsonl"] = [(200, SAMPLE)]
+    inputs = resolve_dataset_uri(f"{web.url}/data/practical_skills.jsonl", tmp_path / "out" / "source")
+    assert inputs == str(tmp_path / "out" / "source" / "practical_skills.jsonl")
+    result = prepare(inputs, tmp_path / "out")
+    assert result.stats["fingerprint"] == read_stats(prepared_data_dir)["fingerprint"]
+    assert read_split(tmp_path / "out", "train") == read_split(prepared_data_dir, "train")
+
+
+def test_http_gzip_without_a_file_name_is_recognised(web, tmp_path, capsys):
+    web.routes["/download"] = [(200, gzip.compress(LINES))]
+    inputs = resolve_dataset_uri(f"{web.url}/download?X-Amz-Signature=s3cr3t", tmp_path / "source")
+    assert inputs.endswith("dataset.jsonl.gz")
+    assert prepare(inputs, tmp_path / "out").stats["records"] == 3
+    assert "s3cr3t" not in capsys.readouterr().out  # a presigned URL's query is never printed
+
+
+def test_http_server_error_is_retried(web, tmp_path):
+    web.routes["/qa.jsonl"] = [(503, b"busy"), (200, LINES)]
+    inputs = resolve_dataset_uri(f"{web.url}/qa.jsonl", tmp_path / "source")
+    assert Path(inputs).read_bytes() == LINES and web.hits == ["/qa.jsonl", "/qa.jsonl"]
+
+
+@pytest.mark.parametrize(("status", "words"), [(404, "does not exist (HTTP 404)"), (401, "refused"), (403, "presigned URL")])
+def test_http_errors_are_clear_and_leave_no_file(web, tmp_path, status, words):
+    web.routes["/qa.jsonl"] = [(status, b"no")]
+    with pytest.raises(UserError, match=words.replace("(", r"\(").replace(")", r"\)")) as raised:
+        resolve_dataset_uri(f"{web.url}/qa.jsonl?token=abc", tmp_path / "source")
+    assert "token=abc" not in str(raised.value)
+    assert list((tmp_path / "source").iterdir()) == []
+
+
+def test_unknown_scheme_is_refused(tmp_path):
+    with pytest.raises(UserError, match="scheme 'ftp'.*hf://datasets/owner/name"):
+        resolve_dataset_uri("ftp://host/qa.jsonl", tmp_path / "source")
+
+
+# --- S3 ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def s3_server():
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def s3(s3_server, monkeypatch):
+    """A bucket on the S3 server, reached as an S3-compatible store through AWS_ENDPOINT_URL."""
+    for name, value in {"AWS_ENDPOINT_URL": s3_server, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(name, value)
+    client = boto3.client("s3")
+    client.create_bucket(Bucket="qa-data")
+    yield client
+    for item in client.list_objects_v2(Bucket="qa-data").get("Contents", []):
+        client.delete_object(Bucket="qa-data", Key=item["Key"])
+    client.delete_bucket(Bucket="qa-data")
+
+
+def test_s3_prefix_fetches_every_jsonl_object_below_it(s3, tmp_path):
+    s3.put_object(Bucket="qa-data", Key="qa/a.jsonl", Body=write_jsonl(tmp_path / "a.jsonl", [qa(1), qa(2)]).read_bytes())
+    s3.put_object(Bucket="qa-data", Key="qa/more/b.jsonl.gz", Body=gzip.compress(write_jsonl(tmp_path / "b.jsonl", [qa(3)]).read_bytes()))
+    s3.put_object(Bucket="qa-data", Key="qa/README.txt", Body=b"not data")
+    s3.put_object(Bucket="qa-data", Key="qa-old/c.jsonl", Body=b"{}\n")  # shares the prefix text, not the folder
+    inputs = resolve_dataset_uri("s3://qa-data/qa", tmp_path / "out" / "source")
+    fetched = sorted(p.relative_to(tmp_path / "out" / "source").as_posix() for p in (tmp_path / "out" / "source").rglob("*") if p.is_file())
+    assert fetched == ["a.jsonl", "more/b.jsonl.gz"]
+    assert prepare(inputs, tmp_path / "out").stats["records"] == 3
+
+
+def test_s3_single_object(s3, tmp_path):
+    s3.put_object(Bucket="qa-data", Key="exports/qa.jsonl", Body=LINES)
+    inputs = resolve_dataset_uri("s3://qa-data/exports/qa.jsonl", tmp_path / "source")
+    assert Path(inputs).read_bytes() == LINES
+
+
+@pytest.mark.parametrize(("uri", "words"), [
+    ("s3://qa-data/missing.jsonl", "does not exist"),
+    ("s3://no-such-bucket/qa/", "does not exist"),
+    ("s3://qa-data/empty/", "No .jsonl or .jsonl.gz objects are under s3://qa-data/empty/"),
+])
+def test_s3_missing_data_is_a_clear_error(s3, tmp_path, uri, words):
+    with pytest.raises(UserError, match=words):
+        resolve_dataset_uri(uri, tmp_path / "source")
+    assert [p for p in (tmp_path / "source").rglob("*") if p.is_file()] == []
+
+
+def test_s3_without_credentials_names_the_variables(s3_server, monkeypatch, tmp_path):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    with pytest.raises(UserError, match="AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"):
+        resolve_dataset_uri("s3://qa-data/qa.jsonl", tmp_path / "source")
+
+
+# --- Hugging Face Hub datasets -----------------------------------------------------------------
+
+HUB_TOKEN = "hf_dataset_reader"
+
+
+@pytest.fixture
+def hub(monkeypatch):
+    with FakeHub({HUB_TOKEN}) as fake:
+        monkeypatch.setattr(constants, "ENDPOINT", fake.url)
+        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", fake.url + "/{repo_id}/resolve/{revision}/{filename}")
+        monkeypatch.delenv("HF_TOKEN", raising=False)
+        yield fake
+
+
+def test_hub_dataset_fetches_only_its_jsonl_files(hub, tmp_path):
+    hub.add_repo("dataset", "me/qa", {"README.md": b"# qa", "data/train.jsonl": LINES, "data/more.jsonl.gz": gzip.compress(LINES), "data/train.parquet": b"PAR1"})
+    inputs = resolve_dataset_uri("hf://datasets/me/qa", tmp_path / "out" / "source")
+    files = sorted(p.relative_to(tmp_path / "out" / "source").as_posix() for p in (tmp_path / "out" / "source").glob("data/*"))
+    assert files == ["data/more.jsonl.gz", "data/train.jsonl"]
+    assert prepare(inputs, tmp_path / "out").stats["records"] == 6
+
+
+def test_hub_dataset_path_selects_one_file(hub, tmp_path):
+    hub.add_repo("dataset", "me/qa", {"data/train.jsonl": LINES, "data/other.jsonl": b"{}\n"})
+    inputs = resolve_dataset_uri("hf://datasets/me/qa/data/train.jsonl", tmp_path / "source")
+    assert prepare(inputs, tmp_path / "out").stats["records"] == 3
+
+
+def test_private_hub_dataset_uses_hf_token(hub, tmp_path, monkeypatch):
+    hub.add_repo("dataset", "me/private-qa", {"qa.jsonl": LINES}, private=True)
+    with pytest.raises(UserError, match="does not exist or this token cannot see it. If it is private or gated, set HF_TOKEN"):
+        resolve_dataset_uri("hf://datasets/me/private-qa", tmp_path / "source")
+    monkeypatch.setenv("HF_TOKEN", HUB_TOKEN)
+    assert prepare(resolve_dataset_uri("hf://datasets/me/private-qa", tmp_path / "source"), tmp_path / "out").stats["records"] == 3
+
+
+@pytest.mark.parametrize(("uri", "words"), [
+    ("hf://datasets/me/absent", "does not exist"),
+    ("hf://me/qa", "names a Hub model, not a dataset"),
+    ("hf://datasets/me", "is not a Hub dataset URI"),
+    ("hf://datasets/me/no-jsonl", "has no .jsonl or .jsonl.gz files"),
+])
+def test_hub_dataset_errors_are_clear(hub, tmp_path, uri, words):
+    hub.add_repo("dataset", "me/no-jsonl", {"train.parquet": b"PAR1"})
+    with pytest.raises(UserError, match=words):
+        resolve_dataset_uri(uri, tmp_path / "source")
+
+
+def test_cli_takes_a_url(web, tmp_path):
+    web.routes["/qa.jsonl.gz"] = [(200, gzip.compress(LINES))]
+    result = run_cli("--input", f"{web.url}/qa.jsonl.gz", "--output-dir", tmp_path / "out")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "out" / "source" / "qa.jsonl.gz").is_file()
+    assert read_stats(tmp_path / "out")["records"] == 3
+
+
+def test_s3_endpoint_of_an_openshift_ai_data_connection(s3, s3_server, monkeypatch, tmp_path):
+    """Data connections name the endpoint AWS_S3_ENDPOINT instead of AWS_ENDPOINT_URL."""
+    s3.put_object(Bucket="qa-data", Key="qa.jsonl", Body=LINES)
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    monkeypatch.setenv("AWS_S3_ENDPOINT", s3_server)
+    assert Path(resolve_dataset_uri("s3://qa-data/qa.jsonl", tmp_path / "source")).read_bytes() == LINES

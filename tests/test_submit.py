@@ -1,0 +1,146 @@
+"""``python -m pipelines.submit``: runs and recurring runs on a KFP server, checked before sending.
+
+No Kubeflow Pipelines server can run here, so these tests use ``tests/fake_kfp.py``,
+a fake KFP v2beta1 API server on 127.0.0.1 that records what it receives.
+"""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from kfp.client import client as kfp_client
+
+from conftest import REPO_ROOT
+from fake_kfp import FakeKfp
+from pipelines.cron import validate_cron
+from pipelines.submit import main
+
+TOKEN = "kfp-CANARY-9e2b7d41"
+PACKAGE = REPO_ROOT / "compiled" / "fine_tune_pipeline.yaml"
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path, monkeypatch):
+    """No kfp context file, kubeconfig or KFP_TOKEN from the machine running the tests."""
+    monkeypatch.setattr(kfp_client.Client, "_LOCAL_KFP_CONTEXT", str(tmp_path / "kfp-context.json"))
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
+    monkeypatch.delenv("KFP_TOKEN", raising=False)
+
+
+@pytest.fixture
+def server():
+    with FakeKfp(token=TOKEN) as fake:
+        yield fake
+
+
+def submit(*args: str) -> int:
+    return main(["--package", str(PACKAGE), *args])
+
+
+def test_run_sends_the_package_and_typed_parameters(server, capfd):
+    assert submit("--host", server.url, "--token", TOKEN, "--param", "eval_fraction=0.2", "--param", "dataset_uri=s3://qa/2026/", "--experiment", "tuning") == 0
+    [experiment] = server.bodies("POST", "/apis/v2beta1/experiments")
+    assert experiment["display_name"] == "tuning"
+    [run] = server.bodies("POST", "/apis/v2beta1/runs")
+    assert run["runtime_config"]["parameters"] == {"eval_fraction": 0.2, "dataset_uri": "s3://qa/2026/"}
+    assert run["experiment_id"] == "exp-1"
+    compiled = list(yaml.safe_load_all(PACKAGE.read_text()))
+    assert run["pipeline_spec"]["pipeline_spec"]["pipelineInfo"] == compiled[0]["pipelineInfo"]
+    assert run["pipeline_spec"]["platform_spec"] == compiled[1]  # the PVC settings travel with the run
+    assert all(request.authorization == f"Bearer {TOKEN}" for request in server.received)
+    output = capfd.readouterr()
+    assert "started run run-1 in experiment 'tuning'" in output.out
+    assert TOKEN not in output.out + output.err
+
+
+def test_recurring_run_with_cron_and_parameters(capfd):
+    with FakeKfp(token=TOKEN, experiments={"nightly": "exp-9"}) as server:
+        assert submit("--host", server.url, "--token", TOKEN, "--schedule", "0 0 3 * * *", "--experiment", "nightly", "--param", "keep_pvc=true", "--name", "nightly retrain") == 0
+    assert server.bodies("POST", "/apis/v2beta1/experiments") == []  # the existing experiment is reused
+    assert server.bodies("POST", "/apis/v2beta1/runs") == []
+    [recurring] = server.bodies("POST", "/apis/v2beta1/recurringruns")
+    assert recurring["trigger"] == {"cron_schedule": {"cron": "0 0 3 * * *"}}
+    assert int(recurring["max_concurrency"]) == 1 and recurring["no_catchup"] is True and recurring["mode"] == "ENABLE"
+    assert recurring["experiment_id"] == "exp-9" and recurring["display_name"] == "nightly retrain"
+    assert recurring["runtime_config"]["parameters"] == {"keep_pvc": True}
+    assert "pipelineInfo" in recurring["pipeline_spec"]["pipeline_spec"]
+    assert TOKEN not in "".join(capfd.readouterr())
+
+
+def test_catchup_flag(server):
+    submit("--host", server.url, "--token", TOKEN, "--schedule", "@daily", "--catchup")
+    assert server.bodies("POST", "/apis/v2beta1/recurringruns")[0]["no_catchup"] is False
+
+
+@pytest.mark.parametrize(
+    ("cron", "words"),
+    [
+        ("0 3 * * *", "has five fields, but KFP reads six with seconds first"),
+        ("0 0 3 * *", "Put the seconds in front: '0 0 0 3 * *'"),
+        ("* * * * * * *", "has 7 fields; KFP takes six"),
+        ("61 0 3 * * *", "the second field '61' is outside 0-59"),
+        ("0 0 3 0 * *", "the day of month field '0' is outside 1-31"),
+        ("0 0 3 * * FUNDAY", "the day of week field 'FUNDAY' is not a number from 0 to 6 or a name like SUN"),
+        ("0 0 9-5 * * *", "is a range that ends before it starts"),
+        ("0 */0 * * * *", "a step is a positive whole number"),
+        ("@fortnightly", "is not a known descriptor"),
+    ],
+)
+def test_bad_cron_is_rejected_before_any_request(server, capfd, cron, words):
+    with pytest.raises(SystemExit) as exited:
+        submit("--host", server.url, "--token", TOKEN, "--schedule", cron)
+    assert exited.value.code == 2
+    assert words in " ".join(capfd.readouterr().err.split())
+    assert server.received == []
+
+
+@pytest.mark.parametrize("cron", ["0 0 3 * * *", "0 */15 * * * ?", "0 30 2 * * MON-FRI", "0 0 0 1 jan,jul *", "0 0,30 8-18/2 * * 1-5", "@every 6h30m", "@weekly"])
+def test_cron_forms_the_scheduler_accepts(cron):
+    assert validate_cron(cron) == cron
+
+
+@pytest.mark.parametrize(("param", "words"), [("epochs=3", "'epochs' is not a pipeline parameter"), ("eval_fraction=1.5", "parameter 'eval_fraction' must be at least 0 and below 1"), ("split_seed=x", "must be a whole number")])
+def test_bad_parameters_are_rejected_before_any_request(server, capfd, param, words):
+    with pytest.raises(SystemExit):
+        submit("--host", server.url, "--token", TOKEN, "--param", param)
+    assert words in " ".join(capfd.readouterr().err.split())
+    assert server.received == []
+
+
+def test_token_from_the_environment(server, monkeypatch, capfd):
+    monkeypatch.setenv("KFP_TOKEN", TOKEN)
+    assert submit("--host", server.url) == 0
+    assert {request.authorization for request in server.received} == {f"Bearer {TOKEN}"}
+    output = capfd.readouterr().out
+    assert "with the bearer token from $KFP_TOKEN" in output and TOKEN not in output
+
+
+def test_token_from_the_kubeconfig(server, tmp_path, monkeypatch, capfd):
+    """What `oc login` leaves: a context whose user has a token."""
+    kubeconfig = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "work",
+        "clusters": [{"name": "c", "cluster": {"server": "https://api.cluster.example:6443"}}],
+        "users": [{"name": "me", "user": {"token": TOKEN}}],
+        "contexts": [{"name": "work", "context": {"cluster": "c", "user": "me", "namespace": "ml"}}],
+    }
+    (tmp_path / "kubeconfig").write_text(yaml.safe_dump(kubeconfig))
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
+    assert submit("--host", server.url) == 0
+    assert {request.authorization for request in server.received} == {f"Bearer {TOKEN}"}
+    assert "from the current kubeconfig context" in capfd.readouterr().out
+
+
+def test_refused_token_is_a_clear_error(server, capfd):
+    with pytest.raises(SystemExit):
+        submit("--host", server.url, "--token", "expired-token-123")
+    error = " ".join(capfd.readouterr().err.split())
+    assert "refused the request (HTTP 401)" in error and "oc login" in error
+    assert "expired-token-123" not in error
+    assert [request.path for request in server.received] == ["/apis/v2beta1/healthz"]  # one request, no 25 s of retries
+
+
+def test_missing_package_is_a_clear_error(server, tmp_path, capfd):
+    with pytest.raises(SystemExit):
+        main(["--host", server.url, "--package", str(tmp_path / "nope.yaml")])
+    assert "python -m pipelines.compile" in capfd.readouterr().err
+    assert server.received == []
