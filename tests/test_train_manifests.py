@@ -4,43 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from pathlib import Path
 
 import pytest
 import yaml
 
-from components.training.manifests import JobSpec, job_name, label_value, render_pytorchjob, render_trainjob, run_labels, to_yaml
+from components.training.manifests import job_name, label_value, render_pytorchjob, render_trainjob, to_yaml
 from crd_schemas import PYTORCHJOB_CRD, TRAINJOB_CRD, schema_errors
-from trainer.config import TrainConfig, parse_config
+from train_jobs import GPU_TOLERATION, RUN_ID, example_spec as spec
+from trainer.config import parse_config
 
-GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-RUN_ID = "0f6c8a3e-5b1d-4c2a-9e7f-1a2b3c4d5e6f"
 RANK_FLAGS = ("--nnodes", "--nproc-per-node", "--nproc_per_node", "--node-rank", "--node_rank", "--master-addr", "--master_addr", "--rdzv")
-
-
-def spec(nodes: int, gpus: int, *, tolerations=(), secret: str = "", node_selector=None) -> JobSpec:
-    root = "/mnt/workspace"
-    return JobSpec(
-        name=job_name(RUN_ID),
-        namespace="ml-team",
-        image="quay.io/example/llm-finetune-pipeline:0.1.0",
-        train=TrainConfig(model="HuggingFaceTB/SmolLM3-3B", data_dir=Path(f"{root}/runs/{RUN_ID}/data"), output_dir=Path(f"{root}/runs/{RUN_ID}/train"), epochs=2.0),
-        nodes=nodes,
-        gpus_per_node=gpus,
-        cpu="8",
-        memory="64Gi",
-        shm_size="16Gi",
-        pvc_name="ws-pvc",
-        mount_path=root,
-        backoff_limit=3,
-        active_deadline_seconds=86400,
-        ttl_seconds_after_finished=3600,
-        hf_token_secret=secret,
-        node_selector=node_selector or {},
-        tolerations=tuple(tolerations),
-        labels=run_labels(RUN_ID, "llm-finetune"),
-    )
-
 
 CASES = [
     pytest.param(spec(1, 0), id="1-node-cpu"),

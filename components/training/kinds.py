@@ -34,6 +34,7 @@ class JobKind:
     role_label: str  # pod label holding the replica's role (master, worker, node)
     index_label: str  # pod label (or annotation) holding the replica's index within its role
     success_condition: str
+    removed_by_ttl: bool  # whether the job's TTL removes it once finished; if not, the launcher deletes a succeeded job
     install_hint: str
 
     @property
@@ -80,6 +81,7 @@ PYTORCHJOB = JobKind(
     role_label="training.kubeflow.org/replica-type",
     index_label="training.kubeflow.org/replica-index",
     success_condition="Succeeded",
+    removed_by_ttl=True,
     install_hint=(
         "Install the Kubeflow Training Operator v1: on OpenShift AI 2.x set the trainingoperator component of "
         "the DataScienceCluster to Managed (oc patch datasciencecluster default-dsc --type merge -p "
@@ -100,6 +102,7 @@ TRAINJOB = JobKind(
     role_label="jobset.sigs.k8s.io/replicatedjob-name",
     index_label="batch.kubernetes.io/job-completion-index",
     success_condition="Complete",
+    removed_by_ttl=False,
     install_hint=(
         "Install Kubeflow Trainer v2 with its runtimes: on OpenShift AI 3.x set the trainer component of the "
         "DataScienceCluster to Managed; elsewhere kubectl apply --server-side -k "
