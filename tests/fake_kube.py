@@ -65,6 +65,7 @@ class FakeKube:
         self.history: list[tuple[int, str, str, dict[str, Any]]] = []  # (rv, plural, event type, object)
         self.logs: dict[tuple[str, int], list[tuple[str, str]]] = {}  # (pod, run of its container) -> (timestamp, line)
         self.drops = 0
+        self.streamed: set[tuple[str, str]] = set()  # (pod, line) sent on a log stream
         self.requests: list[Request] = []
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self.server.daemon_threads = True
@@ -178,6 +179,22 @@ class FakeKube:
         with self.changed:
             self.drops += 1
             self.changed.notify_all()
+
+    def wait_for_request(self, method: str, path_part: str, count: int = 1, timeout: float = 20) -> None:
+        """Until the launcher has made ``count`` such requests (e.g. started following a pod's log)."""
+        deadline = time.monotonic() + timeout
+        while len(self.requests_matching(method, path_part)) < count:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the launcher made no {method} {path_part} within {timeout} s")
+            time.sleep(0.02)
+
+    def wait_until_streamed(self, pod: str, line: str, timeout: float = 20) -> None:
+        """Until ``line`` of ``pod`` has gone out on a log stream."""
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while (pod, line) not in self.streamed:
+                if not self.changed.wait(max(0.0, deadline - time.monotonic())):
+                    raise AssertionError(f"{line!r} of {pod} was not streamed within {timeout} s")
 
     def job_names(self, plural: str) -> list[str]:
         with self.changed:
@@ -323,6 +340,9 @@ class FakeKube:
             for stamp, text in fresh:
                 if datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() >= since - 1:
                     yield f"{stamp} {text}" if query.get("timestamps") == "true" else text
+                    with self.changed:
+                        self.streamed.add((pod, text))
+                        self.changed.notify_all()
             if ended and sent == len(self.logs.get((pod, run), [])):
                 return
 
@@ -353,7 +373,8 @@ def _handler_for(fake: FakeKube) -> type[BaseHTTPRequestHandler]:
 
         def _serve(self, method: str) -> None:
             url = urlsplit(self.path)
-            query = {key: values[-1] for key, values in parse_qs(url.query).items()}
+            # The Python client writes booleans as True/False; the API server parses them either way.
+            query = {key: values[-1].lower() if values[-1] in ("True", "False") else values[-1] for key, values in parse_qs(url.query).items()}
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length)) if length else None
             answer = fake.handle(method, url.path, query, body)

@@ -53,18 +53,19 @@ def run_job(cluster: Cluster, kind: JobKind, manifest: dict[str, Any], timeout: 
             created = True
             logs.start()
             job = wait_for_end(cluster, kind, name, deadline, out)
-            if job is None:
-                delete_job(cluster, kind, name)
-                raise JobFailed(timeout_report(kind, name, timeout, logs))
-        except JobFailed:
-            raise
         except BaseException as interruption:
+            logs.stop()
             # A signal during creation may come after the API server stored the job: delete it too.
-            if created or not isinstance(interruption, Exception):
+            if not isinstance(interruption, JobFailed) and (created or not isinstance(interruption, Exception)):
                 print(f"stopping ({interruption or type(interruption).__name__}); deleting {kind.kind} {name}", file=out, flush=True)
                 _delete_quietly(cluster, kind, name, out)
             raise
-    logs.drain(DRAIN_SECONDS)
+        if job is None:
+            logs.stop()
+            delete_job(cluster, kind, name)
+            raise JobFailed(timeout_report(kind, name, timeout, logs))
+        logs.drain(DRAIN_SECONDS)
+        logs.stop()
     outcome = kind.outcome(job)
     if not outcome.succeeded:
         raise JobFailed(failure_report(cluster, kind, job, logs))

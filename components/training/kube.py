@@ -16,6 +16,7 @@ CustomResourceDefinitions.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -58,9 +59,10 @@ def connect() -> Cluster:
         config.load_incluster_config(client_configuration=configuration)
         namespace = SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
     except config.ConfigException:
+        kubeconfig = os.environ.get("KUBECONFIG") or None  # read now: the client reads it once, at import
         try:
-            config.load_kube_config(client_configuration=configuration)
-            _, context = config.list_kube_config_contexts()
+            config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+            _, context = config.list_kube_config_contexts(config_file=kubeconfig)
         except (config.ConfigException, OSError) as error:
             raise UserError(
                 f"The train step found no Kubernetes cluster to start its job in ({error}). In a pipeline pod it uses "
@@ -175,15 +177,19 @@ def watch_objects(list_call: Callable[..., Any], *args: Any, stream_seconds: Cal
                 for item in listing.get("items") or []:
                     yield "ADDED", item
             seconds = max(1, int(stream_seconds()))
+            opened, events = time.monotonic(), 0
             stream = watch.Watch().stream(
                 list_call, *args, resource_version=resource_version, timeout_seconds=seconds, _request_timeout=(REQUEST_TIMEOUT[0], seconds + 30), **selectors
             )
             for event in stream:
+                events += 1
                 item = event["raw_object"]
                 resource_version = item.get("metadata", {}).get("resourceVersion") or resource_version
                 if event["type"] != "BOOKMARK":
                     yield event["type"], item
             failures = 0
+            if not events and time.monotonic() - opened < 1:
+                time.sleep(1)  # a stream that ends at once (a proxy's doing) must not turn into a busy loop
         except ApiException as error:
             if error.status == 410:  # our resourceVersion is older than the API server's watch history
                 print(f"watch expired ({error.reason}); listing again", file=out, flush=True)

@@ -91,6 +91,7 @@ class ReplicaLogs:
         self._followers: dict[tuple[str, int], threading.Thread] = {}
         self._notices: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
+        self._stopped = threading.Event()
 
     def start(self) -> None:
         threading.Thread(target=self._watch_pods, name=f"pods-of-{self.job_name}", daemon=True).start()
@@ -113,6 +114,10 @@ class ReplicaLogs:
         for thread in list(self._followers.values()):
             thread.join(max(0.0, deadline - time.monotonic()))
 
+    def stop(self) -> None:
+        """Stop watching and following (threads leave when their current stream ends)."""
+        self._stopped.set()
+
     def emit(self, replica: str, text: str) -> None:
         with self._lock:
             print(f"[{replica}] {text}", file=self.out, flush=True)
@@ -131,7 +136,10 @@ class ReplicaLogs:
         core = self.cluster.core
         selector = self.kind.pod_selector(self.job_name)
         try:
-            for event in watch_objects(core.list_namespaced_pod, self.cluster.namespace, label_selector=selector, stream_seconds=lambda: 60, out=self.out):
+            events = watch_objects(core.list_namespaced_pod, self.cluster.namespace, label_selector=selector, stream_seconds=lambda: 60, out=self.out)
+            for event in events:
+                if self._stopped.is_set():
+                    return
                 if event is not None:
                     self._see(event[1], deleted=event[0] == "DELETED")
         except ApiException as error:
@@ -183,12 +191,12 @@ class ReplicaLogs:
         return same_run and "running" in (status.get("state") or {})
 
     def _follow(self, pod: dict[str, Any], restart_count: int) -> None:
-        """Print the log of one run of the trainer container, following it again if the stream drops."""
+        """Print the log of one run of the trainer container, following it again if the stream breaks."""
         name, uid, replica = pod["metadata"]["name"], pod["metadata"]["uid"], self.kind.replica_name(pod)
         if restart_count:
             self.emit(replica, f"--- trainer container restarted (restart {restart_count}); it resumes from the newest checkpoint ---")
         last: tuple[str, int] | None = None
-        while True:
+        while not self._stopped.is_set():
             # Ask again from a minute before the last line printed (clocks differ); repeats are skipped.
             since = {"since_seconds": int(seconds_since(last)) + 60} if last else {}
             try:
@@ -208,17 +216,21 @@ class ReplicaLogs:
                         self.emit(replica, line)
                         continue
                     if last is not None and key <= last:
-                        continue  # printed before the stream dropped
+                        continue  # printed before the stream broke
                     last = key
                     self.emit(replica, text)
             except ApiException as error:
                 if error.status in (400, 404):  # container gone or not started: the pod watch says what comes next
                     return
-            except NETWORK_ERRORS:
-                pass
+                time.sleep(1)
+                continue
+            except NETWORK_ERRORS:  # a broken stream: whatever the container did since, its log is still there
+                time.sleep(1)
+                continue
+            # The kubelet ends the stream when the container ends; a stream can also be closed early by a proxy.
             try:
                 if not self._still_running(name, uid, restart_count):
                     return
             except (ApiException, *NETWORK_ERRORS):
-                pass  # the API is unreachable for a moment: try the log again
+                pass
             time.sleep(1)
