@@ -18,10 +18,11 @@ import pytest
 import yaml
 
 from components.errors import UserError
-from components.training.follow import JobFailed, run_job
+from components.training.follow import run_job
 from components.training.kinds import PYTORCHJOB, TRAINJOB, JobKind
 from components.training.kube import connect
 from components.training.manifests import render_pytorchjob, render_trainjob
+from components.training.reports import TrainingFailed
 from conftest import REPO_ROOT
 from fake_kube import FakeKube, Request
 from train_jobs import example_spec, replica_pods
@@ -70,7 +71,7 @@ def launch(fake: FakeKube, kind: JobKind, script, *, timeout: float = 60, nodes:
     scenario.start()
     try:
         result = run_job(connect(), kind, manifest_for(kind, nodes), timeout=timeout, out=out)
-    except (JobFailed, UserError) as error:
+    except (TrainingFailed, UserError) as error:
         result = error
     scenario.check()
     assert_granted_by_rbac(fake.requests)
@@ -174,7 +175,7 @@ def test_failed_replica_fails_the_step_with_its_exit_code_and_last_50_lines(fake
         fake.set_condition("pytorchjobs", job, "Failed", "JobFailed", f"PyTorchJob {job} is failed because 1 Worker replica(s) failed.")
 
     log, result = launch(fake, PYTORCHJOB, script)
-    assert isinstance(result, JobFailed)
+    assert isinstance(result, TrainingFailed)
     report = str(result)
     assert "failed (JobFailed): PyTorchJob" in report
     assert "failing replica: worker-0" in report and "exited with code 137 (OOMKilled)" in report and "out of memory" in report
@@ -260,7 +261,7 @@ def test_timeout_deletes_the_job_and_says_why(fake):
         fake.add_pod(f"{job}-master-0", labels, "pytorch", pending_reason="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
 
     log, result = launch(fake, PYTORCHJOB, script, timeout=3, nodes=1)
-    assert isinstance(result, JobFailed)
+    assert isinstance(result, TrainingFailed)
     assert "did not finish within the timeout" in str(result) and "was deleted" in str(result)
     assert "[master-0] pod not scheduled: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu." in log
     (delete,) = fake.requests_matching("DELETE", "/pytorchjobs/")

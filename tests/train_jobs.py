@@ -51,3 +51,20 @@ def replica_pods(kind: JobKind, job: str, nodes: int) -> list[tuple[str, dict[st
         )
         for index in range(nodes)
     ]
+
+
+class StandInArtifact:
+    """What ``run_in_pipeline`` uses of a KFP artifact (path, metadata, log_metric), without KFP."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+        self.metadata: dict = {}
+        self.metrics: dict = {}
+
+    def log_metric(self, name: str, value: float) -> None:
+        self.metrics[name] = value
+
+
+def stand_in_artifacts(directory: Path) -> dict[str, StandInArtifact]:
+    """The train step's three outputs, as run_in_pipeline's keyword arguments."""
+    return {name: StandInArtifact(directory / name) for name in ("model_artifact", "metrics", "manifest_artifact")}

@@ -18,30 +18,21 @@ from kubernetes.client.exceptions import ApiException
 
 from components.training.kinds import JobKind
 from components.training.kube import NETWORK_ERRORS, REQUEST_TIMEOUT, STREAM_SECONDS, Cluster, create_job, delete_job, require_kind, watch_objects
-from components.training.logs import TAIL_LINES, ReplicaLogs, failed_replicas
+from components.training.logs import ReplicaLogs, failed_replicas
+from components.training.reports import TAIL_LINES, TrainingFailed, exit_code_text, quoted
 from components.training.signals import sigterm_raises
 
 DRAIN_SECONDS = 30  # how long to wait for the replicas' last log lines once the job has ended
 
-EXIT_CODE_HINTS = {
-    1: "the trainer raised an error; its traceback is in the lines below",
-    2: "the trainer rejected its input or options; its error line is below",
-    137: "killed (SIGKILL): usually out of memory (raise the memory parameter, or lower per_device_batch_size or max_length) or a lost node",
-    143: "stopped (SIGTERM): evicted or preempted; the trainer saved a checkpoint first",
-}
 
+def run_job(cluster: Cluster, kind: JobKind, manifest: dict[str, Any], timeout: float, out: TextIO | None = None) -> dict[str, Any]:
+    """Create the job and stream its replicas' logs until it succeeds (returns the job) or fails (raises TrainingFailed).
 
-class JobFailed(Exception):
-    """The training job failed or timed out; the message is the report for the step's log."""
-
-
-def run_job(cluster: Cluster, kind: JobKind, manifest: dict[str, Any], timeout: float, out: TextIO = sys.stdout) -> dict[str, Any]:
-    """Create the job and stream its replicas' logs until it succeeds (returns the job) or fails (raises JobFailed).
-
-    Deletes the job when it outlives ``timeout`` seconds (JobFailed) and when
+    Deletes the job when it outlives ``timeout`` seconds (TrainingFailed) and when
     this process is interrupted (``Terminated`` on SIGTERM, KeyboardInterrupt)
     or loses the job to an unexpected error, before re-raising.
     """
+    out = out or sys.stdout  # looked up now: tests and callers may have replaced it
     require_kind(cluster, kind)
     name = manifest["metadata"]["name"]
     deadline = time.monotonic() + timeout
@@ -56,19 +47,19 @@ def run_job(cluster: Cluster, kind: JobKind, manifest: dict[str, Any], timeout: 
         except BaseException as interruption:
             logs.stop()
             # A signal during creation may come after the API server stored the job: delete it too.
-            if not isinstance(interruption, JobFailed) and (created or not isinstance(interruption, Exception)):
+            if not isinstance(interruption, TrainingFailed) and (created or not isinstance(interruption, Exception)):
                 print(f"stopping ({interruption or type(interruption).__name__}); deleting {kind.kind} {name}", file=out, flush=True)
                 _delete_quietly(cluster, kind, name, out)
             raise
         if job is None:
             logs.stop()
             delete_job(cluster, kind, name)
-            raise JobFailed(timeout_report(kind, name, timeout, logs))
+            raise TrainingFailed(timeout_report(kind, name, timeout, logs))
         logs.drain(DRAIN_SECONDS)
         logs.stop()
     outcome = kind.outcome(job)
     if not outcome.succeeded:
-        raise JobFailed(failure_report(cluster, kind, job, logs))
+        raise TrainingFailed(failure_report(cluster, kind, job, logs))
     print(f"{kind.kind} {name} succeeded: {outcome.message or outcome.reason}", file=out, flush=True)
     if not kind.removed_by_ttl:
         delete_job(cluster, kind, name)  # nothing else would; its logs are above and its outputs on the workspace
@@ -96,7 +87,7 @@ def wait_for_end(cluster: Cluster, kind: JobKind, name: str, deadline: float, ou
             continue
         kind_of_change, job = event
         if kind_of_change == "DELETED":
-            raise JobFailed(f"{kind.kind} {name} was deleted while this step was following it (by a user, or its TTL); the step cannot tell how training ended.")
+            raise TrainingFailed(f"{kind.kind} {name} was deleted while this step was following it (by a user, or its TTL); the step cannot tell how training ended.")
         if kind.phase(job) != phase:
             phase = kind.phase(job)
             print(f"{kind.kind} {name}: {phase}", file=out, flush=True)
@@ -131,10 +122,6 @@ def _tail(cluster: Cluster, kind: JobKind, replica: str, pod_name: str, logs: Re
     return []
 
 
-def _quoted(lines: list[str]) -> list[str]:
-    return [f"  | {line}" for line in lines] or ["  (no log lines: the container may never have started)"]
-
-
 def failure_report(cluster: Cluster, kind: JobKind, job: dict[str, Any], logs: ReplicaLogs) -> str:
     name = job["metadata"]["name"]
     outcome = kind.outcome(job)
@@ -142,21 +129,16 @@ def failure_report(cluster: Cluster, kind: JobKind, job: dict[str, Any], logs: R
     exits = failed_replicas(logs.snapshot(), kind)  # after drain(): what the API has now, and pods deleted since
     if exits:
         first = exits[0]
-        hint = EXIT_CODE_HINTS.get(first.exit_code, "")
-        lines.append(
-            f"failing replica: {first.replica} (pod {first.pod}) exited with code {first.exit_code}"
-            + (f" ({first.reason})" if first.reason else "")
-            + (f": {hint}" if hint else "")
-        )
+        lines.append(f"failing replica: {first.replica} (pod {first.pod}) exited with code {exit_code_text(first.exit_code, first.reason)}")
         lines += [f"also failed: {other.replica} with exit code {other.exit_code}" for other in exits[1:]]
         tail = _tail(cluster, kind, first.replica, first.pod, logs)
         lines.append(f"last {len(tail)} log lines of {first.replica}:")
-        lines += _quoted(tail)
+        lines += quoted(tail)
     else:
         lines.append("no replica reported an exit code (pods deleted, or never scheduled); the replicas' last lines:")
         for replica in sorted(logs.tails):
             lines.append(f"{replica}:")
-            lines += _quoted(logs.tail(replica))
+            lines += quoted(logs.tail(replica))
     lines.append(f"Inspect it with: oc describe {kind.plural} {name} -n {cluster.namespace}")
     return "\n".join(lines)
 
@@ -166,5 +148,5 @@ def timeout_report(kind: JobKind, name: str, timeout: float, logs: ReplicaLogs) 
     lines.append("Raise the timeout parameter, or shorten training (epochs, max_steps); lines above say whether it was running or waiting for resources.")
     for replica in sorted(logs.tails):
         lines.append(f"last lines of {replica}:")
-        lines += _quoted(logs.tail(replica)[-10:])
+        lines += quoted(logs.tail(replica)[-10:])
     return "\n".join(lines)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,7 +106,7 @@ def require_kind(cluster: Cluster, kind: JobKind) -> None:
         )
 
 
-def create_job(cluster: Cluster, kind: JobKind, manifest: dict[str, Any], out: TextIO = sys.stdout) -> None:
+def create_job(cluster: Cluster, kind: JobKind, manifest: dict[str, Any], out: TextIO) -> None:
     """Create the job; if this run's job already exists, follow it when running, replace it when finished.
 
     The job's name is derived from the run id, so a conflict means an earlier
@@ -160,7 +159,7 @@ def wait_until_gone(cluster: Cluster, kind: JobKind, name: str, timeout: float =
 Event = tuple[str, dict[str, Any]]
 
 
-def watch_objects(list_call: Callable[..., Any], *args: Any, stream_seconds: Callable[[], float], out: TextIO = sys.stdout, **selectors: Any) -> Iterator[Event | None]:
+def watch_objects(list_call: Callable[..., Any], *args: Any, stream_seconds: Callable[[], float], out: TextIO, **selectors: Any) -> Iterator[Event | None]:
     """Every change to the objects ``list_call(*args, **selectors)`` lists, forever, as (type, object dict).
 
     Starts with a listing (each object as ``ADDED``), then watches from the

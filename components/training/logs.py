@@ -16,7 +16,6 @@ lines are asked for with their kubelet timestamps so none is printed twice.
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import time
 from collections import defaultdict, deque
@@ -29,8 +28,8 @@ from kubernetes.client.exceptions import ApiException
 
 from components.training.kinds import JobKind
 from components.training.kube import NETWORK_ERRORS, REQUEST_TIMEOUT, Cluster, watch_objects
+from components.training.reports import TAIL_LINES
 
-TAIL_LINES = 50
 LOG_REQUEST_TIMEOUT = (10, 300)  # a trainer silent for 5 minutes (downloading a model) gets its log asked for again
 WAITING_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError")
 
@@ -84,7 +83,7 @@ def seconds_since(key: tuple[str, int]) -> float:
 class ReplicaLogs:
     """Follows the trainer container of every pod of one job, on background threads."""
 
-    def __init__(self, cluster: Cluster, kind: JobKind, job_name: str, out: TextIO = sys.stdout) -> None:
+    def __init__(self, cluster: Cluster, kind: JobKind, job_name: str, out: TextIO) -> None:
         self.cluster, self.kind, self.job_name, self.out = cluster, kind, job_name, out
         self.tails: dict[str, deque[str]] = defaultdict(lambda: deque(maxlen=TAIL_LINES))
         self.pods: dict[str, dict[str, Any]] = {}  # uid -> newest state seen (deleted ones too), for the failure report
