@@ -32,7 +32,6 @@ from components.training.reports import TrainingFailed
 from components.training.signals import TERMINATED_EXIT_CODE, Terminated
 from components.workspace import stage_dir
 from trainer.config import TrainConfig, option_problems
-from trainer.outputs import SUMMARY
 
 BACKENDS = (LOCAL_BACKEND, *KINDS)
 FINISHED_JOB_TTL_SECONDS = 24 * 3600  # finished PyTorchJobs (and their pods' logs) stay a day for inspection
@@ -245,6 +244,8 @@ def _check_local_gpus(processes: int, gpus_per_node: int) -> None:
 
 def record_outputs(config: TrainConfig, launch: LaunchOptions, model_artifact, metrics) -> None:
     """Model artifact metadata pointing at the workspace, and the summary's numbers as metrics."""
+    from trainer.outputs import SUMMARY  # here: that module brings matplotlib, which the launcher needs only now
+
     summary_path = config.output_dir / SUMMARY
     if not summary_path.is_file():
         raise UserError(

@@ -11,7 +11,13 @@ launcher made is granted by ``pipelines/rbac.yaml``.
 from __future__ import annotations
 
 import io
+import json
+import os
+import signal
+import subprocess
+import sys
 import threading
+from pathlib import Path
 from typing import Callable
 
 import pytest
@@ -23,9 +29,11 @@ from components.training.kinds import PYTORCHJOB, TRAINJOB, JobKind
 from components.training.kube import connect
 from components.training.manifests import render_pytorchjob, render_trainjob
 from components.training.reports import TrainingFailed
+from components.train_model import run_in_pipeline
 from conftest import REPO_ROOT
 from fake_kube import FakeKube, Request
-from train_jobs import example_spec, replica_pods
+from pipelines.local_model import CLUSTER_BASE_MODEL
+from train_jobs import RUN_ID, example_spec, replica_pods, stand_in_artifacts
 
 SUCCESS = {PYTORCHJOB: "Succeeded", TRAINJOB: "Complete"}
 
@@ -283,3 +291,118 @@ def test_a_retried_launcher_follows_the_job_its_run_already_started(fake):
     assert not isinstance(result, BaseException), result
     assert "already exists and is still running" in log
     assert len(fake.requests_matching("POST", "/pytorchjobs")) == 2 and fake.job_names("pytorchjobs") == [result["metadata"]["name"]]
+
+
+# --- the whole step on the cluster backends ----------------------------------------------------
+
+
+def workspace_with_data(tmp_path) -> tuple[Path, Path, Path]:
+    """A workspace root with the data stage's output, and the run's (not yet written) train directory."""
+    workspace = tmp_path / "workspace"
+    data = workspace / "runs" / RUN_ID / "data"
+    data.mkdir(parents=True)
+    (data / "train.parquet").write_bytes(b"")  # the launcher only checks it is there; the pods read it
+    return workspace, data, workspace / "runs" / RUN_ID / "train"
+
+
+def step_arguments(workspace: Path, data: Path, tmp_path: Path, **launch) -> dict:
+    return dict(
+        workspace_root=str(workspace), run_id=RUN_ID, data_dir=str(data), base_model="", training={"epochs": 1.0},
+        launch={"backend": "pytorchjob", "nodes": 2, "gpus_per_node": 1, **launch}, pvc_name="ws-pvc",
+        image="quay.io/example/llm-finetune-pipeline:0.1.0", pipeline_name="llm-finetune", **stand_in_artifacts(tmp_path / "artifacts"),
+    )  # fmt: skip
+
+
+def test_cluster_step_launches_follows_and_records_what_the_pods_wrote(fake, tmp_path, capsys):
+    workspace, data, train_dir = workspace_with_data(tmp_path)
+
+    def script(fake):
+        job, pods = start_replicas(fake, PYTORCHJOB)
+        for directory in ("merged", "adapter", "checkpoints/checkpoint-10"):  # what rank 0 writes onto the shared PVC
+            (train_dir / directory).mkdir(parents=True)
+        (train_dir / "training_summary.json").write_text(json.dumps({"world_size": 2, "global_step": 10, "final_train_loss": 1.25, "final_eval_loss": None}))
+        fake.log(pods[0], "step 10/10 loss 1.25")
+        for pod in pods:
+            fake.exit_container(pod, 0)
+        fake.set_condition("pytorchjobs", job, "Succeeded", "JobSucceeded")
+
+    scenario = Scenario(fake, script)
+    scenario.start()
+    arguments = step_arguments(workspace, data, tmp_path)
+    assert run_in_pipeline(**arguments) == str(train_dir)
+    scenario.check()
+    assert_granted_by_rbac(fake.requests)
+
+    (created,) = [fake.objects["pytorchjobs"][name] for name in fake.job_names("pytorchjobs")]
+    recorded = yaml.safe_load(Path(arguments["manifest_artifact"].path).read_text())
+    assert recorded["spec"] == created["spec"] and recorded["metadata"]["name"] == created["metadata"]["name"]
+    command = created["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["command"]
+    assert command[command.index("--model") + 1] == CLUSTER_BASE_MODEL  # an empty base_model means the cluster default
+    assert command[command.index("--output-dir") + 1] == str(train_dir)
+    assert created["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    model = arguments["model_artifact"]
+    assert model.metadata["merged_dir"] == str(train_dir / "merged") and model.metadata["adapter_dir"] == str(train_dir / "adapter")
+    assert arguments["metrics"].metrics == {"world_size": 2, "global_step": 10, "final_train_loss": 1.25}
+    assert "[master-0] step 10/10 loss 1.25" in capsys.readouterr().out
+
+
+def test_cluster_step_fails_with_the_report_when_the_job_fails(fake, tmp_path, capsys):
+    workspace, data, _ = workspace_with_data(tmp_path)
+
+    def script(fake):
+        job, (master, worker) = start_replicas(fake, PYTORCHJOB)
+        fake.log(worker, "error: --expected-world-size is 2 but this process sees WORLD_SIZE=1")
+        fake.exit_container(worker, 2)
+        fake.exit_container(master, 1)
+        fake.set_condition("pytorchjobs", job, "Failed", "JobFailed", "1 Worker replica(s) failed.")
+
+    scenario = Scenario(fake, script)
+    scenario.start()
+    with pytest.raises(SystemExit) as exit_info:
+        run_in_pipeline(**step_arguments(workspace, data, tmp_path))
+    scenario.check()
+    assert exit_info.value.code == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: training failed.\nPyTorchJob")
+    assert "failing replica: worker-0" in err and "exited with code 2 (Error): the trainer rejected its input or options" in err
+    assert "  | error: --expected-world-size is 2" in err
+
+
+LAUNCHER = """
+import sys
+sys.path[:0] = [{repo!r}, {tests!r}]
+from train_jobs import stand_in_artifacts
+from components.train_model import run_in_pipeline
+run_in_pipeline(**{arguments!r}, **stand_in_artifacts(__import__("pathlib").Path({artifacts!r})))
+"""
+
+
+def test_sigterm_to_the_launcher_deletes_the_job(fake, tmp_path):
+    """Cancelling the run stops the launcher pod with SIGTERM: its job must not keep the GPUs."""
+    workspace, data, _ = workspace_with_data(tmp_path)
+    arguments = {key: value for key, value in step_arguments(workspace, data, tmp_path).items() if "artifact" not in key and key != "metrics"}
+    script = tmp_path / "launcher.py"
+    script.write_text(LAUNCHER.format(repo=str(REPO_ROOT), tests=str(REPO_ROOT / "tests"), arguments=arguments, artifacts=str(tmp_path / "artifacts")))
+    process = subprocess.Popen(
+        [sys.executable, str(script)], cwd=REPO_ROOT, env={**os.environ, "KUBECONFIG": os.environ["KUBECONFIG"]},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        try:
+            job = fake.wait_for("pytorchjobs", timeout=60)["metadata"]["name"]
+        except AssertionError:
+            process.kill()
+            raise AssertionError("the launcher created no job:\n" + "".join(process.communicate()))
+        fake.set_condition("pytorchjobs", job, "Running", "JobRunning")
+        fake.wait_for_request("GET", "/pytorchjobs", count=2)  # the launcher is following the job
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 143, err
+    assert f"deleting PyTorchJob {job}" in out and f"deleted PyTorchJob {job}" in out
+    assert "stopped (SIGTERM)" in err and "Traceback" not in err
+    (delete,) = fake.requests_matching("DELETE", f"/pytorchjobs/{job}")
+    assert delete.query.get("propagationPolicy") == "Foreground"
+    assert fake.job_names("pytorchjobs") == []
+    assert_granted_by_rbac(fake.requests)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -159,16 +160,19 @@ def wait_until_gone(cluster: Cluster, kind: JobKind, name: str, timeout: float =
 Event = tuple[str, dict[str, Any]]
 
 
-def watch_objects(list_call: Callable[..., Any], *args: Any, stream_seconds: Callable[[], float], out: TextIO, **selectors: Any) -> Iterator[Event | None]:
-    """Every change to the objects ``list_call(*args, **selectors)`` lists, forever, as (type, object dict).
+def watch_objects(
+    list_call: Callable[..., Any], *args: Any, stream_seconds: Callable[[], float], out: TextIO, stop: threading.Event | None = None, **selectors: Any
+) -> Iterator[Event | None]:
+    """Every change to the objects ``list_call(*args, **selectors)`` lists, as (type, object dict), until ``stop`` is set.
 
     Starts with a listing (each object as ``ADDED``), then watches from the
     listing's resourceVersion. ``None`` is yielded each time a stream ends, so
     the caller can look at its clock even when nothing changes.
     """
+    stop = stop or threading.Event()
     resource_version: str | None = None
     failures = 0
-    while True:
+    while not stop.is_set():
         try:
             if resource_version is None:
                 listing = json.loads(list_call(*args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **selectors).data)
@@ -199,6 +203,8 @@ def watch_objects(list_call: Callable[..., Any], *args: Any, stream_seconds: Cal
             else:
                 raise
         except NETWORK_ERRORS as error:
+            if stop.is_set():
+                return
             failures += 1
             print(f"lost the connection to the Kubernetes API ({type(error).__name__}); reconnecting", file=out, flush=True)
             time.sleep(min(2 ** (failures - 1), 30))

@@ -119,6 +119,8 @@ class ReplicaLogs:
 
     def emit(self, replica: str, text: str) -> None:
         with self._lock:
+            if self._stopped.is_set():  # the step has moved on (its report is written); late lines would interleave
+                return
             print(f"[{replica}] {text}", file=self.out, flush=True)
             self.tails[replica].append(text)
 
@@ -135,11 +137,11 @@ class ReplicaLogs:
         core = self.cluster.core
         selector = self.kind.pod_selector(self.job_name)
         try:
-            events = watch_objects(core.list_namespaced_pod, self.cluster.namespace, label_selector=selector, stream_seconds=lambda: 60, out=self.out)
+            events = watch_objects(
+                core.list_namespaced_pod, self.cluster.namespace, label_selector=selector, stream_seconds=lambda: 60, out=self.out, stop=self._stopped
+            )
             for event in events:
-                if self._stopped.is_set():
-                    return
-                if event is not None:
+                if event is not None and not self._stopped.is_set():
                     self._see(event[1], deleted=event[0] == "DELETED")
         except ApiException as error:
             # The job goes on; only its logs are missing here. Say why instead of dying silently.
