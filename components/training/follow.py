@@ -17,7 +17,17 @@ from typing import Any, TextIO
 from kubernetes.client.exceptions import ApiException
 
 from components.training.kinds import JobKind
-from components.training.kube import NETWORK_ERRORS, REQUEST_TIMEOUT, STREAM_SECONDS, Cluster, create_job, delete_job, require_kind, watch_objects
+from components.training.kube import (
+    NETWORK_ERRORS,
+    REQUEST_TIMEOUT,
+    STREAM_SECONDS,
+    Cluster,
+    api_problem,
+    create_job,
+    delete_job,
+    require_kind,
+    watch_objects,
+)
 from components.training.logs import ReplicaLogs, failed_replicas
 from components.training.reports import TAIL_LINES, TrainingFailed, exit_code_text, quoted
 from components.training.signals import sigterm_raises
@@ -80,19 +90,22 @@ def wait_for_end(cluster: Cluster, kind: JobKind, name: str, deadline: float, ou
         stream_seconds=lambda: min(STREAM_SECONDS, deadline - time.monotonic()),
         out=out,
     )
-    for event in events:
-        if time.monotonic() >= deadline:
-            return None
-        if event is None:
-            continue
-        kind_of_change, job = event
-        if kind_of_change == "DELETED":
-            raise TrainingFailed(f"{kind.kind} {name} was deleted while this step was following it (by a user, or its TTL); the step cannot tell how training ended.")
-        if kind.phase(job) != phase:
-            phase = kind.phase(job)
-            print(f"{kind.kind} {name}: {phase}", file=out, flush=True)
-        if kind.outcome(job):
-            return job
+    try:
+        for event in events:
+            if time.monotonic() >= deadline:
+                return None
+            if event is None:
+                continue
+            kind_of_change, job = event
+            if kind_of_change == "DELETED":
+                raise TrainingFailed(f"{kind.kind} {name} was deleted while this step was following it (by a user, or its TTL); the step cannot tell how training ended.")
+            if kind.phase(job) != phase:
+                phase = kind.phase(job)
+                print(f"{kind.kind} {name}: {phase}", file=out, flush=True)
+            if kind.outcome(job):
+                return job
+    except ApiException as error:
+        raise api_problem(error, f"watch {kind.plural}", cluster) or error
     return None
 
 

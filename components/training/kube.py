@@ -100,6 +100,8 @@ def require_kind(cluster: Cluster, kind: JobKind) -> None:
         if error.status != 404:
             raise api_problem(error, f"discover {kind.api_version}", cluster) or error
         served = []
+    except NETWORK_ERRORS as error:
+        raise UserError(f"The Kubernetes API at {cluster.api.configuration.host} cannot be reached ({error}). Check the kubeconfig, or the network.") from None
     if kind.plural not in served:
         raise UserError(
             f"This cluster does not serve {kind.kind} ({kind.plural}.{kind.group}/{kind.version}): its "

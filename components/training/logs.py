@@ -110,7 +110,9 @@ class ReplicaLogs:
                 self._see(pod, deleted=False)
         except (ApiException, *NETWORK_ERRORS):
             pass  # the watch's view has to do
-        for thread in list(self._followers.values()):
+        with self._lock:
+            followers = list(self._followers.values())
+        for thread in followers:
             thread.join(max(0.0, deadline - time.monotonic()))
 
     def stop(self) -> None:
@@ -159,10 +161,12 @@ class ReplicaLogs:
         state = (status or {}).get("state") or {}
         if "running" in state or "terminated" in state:
             key = (uid, status.get("restartCount", 0))
-            if key not in self._followers:
+            with self._lock:  # the pod watch and drain() may both see this run of the container
+                if key in self._followers:
+                    return
                 thread = threading.Thread(target=self._follow, args=(pod, key[1]), name=f"log-{pod['metadata']['name']}", daemon=True)
                 self._followers[key] = thread
-                thread.start()
+            thread.start()
 
     def _notice_why_waiting(self, pod: dict[str, Any]) -> None:
         replica = self.kind.replica_name(pod)
