@@ -6,7 +6,7 @@ components themselves: inside a pipeline pod ``kfp.dsl`` is the reduced runtime
 version, which has no ``dsl.component``.
 """
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 from kfp import dsl
 
@@ -52,50 +52,50 @@ def train_model(
     manifest: dsl.Output[dsl.Artifact],
     base_model: str = "",
     pipeline_name: str = "llm-finetune",
-    backend: Optional[str] = None,
-    nodes: Optional[int] = None,
-    gpus_per_node: Optional[int] = None,
-    cpu: Optional[str] = None,
-    memory: Optional[str] = None,
-    shm_size: Optional[str] = None,
-    node_selector: Optional[str] = None,
-    tolerations: Optional[str] = None,
-    hf_token_secret: Optional[str] = None,
-    timeout_minutes: Optional[float] = None,
-    backoff_limit: Optional[int] = None,
-    trainjob_runtime: Optional[str] = None,
-    method: Optional[str] = None,
-    lora_r: Optional[int] = None,
-    lora_alpha: Optional[int] = None,
-    lora_dropout: Optional[float] = None,
-    lora_target_modules: Optional[str] = None,
-    epochs: Optional[float] = None,
-    max_steps: Optional[int] = None,
-    learning_rate: Optional[float] = None,
-    scale_lr: Optional[bool] = None,
-    warmup_ratio: Optional[float] = None,
-    weight_decay: Optional[float] = None,
-    per_device_batch_size: Optional[int] = None,
-    gradient_accumulation_steps: Optional[int] = None,
-    max_length: Optional[int] = None,
-    packing: Optional[bool] = None,
-    loss_on: Optional[str] = None,
-    gradient_checkpointing: Optional[bool] = None,
-    save_steps: Optional[int] = None,
-    save_total_limit: Optional[int] = None,
-    logging_steps: Optional[int] = None,
-    eval_steps: Optional[int] = None,
-    seed: Optional[int] = None,
+    backend: str = "pytorchjob",
+    nodes: int = 2,
+    gpus_per_node: int = 1,
+    cpu: str = "8",
+    memory: str = "48Gi",
+    shm_size: str = "8Gi",
+    node_selector: str = "",
+    tolerations: str = "nvidia.com/gpu:NoSchedule",
+    hf_token_secret: str = "hf-token",
+    timeout_minutes: float = 1440.0,
+    backoff_limit: int = 3,
+    trainjob_runtime: str = "torch-distributed",
+    method: str = "lora",
+    lora_r: int = 16,
+    lora_alpha: int = 32,
+    lora_dropout: float = 0.05,
+    lora_target_modules: str = "all-linear",
+    epochs: float = 3.0,
+    max_steps: int = -1,
+    learning_rate: float = 0.0002,
+    scale_lr: bool = False,
+    warmup_ratio: float = 0.03,
+    weight_decay: float = 0.0,
+    per_device_batch_size: int = 4,
+    gradient_accumulation_steps: int = 1,
+    max_length: int = 1024,
+    packing: bool = True,
+    loss_on: str = "assistant",
+    gradient_checkpointing: bool = False,
+    save_steps: int = 50,
+    save_total_limit: int = 2,
+    logging_steps: int = 5,
+    eval_steps: int = 0,
+    seed: int = 42,
 ) -> str:
     """Fine-tune the base model: a PyTorchJob or TrainJob on the cluster, or local torchrun processes.
 
     Launch options (backend ... trainjob_runtime) are ``LaunchOptions`` fields and
-    training options (method ... seed) ``TrainConfig`` fields; None keeps the
-    dataclass's default, which stays their single source (the defaults here must
-    be literals: KFP runs this function's source in the pod). ``image`` is the
-    training pods' image: pass ``runtime_image()``, what this pipeline is
-    compiled for. ``pvc_name`` may be empty for the local backend. Returns the
-    run's train directory.
+    training options (method ... seed) ``TrainConfig`` fields. Their defaults are
+    copies of those dataclasses' defaults, written out because KFP runs this
+    function's source in the pod, where it cannot refer to them; a test keeps the
+    copies equal. ``image`` is the training pods' image: pass ``runtime_image()``,
+    what this pipeline is compiled for. ``pvc_name`` may be empty for the local
+    backend. Returns the run's train directory.
     """
     from components.train_model import run_in_pipeline
 

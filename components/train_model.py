@@ -288,14 +288,13 @@ def run_in_pipeline(
     """Train (on the cluster or locally), then record the outputs; returns the run's train directory.
 
     ``training`` holds TrainConfig options and ``launch`` LaunchOptions fields,
-    by name; a value of None (or a name left out) keeps that dataclass's
-    default. A failed or timed-out training fails the step (exit 1) with the
+    by name; a name left out keeps that dataclass's default. A failed or timed-out training fails the step (exit 1) with the
     failure report; a stopped step (SIGTERM) exits 143 after deleting its job or
     stopping its local trainer.
     """
-    options = LaunchOptions(**_given(launch))
+    options = LaunchOptions(**launch)
     train_dir = stage_dir(workspace_root, run_id, "train")
-    config = TrainConfig(model=base_model, data_dir=Path(data_dir), output_dir=train_dir, **_given(training))
+    config = TrainConfig(model=base_model, data_dir=Path(data_dir), output_dir=train_dir, **training)
     check_parameters(options, config, pvc_name, image)
     config = dataclasses.replace(config, model=resolve_base_model(base_model, options.backend))
     print(f"training {config.model} ({config.method}) with backend {options.backend}; outputs go to {train_dir}", flush=True)
@@ -315,7 +314,3 @@ def run_in_pipeline(
     record_outputs(config, options, model_artifact, metrics)
     return str(train_dir)
 
-
-def _given(values: dict[str, Any]) -> dict[str, Any]:
-    """The values a caller set: None stands for "the default" (how the component's optional inputs arrive)."""
-    return {name: value for name, value in values.items() if value is not None}
