@@ -19,7 +19,7 @@ from components.base_model import resolve_base_model
 from components.errors import UserError
 from components.steps import train_model
 from components.train_model import LaunchOptions, parse_node_selector, parse_tolerations, run_in_pipeline
-from pipelines.local_model import CLUSTER_BASE_MODEL
+from pipelines.local_model import CLUSTER_BASE_MODEL, LOCAL_MODEL_NAME
 from train_jobs import stand_in_artifacts
 from trainer.config import TrainConfig
 
@@ -137,9 +137,11 @@ def test_bad_tolerations_are_refused(text):
         parse_tolerations(text)
 
 
-def test_empty_base_model_resolves_per_backend(smollm2_dir, monkeypatch):
-    monkeypatch.setenv("LLM_FT_CACHE", str(smollm2_dir.parent.parent))
-    assert resolve_base_model("", "local") == str(smollm2_dir)
+def test_empty_base_model_resolves_per_backend(tmp_path, monkeypatch):
+    cached = tmp_path / "models" / LOCAL_MODEL_NAME
+    cached.mkdir(parents=True)  # a cache hit: local_base_model returns the materialised checkpoint's directory
+    monkeypatch.setenv("LLM_FT_CACHE", str(tmp_path))
+    assert resolve_base_model("", "local") == str(cached)
     assert resolve_base_model("  ", "pytorchjob") == resolve_base_model("", "trainjob") == CLUSTER_BASE_MODEL
     assert resolve_base_model("org/model", "local") == "org/model"
 
