@@ -293,6 +293,24 @@ def test_a_retried_launcher_follows_the_job_its_run_already_started(fake):
     assert len(fake.requests_matching("POST", "/pytorchjobs")) == 2 and fake.job_names("pytorchjobs") == [result["metadata"]["name"]]
 
 
+def test_a_retried_launcher_replaces_the_job_that_failed(fake):
+    failed = manifest_for(PYTORCHJOB)
+    fake.handle("POST", f"/apis/kubeflow.org/v1/namespaces/{fake.namespace}/pytorchjobs", {}, failed)
+    fake.set_condition("pytorchjobs", failed["metadata"]["name"], "Failed", "JobFailed")
+
+    def script(fake):
+        fake.wait_for_request("DELETE", "/pytorchjobs/")
+        fake.wait_for_request("POST", "/pytorchjobs", count=3)  # ours, the launcher's refused one, its second
+        job, pods = start_replicas(fake, PYTORCHJOB)
+        for pod in pods:
+            fake.exit_container(pod, 0)
+        fake.set_condition("pytorchjobs", job, "Succeeded", "JobSucceeded")
+
+    log, result = launch(fake, PYTORCHJOB, script)
+    assert not isinstance(result, BaseException), result
+    assert "failed; replacing it" in log and PYTORCHJOB.outcome(result).succeeded
+
+
 # --- the whole step on the cluster backends ----------------------------------------------------
 
 

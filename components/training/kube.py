@@ -110,12 +110,12 @@ def require_kind(cluster: Cluster, kind: JobKind) -> None:
 
 
 def create_job(cluster: Cluster, kind: JobKind, manifest: dict[str, Any], out: TextIO) -> None:
-    """Create the job; if this run's job already exists, follow it when running, replace it when finished.
+    """Create the job; if this run's job already exists, follow it, unless it failed: then replace it.
 
     The job's name is derived from the run id, so a conflict means an earlier
     attempt of this very step (e.g. a retried launcher pod) created it: a
-    running one is adopted rather than duplicated, a finished one is replaced
-    (its replicas resume from the checkpoints it left on the workspace).
+    running or succeeded one is adopted rather than trained again, a failed one
+    is replaced (its replicas resume from the checkpoints it left on the workspace).
     """
     name = manifest["metadata"]["name"]
     for attempt in range(2):
@@ -127,10 +127,12 @@ def create_job(cluster: Cluster, kind: JobKind, manifest: dict[str, Any], out: T
             if error.status != 409 or attempt:
                 raise api_problem(error, f"create {kind.plural}", cluster) or error
         existing = cluster.custom.get_namespaced_custom_object(kind.group, kind.version, cluster.namespace, kind.plural, name, _request_timeout=REQUEST_TIMEOUT)
-        if kind.outcome(existing) is None:
-            print(f"{kind.kind} {name} already exists and is still running (an earlier attempt of this step started it); following it", file=out, flush=True)
+        outcome = kind.outcome(existing)
+        if outcome is None or outcome.succeeded:
+            state = "is still running" if outcome is None else "has succeeded"
+            print(f"{kind.kind} {name} already exists and {state} (an earlier attempt of this step started it); following it", file=out, flush=True)
             return
-        print(f"{kind.kind} {name} exists from an earlier attempt and has finished; replacing it", file=out, flush=True)
+        print(f"{kind.kind} {name} from an earlier attempt of this step failed; replacing it", file=out, flush=True)
         delete_job(cluster, kind, name)
         wait_until_gone(cluster, kind, name)
 
