@@ -88,3 +88,81 @@ def publish_model(
     )
     location, dry_run = run_in_pipeline(workspace_root, run_id, dataset_uri, options, model_card, metrics)
     return namedtuple("PublishOutputs", ["location", "dry_run"])(location, dry_run)
+
+
+def train_model(
+    workspace_root: str,
+    run_id: str,
+    data_dir: str,
+    pvc_name: str,
+    image: str,
+    model: dsl.Output[dsl.Model],
+    metrics: dsl.Output[dsl.Metrics],
+    manifest: dsl.Output[dsl.Artifact],
+    base_model: str = "",
+    pipeline_name: str = "llm-finetune",
+    backend: str = "pytorchjob",
+    nodes: int = 2,
+    gpus_per_node: int = 1,
+    cpu: str = "8",
+    memory: str = "48Gi",
+    shm_size: str = "8Gi",
+    node_selector: str = "",
+    tolerations: str = "nvidia.com/gpu:NoSchedule",
+    hf_token_secret: str = "hf-token",
+    timeout_minutes: float = 1440.0,
+    backoff_limit: int = 3,
+    trainjob_runtime: str = "torch-distributed",
+    method: str = "lora",
+    lora_r: int = 16,
+    lora_alpha: int = 32,
+    lora_dropout: float = 0.05,
+    lora_target_modules: str = "all-linear",
+    epochs: float = 3.0,
+    max_steps: int = -1,
+    learning_rate: float = 0.0002,
+    scale_lr: bool = False,
+    warmup_ratio: float = 0.03,
+    weight_decay: float = 0.0,
+    per_device_batch_size: int = 4,
+    gradient_accumulation_steps: int = 1,
+    max_length: int = 1024,
+    packing: bool = True,
+    loss_on: str = "assistant",
+    gradient_checkpointing: bool = False,
+    save_steps: int = 50,
+    save_total_limit: int = 2,
+    logging_steps: int = 5,
+    eval_steps: int = 0,
+    seed: int = 42,
+) -> str:
+    """Fine-tune the base model: a PyTorchJob or TrainJob on the cluster, or local torchrun processes.
+
+    Launch options (backend ... trainjob_runtime) are ``LaunchOptions`` fields and
+    training options (method ... seed) ``TrainConfig`` fields. Their defaults are
+    copies of those dataclasses' defaults, written out because KFP runs this
+    function's source in the pod, where it cannot refer to them; a test keeps the
+    copies equal. ``image`` is the training pods' image: pass ``runtime_image()``,
+    what this pipeline is compiled for. ``pvc_name`` may be empty for the local
+    backend. Returns the run's train directory.
+    """
+    from components.train_model import run_in_pipeline
+
+    launch = dict(
+        backend=backend, nodes=nodes, gpus_per_node=gpus_per_node, cpu=cpu, memory=memory, shm_size=shm_size,
+        node_selector=node_selector, tolerations=tolerations, hf_token_secret=hf_token_secret,
+        timeout_minutes=timeout_minutes, backoff_limit=backoff_limit, trainjob_runtime=trainjob_runtime,
+    )  # fmt: skip
+    training = dict(
+        method=method, lora_r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, lora_target_modules=lora_target_modules,
+        epochs=epochs, max_steps=max_steps, learning_rate=learning_rate, scale_lr=scale_lr, warmup_ratio=warmup_ratio,
+        weight_decay=weight_decay, per_device_batch_size=per_device_batch_size,
+        gradient_accumulation_steps=gradient_accumulation_steps, max_length=max_length, packing=packing, loss_on=loss_on,
+        gradient_checkpointing=gradient_checkpointing, save_steps=save_steps, save_total_limit=save_total_limit,
+        logging_steps=logging_steps, eval_steps=eval_steps, seed=seed,
+    )  # fmt: skip
+    return run_in_pipeline(
+        workspace_root=workspace_root, run_id=run_id, data_dir=data_dir, base_model=base_model, training=training,
+        launch=launch, pvc_name=pvc_name, image=image, pipeline_name=pipeline_name,
+        model_artifact=model, metrics=metrics, manifest_artifact=manifest,
+    )  # fmt: skip

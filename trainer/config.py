@@ -70,8 +70,41 @@ class TrainConfig:
         return {name: str(value) if isinstance(value, Path) else value for name, value in dataclasses.asdict(self).items()}
 
 
-def _flag(name: str) -> str:
+def flag(name: str) -> str:
+    """The command-line option of the field ``name``: ``lora_r`` -> ``--lora-r``."""
     return "--" + name.replace("_", "-")
+
+
+POSITIVE_FIELDS = ("lora_r", "lora_alpha", "per_device_batch_size", "gradient_accumulation_steps", "max_length", "save_steps", "logging_steps")
+
+
+def option_problems(config: TrainConfig) -> dict[str, str]:
+    """Field name -> what is wrong with its value, for settings that would fail only after the model has loaded.
+
+    Device-independent, so the pipeline's launcher can run the same checks
+    before it asks the cluster for GPU pods; callers name the field their way
+    (``--lora-r`` on the command line, ``lora_r`` in the run form).
+    """
+    problems = {}
+    for name in POSITIVE_FIELDS:
+        if getattr(config, name) <= 0:
+            problems[name] = f"must be positive (got {getattr(config, name)})"
+    if config.epochs <= 0 and config.max_steps <= 0:
+        problems["epochs"] = f"must be positive (got {config.epochs}) unless max_steps is set"
+    if config.learning_rate <= 0:
+        problems["learning_rate"] = f"must be positive (got {config.learning_rate})"
+    if not 0 <= config.lora_dropout < 1:
+        problems["lora_dropout"] = f"must be in [0, 1) (got {config.lora_dropout})"
+    if config.save_total_limit < 2:
+        problems["save_total_limit"] = (
+            f"must be at least 2 (got {config.save_total_limit}): a save interrupted by a pod "
+            "restart must never leave the run without a complete checkpoint"
+        )
+    for name in ("method", "loss_on"):
+        choices = TrainConfig.__dataclass_fields__[name].metadata["choices"]
+        if getattr(config, name) not in choices:
+            problems[name] = f"must be one of {', '.join(choices)} (got {getattr(config, name)!r})"
+    return problems
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,10 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
     for spec in dataclasses.fields(TrainConfig):
         kind = types[spec.name]
         if kind is bool:
-            parser.add_argument(_flag(spec.name), action=argparse.BooleanOptionalAction, default=spec.default, help=spec.metadata["help"])
+            parser.add_argument(flag(spec.name), action=argparse.BooleanOptionalAction, default=spec.default, help=spec.metadata["help"])
             continue
         parser.add_argument(
-            _flag(spec.name),
+            flag(spec.name),
             type=kind,
             default=None if spec.metadata.get("required") else spec.default,
             required=spec.metadata.get("required", False),
@@ -99,3 +132,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
     return TrainConfig(**vars(build_parser().parse_args(argv)))
+
+
+def to_args(config: TrainConfig) -> list[str]:
+    """The command line that ``parse_config`` turns back into ``config``: every field, explicitly.
+
+    Every field is written, defaults included, so a launched job does exactly
+    what its manifest says even if the image's defaults differ from the
+    launcher's. Floats use ``repr``, which parses back to the same number.
+    """
+    args: list[str] = []
+    for spec in dataclasses.fields(TrainConfig):
+        value = getattr(config, spec.name)
+        if isinstance(value, bool):
+            args.append(flag(spec.name) if value else "--no-" + flag(spec.name)[2:])
+        else:
+            args += [flag(spec.name), repr(value) if isinstance(value, float) else str(value)]
+    return args

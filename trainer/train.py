@@ -26,7 +26,7 @@ from components.errors import UserError
 from trainer import checkpoints, data, diagnostics, distributed, outputs
 from trainer.callbacks import CompletionManifest, PreemptionSave, ProgressLines
 from trainer.diagnostics import ShardRecorder
-from trainer.config import TrainConfig
+from trainer.config import TrainConfig, flag, option_problems
 from trainer.distributed import Topology
 
 log = logging.getLogger("trainer")
@@ -38,21 +38,7 @@ PREEMPTED_EXIT_CODE = 143
 
 def check_config(config: TrainConfig) -> None:
     """Reject settings that would fail (or silently misbehave) only after the model has loaded."""
-    problems = []
-    for name in ("lora_r", "lora_alpha", "per_device_batch_size", "gradient_accumulation_steps", "max_length", "save_steps", "logging_steps"):
-        if getattr(config, name) <= 0:
-            problems.append(f"--{name.replace('_', '-')} must be positive (got {getattr(config, name)})")
-    if config.epochs <= 0 and config.max_steps <= 0:
-        problems.append(f"--epochs must be positive (got {config.epochs}) unless --max-steps is set")
-    if config.learning_rate <= 0:
-        problems.append(f"--learning-rate must be positive (got {config.learning_rate})")
-    if not 0 <= config.lora_dropout < 1:
-        problems.append(f"--lora-dropout must be in [0, 1) (got {config.lora_dropout})")
-    if config.save_total_limit < 2:
-        problems.append(
-            f"--save-total-limit must be at least 2 (got {config.save_total_limit}): a save interrupted by a pod "
-            "restart must never leave the run without a complete checkpoint"
-        )
+    problems = [f"{flag(name)} {problem}" for name, problem in option_problems(config).items()]
     if config.method == "qlora" and not (torch.cuda.is_available() and importlib.util.find_spec("bitsandbytes")):
         problems.append(
             "--method qlora needs a CUDA GPU and the bitsandbytes package, and this process has "

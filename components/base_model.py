@@ -1,0 +1,21 @@
+"""Which base model a run fine-tunes (and evaluates against) when the run form leaves it empty.
+
+Local runs use SmolLM2-135M-Instruct, materialised from a PyPI package so they
+need no model hub; cluster runs use ``CLUSTER_BASE_MODEL`` from the Hub. The
+train and evaluate stages both call ``resolve_base_model`` so they always
+agree on what "the base model" was.
+"""
+
+from __future__ import annotations
+
+from pipelines.local_model import CLUSTER_BASE_MODEL, local_base_model
+
+LOCAL_BACKEND = "local"
+
+
+def resolve_base_model(base_model: str, backend: str) -> str:
+    """``base_model`` when given, else the local checkpoint directory (backend ``local``) or the cluster default."""
+    base_model = base_model.strip()
+    if base_model:
+        return base_model
+    return str(local_base_model()) if backend == LOCAL_BACKEND else CLUSTER_BASE_MODEL

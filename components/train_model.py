@@ -1,0 +1,316 @@
+"""Training stage: what the pipeline's ``train_model`` step runs.
+
+In the cluster the step is a small launcher pod (no GPU): it renders a
+PyTorchJob (Training Operator v1) or a TrainJob (Kubeflow Trainer v2), creates
+it, streams every replica's log into the step's log and ends as the job ends.
+Under kfp.local (backend ``local``) it runs the same trainer as N local
+processes with torchrun. Either way the trainer writes ``merged/``,
+``adapter/``, ``checkpoints/`` and ``training_summary.json`` into the run's
+train directory on the workspace, and the step returns that directory with a
+Model artifact pointing at it, the summary's numbers as Metrics and the
+launched manifest (or local command) as an artifact for debugging.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubernetes.utils import parse_quantity
+
+from components.atomic import write_text_atomic
+from components.base_model import LOCAL_BACKEND, resolve_base_model
+from components.errors import UserError, exit_on_user_error
+from components.training.kinds import KINDS, PYTORCHJOB
+from components.training.manifests import JobSpec, job_name, render_pytorchjob, render_trainjob, run_labels, to_yaml
+from components.training.reports import TrainingFailed
+from components.training.signals import TERMINATED_EXIT_CODE, Terminated
+from components.workspace import stage_dir
+from trainer.config import TrainConfig, option_problems
+
+BACKENDS = (LOCAL_BACKEND, *KINDS)
+FINISHED_JOB_TTL_SECONDS = 24 * 3600  # finished PyTorchJobs (and their pods' logs) stay a day for inspection
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+TOLERATION_OPERATORS = ("Exists", "Equal")
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+SUMMARY_METRICS = (
+    "final_train_loss", "mean_train_loss", "final_eval_loss", "global_step", "epochs", "train_examples", "eval_examples",
+    "tokens_seen", "train_runtime_s", "non_padding_tokens_per_s", "world_size", "learning_rate",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """Where and how the trainer runs; the single source of these run parameters' defaults."""
+
+    backend: str = "pytorchjob"  # local | pytorchjob | trainjob
+    nodes: int = 2  # pods (local: nodes x processes per node processes)
+    gpus_per_node: int = 1  # one training process per GPU; 0 trains on CPU, one process per pod
+    cpu: str = "8"  # CPU request per pod
+    memory: str = "48Gi"  # memory request and limit per pod, /dev/shm included
+    shm_size: str = "8Gi"
+    node_selector: str = ""  # JSON object or key=value,key=value
+    tolerations: str = "nvidia.com/gpu:NoSchedule"  # JSON list or key[=value][:Effect],...
+    hf_token_secret: str = "hf-token"  # Secret with key HF_TOKEN; optional, so a missing one only matters for gated models
+    timeout_minutes: float = 24 * 60.0  # cluster backends: the job is deleted after this
+    backoff_limit: int = 3  # PyTorchJob: container restarts before the job fails
+    trainjob_runtime: str = "torch-distributed"  # ClusterTrainingRuntime of a TrainJob
+
+    @property
+    def procs_per_node(self) -> int:
+        return self.gpus_per_node or 1
+
+
+def parse_node_selector(value: str | dict[str, str]) -> dict[str, str]:
+    """``{"k": "v"}`` (JSON or a dict) or ``k=v,k2=v2``; empty means none."""
+    if isinstance(value, dict):
+        return {str(k): str(v) for k, v in value.items()}
+    text = value.strip()
+    if not text:
+        return {}
+    if text.startswith("{"):
+        try:
+            parsed = json.loads(text)
+        except ValueError as error:
+            raise UserError(f"parameter 'node_selector' is not valid JSON ({error}): {text!r}. Write it as {{\"key\": \"value\"}} or key=value,key2=value2.") from None
+        return parse_node_selector(parsed)
+    selector = {}
+    for pair in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, label = pair.partition("=")
+        if not sep or not key:
+            raise UserError(f"parameter 'node_selector' has {pair!r}, which is not key=value. Write it as key=value,key2=value2 or as a JSON object.")
+        selector[key.strip()] = label.strip()
+    return selector
+
+
+def parse_tolerations(value: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A JSON list of Kubernetes tolerations, or the short form ``key[=value][:Effect],...``; empty means none."""
+    if isinstance(value, list):
+        tolerations = value
+    elif not value.strip():
+        return []
+    elif value.strip().startswith("["):
+        try:
+            tolerations = json.loads(value)
+        except ValueError as error:
+            raise UserError(f"parameter 'tolerations' is not valid JSON ({error}): {value!r}. Write a JSON list of tolerations or key[=value][:Effect],...") from None
+    else:
+        tolerations = [_short_toleration(item.strip()) for item in value.split(",") if item.strip()]
+    for toleration in tolerations:
+        problem = _toleration_problem(toleration)
+        if problem:
+            raise UserError(f"parameter 'tolerations' has {toleration!r}: {problem}.")
+    return tolerations
+
+
+def _short_toleration(text: str) -> dict[str, Any]:
+    """``nvidia.com/gpu:NoSchedule`` tolerates that taint whatever its value; ``team=ml:NoExecute`` only value ml."""
+    taint, _, effect = text.partition(":")
+    key, sep, value = taint.partition("=")
+    toleration: dict[str, Any] = {"key": key, "operator": "Equal" if sep else "Exists"}
+    if sep:
+        toleration["value"] = value
+    if effect:
+        toleration["effect"] = effect
+    return toleration
+
+
+def _toleration_problem(toleration: Any) -> str | None:
+    if not isinstance(toleration, dict):
+        return "each toleration is an object with key, operator, value and effect"
+    if toleration.get("operator", "Equal") not in TOLERATION_OPERATORS:
+        return f"operator must be one of {', '.join(TOLERATION_OPERATORS)}"
+    if toleration.get("effect", "") not in ("", *TAINT_EFFECTS):
+        return f"effect must be one of {', '.join(TAINT_EFFECTS)} (or absent for all)"
+    if not toleration.get("key") and toleration.get("operator") != "Exists":
+        return "a toleration without a key must use operator Exists"
+    return None
+
+
+def _quantity_problem(name: str, value: str) -> str | None:
+    try:
+        if parse_quantity(value) > 0:
+            return None
+    except ValueError:
+        pass
+    return f"parameter '{name}' is {value!r}, not a positive Kubernetes quantity such as '8', '500m', '48Gi'"
+
+
+def launch_problems(launch: LaunchOptions, pvc_name: str, image: str) -> list[str]:
+    """One sentence per invalid launch parameter."""
+    problems = []
+    if launch.backend not in BACKENDS:
+        problems.append(f"parameter 'backend' is {launch.backend!r}; it is one of {', '.join(BACKENDS)}")
+    if launch.nodes < 1:
+        problems.append(f"parameter 'nodes' must be at least 1 (got {launch.nodes})")
+    if launch.gpus_per_node < 0:
+        problems.append(f"parameter 'gpus_per_node' must be 0 (CPU) or more (got {launch.gpus_per_node})")
+    if launch.timeout_minutes <= 0:
+        problems.append(f"parameter 'timeout_minutes' must be positive (got {launch.timeout_minutes})")
+    if launch.backoff_limit < 0:
+        problems.append(f"parameter 'backoff_limit' must be 0 or more (got {launch.backoff_limit})")
+    problems += filter(None, (_quantity_problem(name, getattr(launch, name)) for name in ("cpu", "memory", "shm_size")))
+    if launch.hf_token_secret and not DNS1123_SUBDOMAIN.match(launch.hf_token_secret):
+        problems.append(f"parameter 'hf_token_secret' is {launch.hf_token_secret!r}, not a valid Secret name (or empty for none)")
+    if launch.backend in KINDS:
+        if not pvc_name:
+            problems.append("the cluster backends need the workspace PVC's name (pvc_name), to mount it in every training pod")
+        if not image:
+            problems.append("the cluster backends need the runtime image (image) to run the training pods in")
+    return problems
+
+
+def check_parameters(launch: LaunchOptions, config: TrainConfig, pvc_name: str, image: str) -> None:
+    """Fail in seconds, naming every bad parameter, rather than after pods were scheduled."""
+    problems = launch_problems(launch, pvc_name, image)
+    problems += [f"parameter '{name}' {problem}" for name, problem in option_problems(config).items()]
+    for parse, value in ((parse_node_selector, launch.node_selector), (parse_tolerations, launch.tolerations)):
+        try:
+            parse(value)
+        except UserError as error:
+            problems.append(str(error).rstrip("."))
+    if problems:
+        raise UserError("The train step's parameters are invalid: " + "; ".join(problems) + ". Fix them and start the run again.")
+    if not (config.data_dir / "train.parquet").is_file():
+        raise UserError(
+            f"The data stage's output {config.data_dir / 'train.parquet'} does not exist, so there is nothing to train on. "
+            "Pass the data_dir the prepare_dataset step returned (and, in a cluster, mount the workspace PVC in this step)."
+        )
+
+
+def job_spec(config: TrainConfig, launch: LaunchOptions, *, namespace: str, run_id: str, pipeline_name: str, pvc_name: str, mount_path: str, image: str) -> JobSpec:
+    timeout = int(launch.timeout_minutes * 60)
+    return JobSpec(
+        name=job_name(run_id),
+        namespace=namespace,
+        image=image,
+        train=config,
+        nodes=launch.nodes,
+        gpus_per_node=launch.gpus_per_node,
+        cpu=launch.cpu,
+        memory=launch.memory,
+        shm_size=launch.shm_size,
+        pvc_name=pvc_name,
+        mount_path=mount_path,
+        backoff_limit=launch.backoff_limit,
+        active_deadline_seconds=timeout + 300,  # the launcher deletes the job first; this is the backstop if the launcher dies
+        ttl_seconds_after_finished=FINISHED_JOB_TTL_SECONDS,
+        hf_token_secret=launch.hf_token_secret,
+        node_selector=parse_node_selector(launch.node_selector),
+        tolerations=tuple(parse_tolerations(launch.tolerations)),
+        labels=run_labels(run_id, pipeline_name),
+    )
+
+
+def train_on_cluster(config: TrainConfig, launch: LaunchOptions, *, run_id: str, pipeline_name: str, pvc_name: str, mount_path: str, image: str, manifest_artifact) -> None:
+    from components.training.follow import run_job
+    from components.training.kube import connect
+
+    cluster = connect()
+    kind = KINDS[launch.backend]
+    spec = job_spec(config, launch, namespace=cluster.namespace, run_id=run_id, pipeline_name=pipeline_name, pvc_name=pvc_name, mount_path=mount_path, image=image)
+    manifest = render_pytorchjob(spec) if kind is PYTORCHJOB else render_trainjob(spec, launch.trainjob_runtime)
+    write_text_atomic(Path(manifest_artifact.path), to_yaml(manifest))
+    manifest_artifact.metadata.update({"kind": kind.kind, "name": spec.name, "namespace": spec.namespace})
+    print(f"{kind.kind} to run:\n{to_yaml(manifest)}", flush=True)
+    run_job(cluster, kind, manifest, timeout=launch.timeout_minutes * 60)
+
+
+def train_locally(config: TrainConfig, launch: LaunchOptions, manifest_artifact) -> None:
+    from components.training.local import local_command, run_local
+
+    processes = launch.nodes * launch.procs_per_node
+    _check_local_gpus(processes, launch.gpus_per_node)
+    command = local_command(config, processes)
+    write_text_atomic(Path(manifest_artifact.path), to_yaml({"backend": LOCAL_BACKEND, "processes": processes, "command": command}))
+    manifest_artifact.metadata.update({"kind": "local", "processes": processes})
+    run_local(config, processes)
+
+
+def _check_local_gpus(processes: int, gpus_per_node: int) -> None:
+    import torch
+
+    if gpus_per_node and torch.cuda.is_available() and processes > torch.cuda.device_count():
+        raise UserError(
+            f"The local backend would start {processes} processes (nodes x gpus_per_node), one per GPU, but this machine has "
+            f"{torch.cuda.device_count()}. Lower nodes or gpus_per_node."
+        )
+
+
+def record_outputs(config: TrainConfig, launch: LaunchOptions, model_artifact, metrics) -> None:
+    """Model artifact metadata pointing at the workspace, and the summary's numbers as metrics."""
+    from trainer.outputs import SUMMARY  # here: that module brings matplotlib, which the launcher needs only now
+
+    summary_path = config.output_dir / SUMMARY
+    if not summary_path.is_file():
+        raise UserError(
+            f"Training finished but {summary_path} is missing. The training pods write it to the workspace PVC, so this step "
+            "must mount the same PVC at the same path (the workspace root) to read it."
+        )
+    summary = json.loads(summary_path.read_text(encoding="utf-8"))
+    locations = {
+        "train_dir": str(config.output_dir),
+        "merged_dir": str(config.merged_dir),
+        "adapter_dir": str(config.adapter_dir) if config.adapter_dir.is_dir() else "",
+        "checkpoints_dir": str(config.checkpoints_dir),
+    }
+    write_text_atomic(Path(model_artifact.path), json.dumps(locations, indent=2) + "\n")
+    model_artifact.metadata.update(
+        {**locations, "base_model": config.model, "method": config.method, "backend": launch.backend, "world_size": summary.get("world_size")}
+    )
+    for name in SUMMARY_METRICS:
+        value = summary.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            metrics.log_metric(name, value)
+
+
+@exit_on_user_error
+def run_in_pipeline(
+    *,
+    workspace_root: str,
+    run_id: str,
+    data_dir: str,
+    base_model: str,
+    training: dict[str, Any],
+    launch: dict[str, Any],
+    pvc_name: str,
+    image: str,
+    pipeline_name: str,
+    model_artifact,
+    metrics,
+    manifest_artifact,
+) -> str:
+    """Train (on the cluster or locally), then record the outputs; returns the run's train directory.
+
+    ``training`` holds TrainConfig options and ``launch`` LaunchOptions fields,
+    by name; a name left out keeps that dataclass's default. A failed or timed-out training fails the step (exit 1) with the
+    failure report; a stopped step (SIGTERM) exits 143 after deleting its job or
+    stopping its local trainer.
+    """
+    options = LaunchOptions(**launch)
+    train_dir = stage_dir(workspace_root, run_id, "train")
+    config = TrainConfig(model=base_model, data_dir=Path(data_dir), output_dir=train_dir, **training)
+    check_parameters(options, config, pvc_name, image)
+    config = dataclasses.replace(config, model=resolve_base_model(base_model, options.backend))
+    print(f"training {config.model} ({config.method}) with backend {options.backend}; outputs go to {train_dir}", flush=True)
+    try:
+        if options.backend == LOCAL_BACKEND:
+            train_locally(config, options, manifest_artifact)
+        else:
+            train_on_cluster(
+                config, options, run_id=run_id, pipeline_name=pipeline_name, pvc_name=pvc_name, mount_path=workspace_root, image=image, manifest_artifact=manifest_artifact
+            )
+    except TrainingFailed as failure:
+        print(f"error: training failed.\n{failure}", file=sys.stderr, flush=True)
+        sys.exit(1)
+    except Terminated:
+        print("the train step was stopped (SIGTERM) before training finished; its trainer was stopped", file=sys.stderr, flush=True)
+        sys.exit(TERMINATED_EXIT_CODE)
+    record_outputs(config, options, model_artifact, metrics)
+    return str(train_dir)
+

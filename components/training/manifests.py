@@ -1,0 +1,274 @@
+"""Manifests of a distributed training job: a PyTorchJob (Training Operator v1) or a TrainJob (Trainer v2).
+
+Both describe the same job: ``nodes`` pods of the runtime image, each running
+``torchrun -m trainer <options>`` with one process per GPU (one on CPU). No
+rank or rendezvous flag is set by hand: torchrun reads ``PET_NNODES``,
+``PET_NPROC_PER_NODE``, ``PET_NODE_RANK``, ``PET_MASTER_ADDR`` and
+``PET_MASTER_PORT``, which both operators inject, and ``--expected-world-size``
+makes the trainer refuse to start if that environment does not add up to
+``nodes x processes per node``.
+
+What every pod gets, and why:
+
+- the workspace PVC at the same path in every replica, so the paths in the
+  trainer's options mean the same file everywhere (data in, checkpoints out);
+- ``HF_TOKEN`` from a Secret, marked optional so public models need none; the
+  token itself never appears in a manifest, parameter or log;
+- a memory-backed ``/dev/shm`` (NCCL and DataLoader workers use shared memory;
+  the container runtime's 64 MiB default breaks multi-GPU training). It counts
+  against the memory limit;
+- ``HOME``, ``TRITON_CACHE_DIR`` on a scratch emptyDir and ``HF_HOME`` on the
+  workspace: OpenShift runs pods under a random UID with no writable home, and
+  a shared model cache on the PVC is downloaded once for all replicas and runs;
+- a restricted security context (no privilege escalation, no capabilities), as
+  the restricted Pod Security profile and OpenShift's restricted-v2 SCC want.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from components.training.kinds import PYTORCHJOB, TRAINJOB
+from trainer.config import TrainConfig, to_args
+
+GPU_RESOURCE = "nvidia.com/gpu"
+PYTORCHJOB_PORT = {"name": "pytorchjob-port", "containerPort": 23456}  # the port the operator's MASTER_PORT names
+SCRATCH = "/tmp"
+LABEL_PREFIX = "llm-finetune-pipeline"
+# The torch-distributed ClusterTrainingRuntime runs its trainer as the replicated
+# job "node" (container "node"); runtime patches address it by that name.
+TRAINJOB_REPLICATED_JOB = "node"
+RUNTIME_PATCH_MANAGER = "llm-finetune-pipeline/launcher"
+# Pods are named <job>-worker-<i> (PyTorchJob) or <job>-node-0-<i> (TrainJob) and
+# their host names must stay within 63 characters.
+MAX_JOB_NAME = 45
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """Everything a training job manifest is rendered from."""
+
+    name: str  # unique per pipeline run (see job_name); pods and services derive their names from it
+    namespace: str
+    image: str
+    train: TrainConfig  # the trainer's options; paths are on the workspace PVC
+    nodes: int  # pods
+    gpus_per_node: int  # 0 trains on CPU with one process per pod
+    cpu: str  # request per pod
+    memory: str  # request and limit per pod (it includes /dev/shm)
+    shm_size: str
+    pvc_name: str
+    mount_path: str
+    backoff_limit: int  # pod restarts before the job fails (the trainer resumes from its checkpoints)
+    active_deadline_seconds: int  # the cluster stops the job after this, even if the launcher is gone
+    ttl_seconds_after_finished: int  # PyTorchJob only: Trainer v2 has no TTL, the launcher cleans up
+    hf_token_secret: str = ""  # Secret holding the Hugging Face token; empty: no HF_TOKEN
+    hf_token_key: str = "HF_TOKEN"
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: tuple[dict[str, Any], ...] = ()
+    labels: dict[str, str] = field(default_factory=dict)  # ties the job and its pods to the pipeline run
+
+    @property
+    def procs_per_node(self) -> int:
+        return self.gpus_per_node or 1
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.procs_per_node
+
+    def trainer_command(self) -> list[str]:
+        config = dataclasses.replace(self.train, expected_world_size=self.world_size)
+        return ["torchrun", "-m", "trainer", *to_args(config)]
+
+
+def job_name(run_id: str, prefix: str = "llm-ft") -> str:
+    """A DNS-1035 label derived from the run id: the same for every attempt of the run's train step.
+
+    A retried launcher therefore finds the job it started instead of starting a
+    second one. Long ids are shortened with a hash so distinct runs stay distinct.
+    """
+    slug = re.sub(r"[^a-z0-9]+", "-", run_id.lower()).strip("-")
+    name = f"{prefix}-{slug}" if slug else prefix
+    if len(name) > MAX_JOB_NAME:
+        digest = hashlib.sha256(run_id.encode()).hexdigest()[:8]
+        name = name[: MAX_JOB_NAME - len(digest) - 1].rstrip("-") + "-" + digest
+    return name
+
+
+def label_value(text: str) -> str:
+    """``text`` as a valid label value: at most 63 of [A-Za-z0-9._-], alphanumeric at both ends."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text)[:63].strip("._-")
+
+
+def run_labels(run_id: str, pipeline_name: str) -> dict[str, str]:
+    """Labels that tie a job and its pods to a pipeline run: ``oc get pods -l llm-finetune-pipeline/run-id=<id>``."""
+    return {
+        "app.kubernetes.io/part-of": LABEL_PREFIX,
+        "app.kubernetes.io/component": "train",
+        f"{LABEL_PREFIX}/run-id": label_value(run_id),
+        f"{LABEL_PREFIX}/pipeline": label_value(pipeline_name),
+    }
+
+
+def _resources(spec: JobSpec) -> dict[str, Any]:
+    requests = {"cpu": spec.cpu, "memory": spec.memory}
+    limits = {"memory": spec.memory}
+    if spec.gpus_per_node:
+        requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(spec.gpus_per_node)
+    return {"requests": requests, "limits": limits}
+
+
+def _env(spec: JobSpec) -> list[dict[str, Any]]:
+    env = [
+        {"name": "HOME", "value": SCRATCH},
+        {"name": "HF_HOME", "value": f"{spec.mount_path}/.cache/huggingface"},
+        {"name": "TRITON_CACHE_DIR", "value": f"{SCRATCH}/.triton"},
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+    ]
+    if spec.hf_token_secret:
+        secret = {"name": spec.hf_token_secret, "key": spec.hf_token_key, "optional": True}
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": secret}})
+    return env
+
+
+def _volumes(spec: JobSpec) -> list[dict[str, Any]]:
+    return [
+        {"name": "workspace", "persistentVolumeClaim": {"claimName": spec.pvc_name}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}},
+        {"name": "scratch", "emptyDir": {}},
+    ]
+
+
+def _volume_mounts(spec: JobSpec) -> list[dict[str, Any]]:
+    return [
+        {"name": "workspace", "mountPath": spec.mount_path},
+        {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "scratch", "mountPath": SCRATCH},
+    ]
+
+
+CONTAINER_SECURITY = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "runAsNonRoot": True,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def _placement(spec: JobSpec) -> dict[str, Any]:
+    placement: dict[str, Any] = {}
+    if spec.node_selector:
+        placement["nodeSelector"] = dict(spec.node_selector)
+    if spec.tolerations:
+        placement["tolerations"] = [dict(toleration) for toleration in spec.tolerations]
+    return placement
+
+
+def _metadata(spec: JobSpec) -> dict[str, Any]:
+    return {"name": spec.name, "namespace": spec.namespace, "labels": dict(spec.labels)}
+
+
+def render_pytorchjob(spec: JobSpec) -> dict[str, Any]:
+    """A ``kubeflow.org/v1`` PyTorchJob: one Master and ``nodes - 1`` Workers.
+
+    ``OnFailure`` restarts a failed replica's container in place (the trainer
+    resumes from the newest complete checkpoint) until ``backoffLimit``
+    restarts have been spent; ``cleanPodPolicy: Running`` stops replicas left
+    running when the job ends, keeping finished pods (and their logs) until
+    the TTL removes the job.
+    """
+    container = {
+        "name": PYTORCHJOB.container,
+        "image": spec.image,
+        "command": spec.trainer_command(),
+        "env": _env(spec),
+        "resources": _resources(spec),
+        "volumeMounts": _volume_mounts(spec),
+        "ports": [dict(PYTORCHJOB_PORT)],
+        "securityContext": CONTAINER_SECURITY,
+    }
+    template = {
+        "metadata": {"labels": dict(spec.labels)},
+        "spec": {"containers": [container], "volumes": _volumes(spec), **_placement(spec)},
+    }
+    replicas = {"Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": template}}
+    if spec.nodes > 1:
+        replicas["Worker"] = {"replicas": spec.nodes - 1, "restartPolicy": "OnFailure", "template": template}
+    return {
+        "apiVersion": PYTORCHJOB.api_version,
+        "kind": PYTORCHJOB.kind,
+        "metadata": _metadata(spec),
+        "spec": {
+            "nprocPerNode": str(spec.procs_per_node),
+            "runPolicy": {
+                "backoffLimit": spec.backoff_limit,
+                "cleanPodPolicy": "Running",
+                "activeDeadlineSeconds": spec.active_deadline_seconds,
+                "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
+            },
+            "pytorchReplicaSpecs": replicas,
+        },
+    }
+
+
+def render_trainjob(spec: JobSpec, runtime_name: str = "torch-distributed") -> dict[str, Any]:
+    """A ``trainer.kubeflow.org/v1alpha1`` TrainJob on the ClusterTrainingRuntime ``runtime_name``.
+
+    Image, command, node count, processes and resources go in ``spec.trainer``.
+    Volumes, mounts, placement and pod labels are not trainer fields in
+    Trainer v2.3: they go in a ``runtimePatches`` entry that patches the
+    runtime's ``node`` replicated job. Restarts are the runtime's JobSet
+    failure policy; there is no TTL, so the launcher deletes the job itself.
+    """
+    pod_spec = {
+        "volumes": _volumes(spec),
+        "containers": [
+            {"name": TRAINJOB.container, "volumeMounts": _volume_mounts(spec), "securityContext": CONTAINER_SECURITY}
+        ],
+        **_placement(spec),
+    }
+    patch = {
+        "manager": RUNTIME_PATCH_MANAGER,
+        "trainingRuntimeSpec": {
+            "template": {
+                "metadata": {"labels": dict(spec.labels)},
+                "spec": {
+                    "replicatedJobs": [
+                        {
+                            "name": TRAINJOB_REPLICATED_JOB,
+                            "template": {"spec": {"template": {"metadata": {"labels": dict(spec.labels)}, "spec": pod_spec}}},
+                        }
+                    ]
+                },
+            }
+        },
+    }
+    return {
+        "apiVersion": TRAINJOB.api_version,
+        "kind": TRAINJOB.kind,
+        "metadata": _metadata(spec),
+        "spec": {
+            "runtimeRef": {"name": runtime_name, "apiGroup": TRAINJOB.group, "kind": "ClusterTrainingRuntime"},
+            "activeDeadlineSeconds": spec.active_deadline_seconds,
+            "trainer": {
+                "image": spec.image,
+                "command": spec.trainer_command(),
+                "env": _env(spec),
+                "numNodes": spec.nodes,
+                "numProcPerNode": spec.procs_per_node,
+                "resourcesPerNode": _resources(spec),
+            },
+            "runtimePatches": [patch],
+        },
+    }
+
+
+def to_yaml(manifest: dict[str, Any]) -> str:
+    """The manifest as YAML, in the order it was built (what ``oc apply -f`` would take)."""
+    return yaml.safe_dump(manifest, sort_keys=False, width=1000)

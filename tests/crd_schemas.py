@@ -1,0 +1,63 @@
+"""Validate rendered manifests against the published CRD schemas in ``../shared/schemas``.
+
+The API server prunes fields a structural schema does not declare, silently: a
+misspelt ``nprocsPerNode`` would be dropped, not rejected. So besides the
+schema's own rules, every object that declares ``properties`` is closed here
+(``additionalProperties: false``) unless it preserves unknown fields; the
+``x-kubernetes-*`` keys are otherwise annotations that jsonschema ignores.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from conftest import REPO_ROOT
+
+
+def shared_dir() -> Path:
+    """``../shared`` relative to the repository root: reference data shared by every checkout."""
+    return REPO_ROOT.parent / "shared"
+
+
+SUBSCHEMA_KEYS = ("items", "additionalProperties", "not")
+SUBSCHEMA_LIST_KEYS = ("allOf", "anyOf", "oneOf")
+
+
+def _closed(schema: dict[str, Any]) -> dict[str, Any]:
+    closed = dict(schema)
+    if "properties" in schema:
+        closed["properties"] = {name: _closed(sub) for name, sub in schema["properties"].items()}
+    for key in SUBSCHEMA_KEYS:
+        if isinstance(schema.get(key), dict):
+            closed[key] = _closed(schema[key])
+    for key in SUBSCHEMA_LIST_KEYS:
+        if key in schema:
+            closed[key] = [_closed(sub) for sub in schema[key]]
+    if "properties" in closed and "additionalProperties" not in closed and not closed.get("x-kubernetes-preserve-unknown-fields"):
+        closed["additionalProperties"] = False
+    return closed
+
+
+@functools.cache
+def crd_validator(file_name: str) -> jsonschema.protocols.Validator:
+    """A validator for the (only) served version of the CRD in ``shared/schemas/<file_name>``."""
+    crd = yaml.safe_load((shared_dir() / "schemas" / file_name).read_text())
+    (version,) = [v for v in crd["spec"]["versions"] if v.get("served", True)]
+    schema = _closed(version["schema"]["openAPIV3Schema"])
+    jsonschema.Draft7Validator.check_schema(schema)
+    return jsonschema.Draft7Validator(schema)
+
+
+def schema_errors(manifest: dict, file_name: str) -> list[str]:
+    """One line per violation, with the path of the offending field."""
+    errors = crd_validator(file_name).iter_errors(manifest)
+    return sorted(f"{'.'.join(map(str, error.absolute_path)) or '<root>'}: {error.message}" for error in errors)
+
+
+PYTORCHJOB_CRD = "kubeflow.org_pytorchjobs.yaml"
+TRAINJOB_CRD = "trainer.kubeflow.org_trainjobs.yaml"

@@ -1,0 +1,415 @@
+"""A fake Kubernetes API server on 127.0.0.1 for the launcher's tests.
+
+No real cluster runs here (no kind, no API server binary, no network), so this
+in-memory server speaks just the HTTP the official ``kubernetes`` client sends
+for the launcher's calls, the way the real API server answers them:
+
+- discovery ``GET /apis/<group>/<version>`` (404 when the CRD is not installed);
+- custom objects: create (409 when the name exists), get, list, watch, delete;
+- pods: get, list, watch; ``pods/<name>/log`` with follow, timestamps, sinceSeconds,
+  tailLines and previous;
+- watches with resourceVersion and timeoutSeconds, streamed with chunked
+  transfer encoding, one JSON event per line; a resourceVersion older than the
+  kept history gets the ``ERROR`` event with code 410 (Gone).
+
+A test plays the cluster's part (the operator and the kubelets) through the
+methods below from a scenario thread: add pods, write log lines, end
+containers, set job conditions, drop every open stream, expire watch history.
+Every request is recorded, so tests can check the verbs used against the RBAC.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Callable, Iterator
+from urllib.parse import parse_qs, urlsplit
+
+SERVED = {"kubeflow.org/v1": {"pytorchjobs": "PyTorchJob", "notebooks": "Notebook"}, "trainer.kubeflow.org/v1alpha1": {"trainjobs": "TrainJob"}}
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    path: str
+    query: dict[str, str]
+
+
+class Dropped(Exception):
+    """Raised inside a stream to cut the connection without ending the response, like a broken network."""
+
+
+def rfc3339_nano(moment: float) -> str:
+    """Like Go's RFC3339Nano, as the kubelet writes it: trailing zeros of the fraction trimmed."""
+    whole = datetime.fromtimestamp(moment, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    nanos = f"{int(round(moment % 1 * 1e9)) % 1_000_000_000:09d}".rstrip("0")
+    return f"{whole}.{nanos}Z" if nanos else f"{whole}Z"
+
+
+class FakeKube:
+    def __init__(self, namespace: str = "ml-team", served: dict[str, dict[str, str]] | None = None) -> None:
+        self.namespace = namespace
+        self.served = SERVED if served is None else served
+        self.changed = threading.Condition()
+        self.resource_version = 1000
+        self.oldest_watchable = 0
+        self.objects: dict[str, dict[str, dict[str, Any]]] = {}  # plural -> name -> object
+        self.history: list[tuple[int, str, str, dict[str, Any]]] = []  # (rv, plural, event type, object)
+        self.logs: dict[tuple[str, int], list[tuple[str, str]]] = {}  # (pod, run of its container) -> (timestamp, line)
+        self.drops = 0
+        self.streamed: set[tuple[str, str]] = set()  # (pod, line) sent on a log stream
+        self.requests: list[Request] = []
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def start(self) -> FakeKube:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.drop_streams()
+        self.server.shutdown()
+        self.server.server_close()
+
+    def write_kubeconfig(self, path: Path) -> Path:
+        path.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+                    "users": [{"name": "launcher", "user": {"token": "not-a-secret"}}],
+                    "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "launcher", "namespace": self.namespace}}],
+                    "current-context": "fake",
+                }
+            )
+        )
+        return path
+
+    # --- the cluster's side: what operators and kubelets do -----------------------------------------
+    def wait_for(self, plural: str, timeout: float = 20) -> dict[str, Any]:
+        """The first object of ``plural`` once the launcher has created it."""
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while not self.objects.get(plural):
+                if not self.changed.wait(max(0.0, deadline - time.monotonic())):
+                    raise AssertionError(f"no {plural} was created within {timeout} s")
+            return copy.deepcopy(next(iter(self.objects[plural].values())))
+
+    def set_condition(self, plural: str, name: str, kind: str, reason: str, message: str = "", *, drop: bool = False, expire: bool = False) -> None:
+        """Make ``kind`` the job's true condition (earlier ones turn False), as the operators do.
+
+        ``drop`` cuts every open stream in the same instant, so the launcher can
+        learn of the change only by reconnecting; ``expire`` also forgets the watch
+        history, so reconnecting from an old resourceVersion gets 410 Gone.
+        """
+        with self.changed:
+            job = self.objects[plural][name]
+            conditions = [{**c, "status": "False"} for c in job.setdefault("status", {}).get("conditions", []) if c["type"] != kind]
+            now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            conditions.append({"type": kind, "status": "True", "reason": reason, "message": message, "lastTransitionTime": now})
+            job["status"]["conditions"] = conditions
+            self._stored(plural, "MODIFIED", job)
+            if expire:
+                self.oldest_watchable = self.resource_version
+            if drop:
+                self.drops += 1
+            self.changed.notify_all()
+
+    def add_pod(self, name: str, labels: dict[str, str], container: str, *, pending_reason: str = "") -> None:
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": self.namespace, "uid": str(uuid.uuid4()), "labels": labels},
+            "status": {"phase": "Pending", "conditions": [], "containerStatuses": [self._status(container, {"waiting": {"reason": "ContainerCreating"}}, 0)]},
+        }
+        if pending_reason:
+            pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": pending_reason}]
+            pod["status"]["containerStatuses"] = []
+        with self.changed:
+            self._stored("pods", "ADDED", pod)
+
+    def run_container(self, pod: str) -> None:
+        def start(status):
+            status["state"] = {"running": {"startedAt": rfc3339_nano(time.time())}}
+            status["ready"] = True
+
+        self._change_container(pod, start, phase="Running")
+
+    def log(self, pod: str, *lines: str) -> None:
+        with self.changed:
+            run = self._container(pod)["restartCount"]
+            for line in lines:
+                self.logs.setdefault((pod, run), []).append((rfc3339_nano(time.time()), line))
+            self.changed.notify_all()
+
+    def exit_container(self, pod: str, exit_code: int, reason: str = "") -> None:
+        def end(status):
+            status["state"] = {"terminated": {"exitCode": exit_code, "reason": reason or ("Completed" if exit_code == 0 else "Error"), "finishedAt": rfc3339_nano(time.time())}}
+            status["ready"] = False
+
+        self._change_container(pod, end, phase="Succeeded" if exit_code == 0 else "Failed")
+
+    def restart_container(self, pod: str) -> None:
+        """The kubelet runs the container again (restartPolicy OnFailure): lastState keeps the failed run."""
+
+        def restart(status):
+            status["lastState"] = status.pop("state")
+            status["restartCount"] += 1
+            status["state"] = {"running": {"startedAt": rfc3339_nano(time.time())}}
+
+        self._change_container(pod, restart, phase="Running")
+
+    def drop_streams(self) -> None:
+        """Cut every open watch and log stream mid-response."""
+        with self.changed:
+            self.drops += 1
+            self.changed.notify_all()
+
+    def wait_for_request(self, method: str, path_part: str, count: int = 1, timeout: float = 20) -> None:
+        """Until the launcher has made ``count`` such requests (e.g. started following a pod's log)."""
+        deadline = time.monotonic() + timeout
+        while len(self.requests_matching(method, path_part)) < count:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the launcher made no {method} {path_part} within {timeout} s")
+            time.sleep(0.02)
+
+    def wait_until_streamed(self, pod: str, line: str, timeout: float = 20) -> None:
+        """Until ``line`` of ``pod`` has gone out on a log stream."""
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while (pod, line) not in self.streamed:
+                if not self.changed.wait(max(0.0, deadline - time.monotonic())):
+                    raise AssertionError(f"{line!r} of {pod} was not streamed within {timeout} s")
+
+    def job_names(self, plural: str) -> list[str]:
+        with self.changed:
+            return sorted(self.objects.get(plural, {}))
+
+    def requests_matching(self, method: str, path_part: str, **query: str) -> list[Request]:
+        return [r for r in list(self.requests) if r.method == method and path_part in r.path and all(r.query.get(k) == v for k, v in query.items())]
+
+    # --- storage --------------------------------------------------------------------------------
+    @staticmethod
+    def _status(container: str, state: dict[str, Any], restarts: int) -> dict[str, Any]:
+        return {"name": container, "state": state, "restartCount": restarts, "ready": False, "image": "runtime:test", "imageID": "sha256:0"}
+
+    def _container(self, pod: str) -> dict[str, Any]:
+        return self.objects["pods"][pod]["status"]["containerStatuses"][0]
+
+    def _change_container(self, pod: str, change: Callable[[dict[str, Any]], None], phase: str) -> None:
+        with self.changed:
+            change(self._container(pod))
+            self.objects["pods"][pod]["status"]["phase"] = phase
+            self._stored("pods", "MODIFIED", self.objects["pods"][pod])
+
+    def _stored(self, plural: str, event: str, item: dict[str, Any]) -> None:
+        """Record a change (caller holds the lock) with a new resourceVersion and wake the streams."""
+        self.resource_version += 1
+        item["metadata"]["resourceVersion"] = str(self.resource_version)
+        name = item["metadata"]["name"]
+        if event == "DELETED":
+            self.objects.get(plural, {}).pop(name, None)
+        else:
+            self.objects.setdefault(plural, {})[name] = item
+        self.history.append((self.resource_version, plural, event, copy.deepcopy(item)))
+        self.changed.notify_all()
+
+    # --- the API --------------------------------------------------------------------------------
+    def handle(self, method: str, path: str, query: dict[str, str], body: Any) -> tuple[int, Any] | Iterator[str]:
+        self.requests.append(Request(method, path, query))
+        parts = path.strip("/").split("/")
+        if parts[0] == "apis" and len(parts) == 3 and method == "GET":
+            return self._discovery(f"{parts[1]}/{parts[2]}")
+        if parts[0] == "apis" and len(parts) >= 6 and parts[3] == "namespaces":
+            group_version, plural = f"{parts[1]}/{parts[2]}", parts[5]
+            if plural not in self.served.get(group_version, {}):
+                return 404, _status(404, "NotFound", f"the server could not find the requested resource ({plural}.{group_version})")
+            return self._resource(method, plural, parts[6] if len(parts) > 6 else None, query, body)
+        if parts[:2] == ["api", "v1"] and len(parts) >= 5 and parts[4] == "pods":
+            if len(parts) == 7 and parts[6] == "log":
+                return self._log(parts[5], query)
+            return self._resource(method, "pods", parts[5] if len(parts) > 5 else None, query, body)
+        return 404, _status(404, "NotFound", f"no route for {method} {path}")
+
+    def _discovery(self, group_version: str) -> tuple[int, Any]:
+        if group_version not in self.served:
+            return 404, _status(404, "NotFound", "the server could not find the requested resource")
+        resources = [
+            {"name": plural, "singularName": kind.lower(), "namespaced": True, "kind": kind, "verbs": ["create", "delete", "get", "list", "watch"]}
+            for plural, kind in self.served[group_version].items()
+        ]
+        return 200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}
+
+    def _resource(self, method: str, plural: str, name: str | None, query: dict[str, str], body: Any) -> tuple[int, Any] | Iterator[str]:
+        if method == "POST" and name is None:
+            with self.changed:
+                if body["metadata"]["name"] in self.objects.get(plural, {}):
+                    return 409, _status(409, "AlreadyExists", f'{plural} "{body["metadata"]["name"]}" already exists')
+                item = copy.deepcopy(body)
+                item["metadata"].update(uid=str(uuid.uuid4()), namespace=self.namespace)
+                self._stored(plural, "ADDED", item)
+                return 201, item
+        if method == "GET" and name is not None:
+            with self.changed:
+                item = self.objects.get(plural, {}).get(name)
+            return (200, item) if item else (404, _status(404, "NotFound", f'{plural} "{name}" not found'))
+        if method == "DELETE" and name is not None:
+            with self.changed:
+                item = self.objects.get(plural, {}).get(name)
+                if item is None:
+                    return 404, _status(404, "NotFound", f'{plural} "{name}" not found')
+                self._stored(plural, "DELETED", item)
+                for pod in [p for p in self.objects.get("pods", {}).values() if name in (p["metadata"].get("labels") or {}).values()]:
+                    self._stored("pods", "DELETED", pod)  # Foreground propagation: the job's pods go first
+                return 200, item
+        if method == "GET" and query.get("watch") == "true":
+            return self._watch(plural, query)
+        if method == "GET":
+            with self.changed:
+                items = [copy.deepcopy(item) for item in self.objects.get(plural, {}).values() if _selected(item, query)]
+                return 200, {"kind": "List", "apiVersion": "v1", "metadata": {"resourceVersion": str(self.resource_version)}, "items": items}
+        return 405, _status(405, "MethodNotAllowed", f"{method} is not supported here")
+
+    def _watch(self, plural: str, query: dict[str, str]) -> Iterator[str]:
+        since = int(query.get("resourceVersion") or 0)
+        deadline = time.monotonic() + float(query.get("timeoutSeconds", 1800))
+        with self.changed:
+            drops = self.drops
+            if since < self.oldest_watchable:
+                expired = _status(410, "Expired", f"too old resource version: {since} ({self.oldest_watchable})")
+                yield json.dumps({"type": "ERROR", "object": expired})
+                return
+        while True:
+            with self.changed:
+                pending = [(rv, event, item) for rv, p, event, item in self.history if p == plural and rv > since and _selected(item, query)]
+                while not pending and self.drops == drops and time.monotonic() < deadline:
+                    self.changed.wait(max(0.0, deadline - time.monotonic()))
+                    pending = [(rv, event, item) for rv, p, event, item in self.history if p == plural and rv > since and _selected(item, query)]
+                if self.drops != drops:
+                    raise Dropped()
+            if not pending and time.monotonic() >= deadline:
+                return
+            for rv, event, item in pending:
+                since = rv
+                yield json.dumps({"type": event, "object": item})
+
+    def _log(self, pod: str, query: dict[str, str]) -> tuple[int, Any] | Iterator[str]:
+        with self.changed:
+            if pod not in self.objects.get("pods", {}):
+                return 404, _status(404, "NotFound", f'pods "{pod}" not found')
+            status = self._container(pod)
+            run = status["restartCount"] - (1 if query.get("previous") == "true" else 0)
+            if "waiting" in status["state"]:
+                return 400, _status(400, "BadRequest", f'container in pod "{pod}" is waiting to start')
+        if query.get("follow") != "true":
+            lines = self.logs.get((pod, run), [])[-int(query.get("tailLines", 10**9)) :]
+            return 200, "".join(f"{text}\n" for _, text in lines)
+        return self._follow_log(pod, run, query)
+
+    def _follow_log(self, pod: str, run: int, query: dict[str, str]) -> Iterator[str]:
+        since = time.time() - float(query["sinceSeconds"]) if "sinceSeconds" in query else 0.0
+        sent = 0
+        with self.changed:
+            drops = self.drops
+        while True:
+            with self.changed:
+                lines = self.logs.get((pod, run), [])
+                status = self.objects.get("pods", {}).get(pod, {}).get("status", {}).get("containerStatuses", [{}])[0]
+                ended = pod not in self.objects.get("pods", {}) or status.get("restartCount") != run or "terminated" in status.get("state", {})
+                if len(lines) == sent and not ended and self.drops == drops:
+                    self.changed.wait(5)
+                    continue
+                if self.drops != drops:
+                    raise Dropped()
+                fresh, sent = lines[sent:], len(lines)
+            for stamp, text in fresh:
+                if datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() >= since - 1:
+                    yield f"{stamp} {text}" if query.get("timestamps") == "true" else text
+                    with self.changed:
+                        self.streamed.add((pod, text))
+                        self.changed.notify_all()
+            if ended and sent == len(self.logs.get((pod, run), [])):
+                return
+
+
+def _status(code: int, reason: str, message: str) -> dict[str, Any]:
+    return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "reason": reason, "message": message}
+
+
+def _selected(item: dict[str, Any], query: dict[str, str]) -> bool:
+    labels = item["metadata"].get("labels") or {}
+    for requirement in filter(None, query.get("labelSelector", "").split(",")):
+        key, _, value = requirement.partition("=")
+        if labels.get(key) != value:
+            return False
+    for requirement in filter(None, query.get("fieldSelector", "").split(",")):
+        field, _, value = requirement.partition("=")
+        if field == "metadata.name" and item["metadata"]["name"] != value:
+            return False
+    return True
+
+
+def _handler_for(fake: FakeKube) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # chunked streams, as the API server sends them
+
+        def log_message(self, format: str, *args: Any) -> None:  # keep test output clean
+            pass
+
+        def _serve(self, method: str) -> None:
+            url = urlsplit(self.path)
+            # The Python client writes booleans as True/False; the API server parses them either way.
+            query = {key: values[-1].lower() if values[-1] in ("True", "False") else values[-1] for key, values in parse_qs(url.query).items()}
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length)) if length else None
+            answer = fake.handle(method, url.path, query, body)
+            if isinstance(answer, tuple):
+                code, payload = answer
+                data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "text/plain" if isinstance(payload, str) else "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            try:
+                for line in answer:
+                    data = (line + "\n").encode()
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                    self.wfile.flush()
+                self.wfile.write(b"0\r\n\r\n")
+            except Dropped:
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True
+
+        def do_GET(self) -> None:
+            self._serve("GET")
+
+        def do_POST(self) -> None:
+            self._serve("POST")
+
+        def do_DELETE(self) -> None:
+            self._serve("DELETE")
+
+    return Handler

@@ -1,0 +1,78 @@
+"""``to_args`` is the exact inverse of ``parse_config``: what the launcher writes into a job is what the trainer runs."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from trainer.config import TrainConfig, option_problems, parse_config, to_args
+
+REQUIRED = dict(model="HuggingFaceTB/SmolLM3-3B", data_dir=Path("/mnt/workspace/runs/r1/data"), output_dir=Path("/mnt/workspace/runs/r1/train"))
+
+
+def test_defaults_round_trip():
+    config = TrainConfig(**REQUIRED)
+    assert parse_config(to_args(config)) == config
+
+
+def test_every_field_changed_round_trips():
+    """Each field set away from its default (bools flipped, awkward floats) comes back identical."""
+    changed = TrainConfig(
+        **REQUIRED,
+        method="full",
+        lora_r=8,
+        lora_alpha=7,
+        lora_dropout=0.1,
+        lora_target_modules="q_proj,v_proj",
+        epochs=0.3,
+        max_steps=17,
+        learning_rate=1.0000000000000002e-05,
+        scale_lr=True,
+        warmup_ratio=1 / 3,
+        weight_decay=0.01,
+        per_device_batch_size=1,
+        gradient_accumulation_steps=8,
+        max_length=333,
+        packing=False,
+        loss_on="all",
+        gradient_checkpointing=True,
+        save_steps=9,
+        save_total_limit=3,
+        logging_steps=2,
+        eval_steps=4,
+        seed=7,
+        expected_world_size=8,
+    )
+    defaults = TrainConfig(**REQUIRED)
+    unchanged = [spec.name for spec in dataclasses.fields(TrainConfig) if spec.name not in REQUIRED and getattr(changed, spec.name) == getattr(defaults, spec.name)]
+    assert unchanged == [], "the test must move every option away from its default"
+    assert parse_config(to_args(changed)) == changed
+
+
+def test_arguments_are_flags_and_values():
+    args = to_args(TrainConfig(**REQUIRED, packing=False, scale_lr=True))
+    assert "--no-packing" in args and "--scale-lr" in args
+    assert args[args.index("--model") + 1] == "HuggingFaceTB/SmolLM3-3B"
+    assert args[args.index("--learning-rate") + 1] == "0.0002"
+
+
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        (dict(lora_r=0), "lora_r"),
+        (dict(epochs=0), "epochs"),
+        (dict(learning_rate=-1.0), "learning_rate"),
+        (dict(lora_dropout=1.0), "lora_dropout"),
+        (dict(save_total_limit=1), "save_total_limit"),
+        (dict(method="dora"), "method"),
+    ],
+)
+def test_option_problems_name_the_field(change, field):
+    assert list(option_problems(TrainConfig(**REQUIRED, **change))) == [field]
+
+
+def test_defaults_have_no_problems():
+    assert option_problems(TrainConfig(**REQUIRED)) == {}
+    assert option_problems(TrainConfig(**REQUIRED, epochs=0, max_steps=10)) == {}

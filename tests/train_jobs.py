@@ -1,0 +1,70 @@
+"""Example training jobs for the launcher's tests: a JobSpec, and the pods each operator would make for it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from components.training.kinds import PYTORCHJOB, JobKind
+from components.training.manifests import JobSpec, job_name, run_labels
+from trainer.config import TrainConfig
+
+RUN_ID = "0f6c8a3e-5b1d-4c2a-9e7f-1a2b3c4d5e6f"
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def example_spec(nodes: int, gpus: int, *, tolerations=(), secret: str = "", node_selector=None, namespace: str = "ml-team") -> JobSpec:
+    root = "/mnt/workspace"
+    return JobSpec(
+        name=job_name(RUN_ID),
+        namespace=namespace,
+        image="quay.io/example/llm-finetune-pipeline:0.1.0",
+        train=TrainConfig(model="HuggingFaceTB/SmolLM3-3B", data_dir=Path(f"{root}/runs/{RUN_ID}/data"), output_dir=Path(f"{root}/runs/{RUN_ID}/train"), epochs=2.0),
+        nodes=nodes,
+        gpus_per_node=gpus,
+        cpu="8",
+        memory="64Gi",
+        shm_size="16Gi",
+        pvc_name="ws-pvc",
+        mount_path=root,
+        backoff_limit=3,
+        active_deadline_seconds=86400,
+        ttl_seconds_after_finished=3600,
+        hf_token_secret=secret,
+        node_selector=node_selector or {},
+        tolerations=tuple(tolerations),
+        labels=run_labels(RUN_ID, "llm-finetune"),
+    )
+
+
+def replica_pods(kind: JobKind, job: str, nodes: int) -> list[tuple[str, dict[str, str]]]:
+    """(pod name, labels) of each replica, labelled as the Training Operator v1.9 or JobSet label them."""
+    if kind is PYTORCHJOB:
+        roles = [("master", 0)] + [("worker", index) for index in range(nodes - 1)]
+        return [
+            (f"{job}-{role}-{index}", {"training.kubeflow.org/job-name": job, "training.kubeflow.org/replica-type": role, "training.kubeflow.org/replica-index": str(index)})
+            for role, index in roles
+        ]
+    return [
+        (
+            f"{job}-node-0-{index}-x7k2q",
+            {"jobset.sigs.k8s.io/jobset-name": job, "jobset.sigs.k8s.io/replicatedjob-name": "node", "jobset.sigs.k8s.io/job-index": "0", "batch.kubernetes.io/job-completion-index": str(index)},
+        )
+        for index in range(nodes)
+    ]
+
+
+class StandInArtifact:
+    """What ``run_in_pipeline`` uses of a KFP artifact (path, metadata, log_metric), without KFP."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+        self.metadata: dict = {}
+        self.metrics: dict = {}
+
+    def log_metric(self, name: str, value: float) -> None:
+        self.metrics[name] = value
+
+
+def stand_in_artifacts(directory: Path) -> dict[str, StandInArtifact]:
+    """The train step's three outputs, as run_in_pipeline's keyword arguments."""
+    return {name: StandInArtifact(directory / name) for name in ("model_artifact", "metrics", "manifest_artifact")}
