@@ -90,6 +90,7 @@ def publish_model(
     return namedtuple("PublishOutputs", ["location", "dry_run"])(location, dry_run)
 
 
+@dsl.component(base_image=runtime_image(), install_kfp_package=False)
 def train_model(
     workspace_root: str,
     run_id: str,
