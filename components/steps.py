@@ -6,7 +6,7 @@ components themselves: inside a pipeline pod ``kfp.dsl`` is the reduced runtime
 version, which has no ``dsl.component``.
 """
 
-from typing import NamedTuple
+from typing import List, NamedTuple
 
 from kfp import dsl
 
@@ -38,3 +38,35 @@ def prepare_dataset(
     data_dir = str(stage_dir(workspace_root, run_id, "data"))
     fingerprint, written_to = run_in_pipeline(dataset_uri, data_dir, options, train_data, eval_data, rejects, metrics)
     return namedtuple("PrepareOutputs", ["fingerprint", "data_dir"])(fingerprint, written_to)
+
+
+@dsl.component(base_image=runtime_image(), install_kfp_package=False)
+def evaluate_model(
+    base_model: str,
+    train_dir: str,
+    data_dir: str,
+    eval_dir: str,
+    extra_questions: List[str],
+    max_new_tokens: int,
+    score_rows: int,
+    min_eval_loss_improvement: float,
+    batch_size: int,
+    metrics: dsl.Output[dsl.Metrics],
+    report_html: dsl.Output[dsl.HTML],
+    report_markdown: dsl.Output[dsl.Markdown],
+) -> NamedTuple("EvaluateOutputs", [("gate_passed", bool), ("gate_reason", str)]):
+    """Compare the fine-tuned model with its base on held-out data; report it and decide the quality gate.
+
+    No defaults here: the component's source runs in the pod as written, so
+    defaults would be literals copied from EvaluateOptions; the pipeline passes
+    every value (its own parameter defaults come from EvaluateOptions).
+    """
+    from collections import namedtuple
+
+    from components.evaluate_model import run_in_pipeline
+
+    gate_passed, gate_reason = run_in_pipeline(
+        base_model, train_dir, data_dir, eval_dir, extra_questions, max_new_tokens, score_rows,
+        min_eval_loss_improvement, batch_size, metrics, report_html, report_markdown,
+    )  # fmt: skip
+    return namedtuple("EvaluateOutputs", ["gate_passed", "gate_reason"])(gate_passed, gate_reason)
