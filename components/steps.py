@@ -55,12 +55,9 @@ def evaluate_model(
     report_html: dsl.Output[dsl.HTML],
     report_markdown: dsl.Output[dsl.Markdown],
 ) -> NamedTuple("EvaluateOutputs", [("gate_passed", bool), ("gate_reason", str)]):
-    """Compare the fine-tuned model with its base on held-out data; report it and decide the quality gate.
-
-    No defaults here: the component's source runs in the pod as written, so
-    defaults would be literals copied from EvaluateOptions; the pipeline passes
-    every value (its own parameter defaults come from EvaluateOptions).
-    """
+    """Compare the fine-tuned model with its base on held-out data; report it and decide the quality gate."""
+    # No parameter defaults: the pod runs this source as written, so they could only be literals
+    # copied from EvaluateOptions. The pipeline passes every value, defaulting to EvaluateOptions'.
     from collections import namedtuple
 
     from components.evaluate_model import run_in_pipeline

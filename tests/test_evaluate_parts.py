@@ -198,3 +198,20 @@ def test_command_line_is_generated_from_the_options():
 def test_bad_options_are_named(changes, message):
     with pytest.raises(UserError, match=message):
         EvaluateOptions(**changes)
+
+
+def test_component_returns_the_gate_as_parameters_the_dag_can_branch_on(tmp_path):
+    """``dsl.If(task.outputs["gate_passed"] == True)`` needs a BOOLEAN output; the UI needs the three artifacts."""
+    import yaml
+    from kfp import compiler
+
+    from components.steps import evaluate_model
+
+    compiler.Compiler().compile(evaluate_model, str(tmp_path / "component.yaml"))
+    spec = yaml.safe_load((tmp_path / "component.yaml").read_text())["components"]["comp-evaluate-model"]
+    outputs = spec["outputDefinitions"]
+    assert outputs["parameters"] == {"gate_passed": {"parameterType": "BOOLEAN"}, "gate_reason": {"parameterType": "STRING"}}
+    assert {name: artifact["artifactType"]["schemaTitle"] for name, artifact in outputs["artifacts"].items()} == {
+        "metrics": "system.Metrics", "report_html": "system.HTML", "report_markdown": "system.Markdown",
+    }  # fmt: skip
+    assert spec["inputDefinitions"]["parameters"]["extra_questions"] == {"parameterType": "LIST"}
