@@ -14,10 +14,11 @@ gate is a result, not an error: the stage succeeds and says why.
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
+
+from transformers import PreTrainedTokenizerBase
 
 from components.atomic import staging_dir
 from components.errors import exit_on_user_error
@@ -73,7 +74,7 @@ def resolve_max_length(options: EvaluateOptions, training: dict[str, Any] | None
 
 def run_model(
     name_or_path: str,
-    tokenizer,
+    tokenizer: PreTrainedTokenizerBase,
     conversations: list[TokenisedConversation],
     prompts: list[list[Message]],
     sample_count: int,

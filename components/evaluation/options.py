@@ -83,7 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     for spec in dataclasses.fields(EvaluateOptions):
         required = spec.metadata.get("required", False)
         kind = types[spec.name]
-        arguments: dict[str, Any] = {"help": spec.metadata["help"] + ("" if required else f" Default: {spec.default}.")}
+        default = "none" if spec.default == () else spec.default
+        arguments: dict[str, Any] = {"help": spec.metadata["help"] + ("" if required else f" Default: {default}.")}
         if kind == tuple[str, ...]:
             arguments.update(nargs="*", metavar="QUESTION", default=spec.default)
         else:
