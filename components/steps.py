@@ -6,7 +6,7 @@ components themselves: inside a pipeline pod ``kfp.dsl`` is the reduced runtime
 version, which has no ``dsl.component``.
 """
 
-from typing import NamedTuple
+from typing import List, NamedTuple
 
 from kfp import dsl
 
@@ -167,3 +167,32 @@ def train_model(
         launch=launch, pvc_name=pvc_name, image=image, pipeline_name=pipeline_name,
         model_artifact=model, metrics=metrics, manifest_artifact=manifest,
     )  # fmt: skip
+
+
+@dsl.component(base_image=runtime_image(), install_kfp_package=False)
+def evaluate_model(
+    base_model: str,
+    train_dir: str,
+    data_dir: str,
+    eval_dir: str,
+    extra_questions: List[str],
+    max_new_tokens: int,
+    score_rows: int,
+    min_eval_loss_improvement: float,
+    batch_size: int,
+    metrics: dsl.Output[dsl.Metrics],
+    report_html: dsl.Output[dsl.HTML],
+    report_markdown: dsl.Output[dsl.Markdown],
+) -> NamedTuple("EvaluateOutputs", [("gate_passed", bool), ("gate_reason", str)]):
+    """Compare the fine-tuned model with its base on held-out data; report it and decide the quality gate."""
+    # No parameter defaults: the pod runs this source as written, so they could only be literals
+    # copied from EvaluateOptions. The pipeline passes every value, defaulting to EvaluateOptions'.
+    from collections import namedtuple
+
+    from components.evaluate_model import run_in_pipeline
+
+    gate_passed, gate_reason = run_in_pipeline(
+        base_model, train_dir, data_dir, eval_dir, extra_questions, max_new_tokens, score_rows,
+        min_eval_loss_improvement, batch_size, metrics, report_html, report_markdown,
+    )  # fmt: skip
+    return namedtuple("EvaluateOutputs", ["gate_passed", "gate_reason"])(gate_passed, gate_reason)

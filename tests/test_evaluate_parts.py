@@ -1,0 +1,217 @@
+"""The evaluation stage's parts on their own: loss as in training, batched generation, ROUGE-L, gate, report, options.
+
+Models are the tiny random Llama with SmolLM2's real tokenizer and chat
+template (see conftest), so each forward pass takes milliseconds.
+"""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, GenerationConfig
+
+from components.errors import UserError
+from components.evaluation.gate import decide
+from components.evaluation.generation import end_of_turn_id, generate_answers, stop_token_ids
+from components.evaluation.heldout import held_out_loss, usable_conversations
+from components.evaluation.models import load_model, load_tokenizer
+from components.evaluation.options import DEFAULT_QUESTIONS, EvaluateOptions, build_parser, parse_options
+from components.evaluation.reference import reference_rows, rouge_l
+from components.evaluation.report import render_html, render_markdown
+from components.dataprep.schema import OUTPUT_SCHEMA
+from trainer.data import load_split, split_path
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_dir):
+    return load_tokenizer(tiny_model_dir)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tiny_model_dir):
+    return AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+
+
+def held_out(data_dir, tokenizer, max_length):
+    return usable_conversations(load_split(data_dir, "eval"), split_path(data_dir, "eval"), tokenizer, max_length)
+
+
+def test_held_out_loss_is_the_training_loss_averaged_over_every_assistant_token(tiny_model, tokenizer, prepared_data_dir):
+    """Each conversation scored alone, as the model scores labels that are -100 outside the assistant turns, then token-weighted."""
+    conversations = held_out(prepared_data_dir, tokenizer, max_length=96)
+    total_nll, total_tokens = 0.0, 0
+    with torch.no_grad():
+        for conversation in conversations:
+            ids = torch.tensor([conversation.input_ids])
+            labels = torch.where(torch.tensor([conversation.assistant_masks]).bool(), ids, -100)
+            tokens = int(sum(conversation.assistant_masks[1:]))
+            total_nll += tiny_model(input_ids=ids, labels=labels).loss.item() * tokens
+            total_tokens += tokens
+    expected = total_nll / total_tokens
+
+    for batch_size in (1, 5):
+        result = held_out_loss(tiny_model, conversations, tokenizer.pad_token_id, batch_size)
+        assert result.eval_tokens == total_tokens
+        assert result.eval_loss == pytest.approx(expected, rel=1e-5)
+        assert result.perplexity == pytest.approx(math.exp(expected), rel=1e-5)
+    assert all(len(conversation.input_ids) <= 96 for conversation in conversations)
+
+
+def write_eval_split(data_dir, rows):
+    data_dir.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=OUTPUT_SCHEMA), split_path(data_dir, "eval"))
+
+
+def test_an_empty_eval_split_names_the_file_and_the_eval_fraction(tokenizer, tmp_path):
+    write_eval_split(tmp_path, [])
+    with pytest.raises(UserError, match=r"eval\.parquet has no rows.*eval_fraction above 0"):
+        held_out(tmp_path, tokenizer, max_length=1024)
+
+
+def test_conversations_truncated_before_the_answer_are_not_usable(tokenizer, tmp_path):
+    """The default system prompt and a long question fill max_length: no assistant token is left to score."""
+    long_question = {"role": "user", "content": "Tell me about knots. " * 20}
+    write_eval_split(tmp_path, [{"id": 1, "messages": [long_question, {"role": "assistant", "content": "Use a bowline."}]}])
+    assert held_out(tmp_path, tokenizer, max_length=1024)
+    with pytest.raises(UserError, match=r"none of the 1 rows of .*eval\.parquet has an assistant token within the first 64 tokens.*--max-length"):
+        held_out(tmp_path, tokenizer, max_length=64)
+
+
+@pytest.mark.slow
+def test_batched_left_padded_generation_gives_each_prompt_its_own_greedy_answer(smollm2_dir):
+    """Padding must not leak into answers: prompts of different lengths, batched or alone, give the same text.
+
+    SmolLM2 itself, since the tiny random model only ever emits newlines.
+    """
+    model, tokenizer = load_model(smollm2_dir), load_tokenizer(smollm2_dir)
+    prompts = [
+        [{"role": "user", "content": "Hi"}],
+        [{"role": "user", "content": "What is the easiest loop knot to tie when the rope is wet and cold?"}],
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "How many cups in a gallon?"}],
+    ]
+    batched = generate_answers(model, tokenizer, prompts, max_new_tokens=12, batch_size=3)
+    alone = [generate_answers(model, tokenizer, [prompt], max_new_tokens=12, batch_size=1)[0] for prompt in prompts]
+    assert batched == alone
+    assert all(len(answer.split()) >= 3 for answer in batched), batched
+
+
+def test_generation_stops_at_the_templates_end_of_turn_token(tokenizer):
+    """SmolLM2's template closes a turn with <|im_end|>; it is a stop token even when the model's config names another EOS."""
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert end_of_turn_id(tokenizer) == im_end
+    model_with_other_eos = SimpleNamespace(generation_config=GenerationConfig(eos_token_id=[0, 7]))
+    assert stop_token_ids(model_with_other_eos, tokenizer) == [0, 7, im_end]
+
+
+def test_reference_rows_ask_everything_before_the_last_answer():
+    conversation = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Which knot makes a fixed loop?"},
+        {"role": "assistant", "content": "A bowline."},
+        {"role": "user", "content": "And to join two ropes?"},
+        {"role": "assistant", "content": "A sheet bend."},
+    ]
+    (row,) = reference_rows([conversation, conversation], limit=1)
+    assert row.prompt == conversation[:4]
+    assert row.reference == "A sheet bend."
+    assert len(reference_rows([conversation] * 5, limit=3)) == 3
+
+
+def test_rouge_l_is_the_longest_common_subsequence_f_measure():
+    assert rouge_l(["The cat sat on the mat."], ["the cat sat on the mat"]) == pytest.approx(1.0)
+    assert rouge_l(["completely different words"], ["the cat sat on the mat"]) == 0.0
+    # LCS "the cat on the mat" = 5 of 6 words on both sides; the mean is over rows.
+    assert rouge_l(["the cat lay on the mat", "x"], ["the cat sat on the mat", "y"]) == pytest.approx((5 / 6) / 2)
+
+
+@pytest.mark.parametrize(
+    ("base", "tuned", "minimum", "passed", "words"),
+    [
+        (2.5, 2.0, 0.0, True, "improved by 0.5000 (base 2.5000, fine-tuned 2.0000), which meets"),
+        (2.0, 2.1, 0.0, False, "got worse by 0.1000 (base 2.0000, fine-tuned 2.1000), which falls short of"),
+        (2.5, 2.0, 0.5, True, "which meets the required minimum improvement of 0.5000"),
+        (2.5, 2.2, 0.5, False, "improved by 0.3000 (base 2.5000, fine-tuned 2.2000), which falls short of the required minimum improvement of 0.5000"),
+        (2.0, 2.3, -0.5, True, "got worse by 0.3000"),
+        (2.0, math.nan, -100.0, False, "not a finite number"),
+    ],
+)
+def test_gate_passes_when_the_loss_improves_by_at_least_the_minimum(base, tuned, minimum, passed, words):
+    decision = decide(base, tuned, minimum)
+    assert decision.passed is passed
+    assert decision.min_eval_loss_improvement == minimum
+    assert words in decision.reason
+
+
+def evaluation_for(passed: bool) -> dict:
+    entry = {"eval_loss": 2.0, "perplexity": math.exp(2.0), "rouge_l": 0.25, "eval_tokens": 100}
+    return {
+        "base_model": "base <model>",
+        "fine_tuned_model": "/runs/x/train/merged",
+        "base": entry,
+        "fine_tuned": {**entry, "eval_loss": 1.5, "perplexity": math.exp(1.5)},
+        "deltas": {"eval_loss": -0.5, "perplexity": math.exp(1.5) - math.exp(2.0), "rouge_l": 0.0},
+        "scored_rows": 3,
+        "gate": {"passed": passed, "min_eval_loss_improvement": 0.0, "reason": decide(2.0, 1.5 if passed else 2.5, 0.0).reason},
+    }
+
+
+def test_reports_escape_model_output_and_show_the_gate_first():
+    samples = [{"question": "Is <b>bold</b> & safe?", "base": "<script>alert(1)</script>", "fine_tuned": "line one\nline two"}]
+    html = render_html(evaluation_for(False), samples, None, b"\x89PNG\r\n\x1a\n")
+    markdown = render_markdown(evaluation_for(False), samples, None, "loss_curve.png")
+    for text in (html, markdown):
+        assert "<script>" not in text and "&lt;script&gt;" in text
+        assert "Is &lt;b&gt;bold&lt;/b&gt; &amp; safe?" in text
+        assert "Quality gate failed" in text and "got worse by 0.5000" in text
+        assert "-0.5000" in text and "training_summary.json was not found" in text
+    assert html.index("Quality gate failed") < html.index("<table>")
+    assert "> line one\n> line two" in markdown
+    assert 'src="data:image/png;base64,iVBORw' in html
+    assert "![Training and eval loss per step](loss_curve.png)" in markdown
+
+
+def test_command_line_is_generated_from_the_options():
+    flags = {action.option_strings[0] for action in build_parser()._actions if action.option_strings[1:2] != ["--help"]}
+    assert flags == {"--" + name.replace("_", "-") for name in EvaluateOptions.__dataclass_fields__}
+    options = parse_options(
+        ["--base-model", "b", "--fine-tuned-model", "t/merged", "--data-dir", "d", "--train-dir", "t", "--output-dir", "o",
+         "--extra-questions", "How do I tie a bowline?", DEFAULT_QUESTIONS[0], "--min-eval-loss-improvement", "0.05"]
+    )  # fmt: skip
+    assert options.questions == [*DEFAULT_QUESTIONS, "How do I tie a bowline?"]
+    assert options.min_eval_loss_improvement == 0.05 and options.max_new_tokens == EvaluateOptions.max_new_tokens
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"score_rows": 0}, "score_rows must be at least 1"),
+        ({"batch_size": 0}, "batch_size must be at least 1"),
+        ({"min_eval_loss_improvement": math.inf}, "min_eval_loss_improvement must be a finite number"),
+        ({"extra_questions": ("  ",)}, "extra_questions holds an empty question"),
+    ],
+)
+def test_bad_options_are_named(changes, message):
+    with pytest.raises(UserError, match=message):
+        EvaluateOptions(**changes)
+
+
+def test_component_returns_the_gate_as_parameters_the_dag_can_branch_on(tmp_path):
+    """``dsl.If(task.outputs["gate_passed"] == True)`` needs a BOOLEAN output; the UI needs the three artifacts."""
+    import yaml
+    from kfp import compiler
+
+    from components.steps import evaluate_model
+
+    compiler.Compiler().compile(evaluate_model, str(tmp_path / "component.yaml"))
+    spec = yaml.safe_load((tmp_path / "component.yaml").read_text())["components"]["comp-evaluate-model"]
+    outputs = spec["outputDefinitions"]
+    assert outputs["parameters"] == {"gate_passed": {"parameterType": "BOOLEAN"}, "gate_reason": {"parameterType": "STRING"}}
+    assert {name: artifact["artifactType"]["schemaTitle"] for name, artifact in outputs["artifacts"].items()} == {
+        "metrics": "system.Metrics", "report_html": "system.HTML", "report_markdown": "system.Markdown",
+    }  # fmt: skip
+    assert spec["inputDefinitions"]["parameters"]["extra_questions"] == {"parameterType": "LIST"}
