@@ -95,6 +95,7 @@ class ConversionResult:
     size_bytes: int
     seconds: float
     tensor_types: dict[str, str]
+    tensor_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     fallbacks: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -261,6 +262,26 @@ def atomic_output(outfile: Path) -> Iterator[Path]:
         temporary.unlink(missing_ok=True)
 
 
+def add_tensor_infos(writer: gguf.GGUFWriter, planned: list[PlannedTensor]) -> None:
+    """Declare every tensor (name, shape, type, size) before any data is written."""
+    for tensor in planned:
+        writer.add_tensor_info(tensor.name, tensor.shape, np.dtype(np.float32), tensor.nbytes, raw_dtype=tensor.qtype)
+
+
+def write_file(writer: gguf.GGUFWriter, planned: list[PlannedTensor], outfile: Path, workers: int) -> None:
+    """Header, metadata, tensor directory, then the tensors streamed in order; atomically."""
+    with atomic_output(outfile) as temporary:
+        try:
+            writer.write_header_to_file(path=temporary)
+            writer.write_kv_data_to_file()
+            writer.write_ti_data_to_file()
+            chunks = converted_chunks(planned, workers)
+            for tensor in planned:
+                writer.write_tensor_data(StreamedTensor(tensor.nbytes, chunks, len(tensor.chunks())))
+        finally:
+            writer.close()
+
+
 def convert(model_dir: Path, outfile: Path, outtype: str, metadata: MetadataOptions | None = None, pre_tokenizer: str = "", workers: int | None = None) -> ConversionResult:
     """Write ``model_dir`` as a GGUF file at ``outfile`` in ``outtype`` (a direct type or ``auto``)."""
     started = time.perf_counter()
@@ -279,25 +300,14 @@ def convert(model_dir: Path, outfile: Path, outtype: str, metadata: MetadataOpti
     planned, fallbacks = plan_tensors(config, arch, tensors, wanted, model_dir)
 
     writer = gguf.GGUFWriter(path=None, arch=arch.gguf_name)
-    for tensor in planned:
-        writer.add_tensor_info(tensor.name, tensor.shape, np.dtype(np.float32), tensor.nbytes, raw_dtype=tensor.qtype)
+    add_tensor_infos(writer, planned)
     parameters = writer.get_total_parameter_count()
     writer.add_type(gguf.GGUFType.MODEL)
     model_metadata(model_dir, metadata or MetadataOptions(), parameters).set_gguf_meta_model(writer)
     add_hparams(writer, config, arch, file_type)
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
     vocabulary.add_to(writer)
-
-    with atomic_output(Path(outfile)) as temporary:
-        try:
-            writer.write_header_to_file(path=temporary)
-            writer.write_kv_data_to_file()
-            writer.write_ti_data_to_file()
-            chunks = converted_chunks(planned, workers or min(4, os.cpu_count() or 1))
-            for tensor in planned:
-                writer.write_tensor_data(StreamedTensor(tensor.nbytes, chunks, len(tensor.chunks())))
-        finally:
-            writer.close()
+    write_file(writer, planned, Path(outfile), workers or min(4, os.cpu_count() or 1))
     return ConversionResult(
         path=Path(outfile),
         outtype=outtype,
@@ -308,6 +318,7 @@ def convert(model_dir: Path, outfile: Path, outtype: str, metadata: MetadataOpti
         size_bytes=Path(outfile).stat().st_size,
         seconds=time.perf_counter() - started,
         tensor_types={tensor.name: tensor.qtype.name for tensor in planned},
+        tensor_shapes={tensor.name: tuple(tensor.shape) for tensor in planned},
         fallbacks=fallbacks,
         notes=vocabulary.notes,
     )

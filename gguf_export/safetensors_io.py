@@ -105,8 +105,13 @@ def shard_files(model_dir: Path) -> list[Path]:
 
 def open_checkpoint(model_dir: Path) -> dict[str, StoredTensor]:
     """Every tensor of the checkpoint by name, validated against the files' sizes."""
+    return open_safetensors(shard_files(model_dir))
+
+
+def open_safetensors(paths: list[Path]) -> dict[str, StoredTensor]:
+    """Every tensor of the given safetensors files by name, validated against the files' sizes."""
     tensors: dict[str, StoredTensor] = {}
-    for path in shard_files(model_dir):
+    for path in paths:
         try:
             parsed = SafetensorsLocal(path).tensors
         except (ValueError, UnicodeDecodeError, KeyError) as error:
