@@ -98,9 +98,11 @@ class ConversionResult:
     tensor_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     fallbacks: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    kind: str = "model"  # or "lora"
 
     def as_json(self) -> dict[str, Any]:
         return {
+            "kind": self.kind,
             "path": str(self.path),
             "outtype": self.outtype,
             "architecture": self.architecture,

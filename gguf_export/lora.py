@@ -95,5 +95,5 @@ def convert_adapter(adapter_dir: Path, base_dir: Path, outfile: Path, outtype: s
         path=Path(outfile), outtype=outtype, architecture=arch.gguf_name, hf_architecture=arch.hf_name,
         tensor_count=len(planned), parameters=sum(int(np.prod(t.shape)) for t in planned),
         size_bytes=Path(outfile).stat().st_size, seconds=time.perf_counter() - started,
-        tensor_types={t.name: t.qtype.name for t in planned}, fallbacks=fallbacks,
+        tensor_types={t.name: t.qtype.name for t in planned}, fallbacks=fallbacks, kind="lora",
     )
