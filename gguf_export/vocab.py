@@ -114,7 +114,10 @@ def identify_pre_tokenizer(tokenizer, model_dir: Path, override: str = "") -> st
     checksum = sha256(str(tokenizer.encode(CHECK_TEXT).ids).encode()).hexdigest()
     if checksum in KNOWN_PRE_TOKENIZERS:
         return KNOWN_PRE_TOKENIZERS[checksum][0]
-    known = "; ".join(f"{name} ({family})" for name, family in dict(KNOWN_PRE_TOKENIZERS.values()).items())
+    families: dict[str, list[str]] = {}
+    for name, family in KNOWN_PRE_TOKENIZERS.values():
+        families.setdefault(name, []).append(family)
+    known = "; ".join(f"{name} ({', '.join(names)})" for name, names in families.items())
     raise UserError(
         f"The tokenizer in {model_dir} is not one of the known families ({known}): its pre-tokenizer check hash is "
         f"{checksum}. If you know which llama.cpp pre-tokenizer it uses, pass it explicitly with --pre-tokenizer NAME "

@@ -67,16 +67,18 @@ logging.basicConfig(level=logging.WARNING)
 ftypes = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
           "bf16": gguf.LlamaFileType.MOSTLY_BF16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}
 with torch.inference_mode():
-    for model_dir, outtype, outfile in json.loads(sys.argv[2]):
+    for model_dir, outtype, outfile, pre in json.loads(sys.argv[2]):
         hparams = ModelBase.load_hparams(Path(model_dir), False)
         model_class = get_model_class(get_model_architecture(hparams, ModelType.TEXT))
+        if pre:  # the converter has no --pre-tokenizer option: stand in for it
+            model_class = type(model_class.__name__, (model_class,), {"model_arch": model_class.model_arch, "get_vocab_base_pre": lambda self, tokenizer, pre=pre: pre})
         model_class(Path(model_dir), ftypes[outtype], Path(outfile)).write()
 """
 
 
-def reference_convert(jobs: list[tuple[Path, str, Path]], timeout: float = 900) -> None:
-    """Convert each (model_dir, outtype, outfile) with llama.cpp's converter, in one subprocess."""
-    encoded = json.dumps([[str(model), outtype, str(out)] for model, outtype, out in jobs])
+def reference_convert(jobs: list[tuple[Path, str, Path, str]], timeout: float = 900) -> None:
+    """Convert each (model_dir, outtype, outfile, pre-tokenizer override or "") with llama.cpp's converter, in one subprocess."""
+    encoded = json.dumps([[str(model), outtype, str(out), pre] for model, outtype, out, pre in jobs])
     result = subprocess.run(
         [sys.executable, "-c", DRIVER, str(reference_dir()), encoded], capture_output=True, text=True, timeout=timeout
     )
