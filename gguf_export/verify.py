@@ -114,11 +114,15 @@ class TransformersReference:
 
     @cached_property
     def evaluation_ids(self) -> list[int]:
-        """Chat-templated conversations, cycled until at least ``min_positions`` tokens."""
+        """Chat-templated conversations (plain text without a template), cycled until at least ``min_positions`` tokens."""
         ids: list[int] = []
         index = 0
         while len(ids) < self.min_positions:
-            ids += self.encode_chat(CONVERSATIONS[index % len(CONVERSATIONS)])
+            conversation = CONVERSATIONS[index % len(CONVERSATIONS)]
+            if self.tokenizer.chat_template:
+                ids += self.encode_chat(conversation)
+            else:
+                ids += self.tokenizer(" ".join(m["content"] for m in conversation), add_special_tokens=False)["input_ids"]
             index += 1
         return ids
 
@@ -206,6 +210,9 @@ def check_tokenisation(report: VerificationReport, llm, reference: TransformersR
     for text in PLAIN_PROMPTS:
         plain_ok += llm.tokenize(text.encode(), add_bos=True, special=False) == reference.tokenizer(text)["input_ids"]
     report.add("plain_tokens", plain_ok == len(PLAIN_PROMPTS), f"{plain_ok}/{len(PLAIN_PROMPTS)} plain prompts tokenised identically")
+    if not reference.tokenizer.chat_template:
+        report.add("chat_tokens", False, "the checkpoint has no chat template to tokenise conversations with")
+        return
     chat_ok = 0
     for messages in CONVERSATIONS:
         rendered = reference.render(messages, generation_prompt=False)

@@ -3,8 +3,9 @@
 Each uses SmolLM2's tokenizer and chat template (real tokenisation, ChatML),
 2-4 layers of width 64, and a stored dtype chosen to exercise a different
 reading path (f32, f16, bf16, sharded bf16). Weights are drawn with a large
-initialiser range so the logits have clear winners: with the usual 0.02 every
-logit is nearly equal and top-1 agreement would measure rounding noise.
+initialiser range so the logits have clear winners (with the usual 0.02 every
+logit is nearly equal and top-1 agreement would measure rounding noise), but
+with small q/k projections so attention stays smooth.
 Mistral's intermediate size (80) is not a multiple of the q8_0 block, so its
 down projection exercises llama.cpp's F16 fallback.
 
@@ -23,6 +24,8 @@ from pathlib import Path
 
 ARCHITECTURES = ("smollm3", "qwen2", "qwen3", "mistral")
 PRE_TOKENIZER_OVERRIDES = {"qwen2": "qwen2"}
+QK_SCALE = 0.25
+EMBEDDING_SCALE = 5.0
 
 
 def build_tiny_model(kind: str, tokenizer_dir: Path, target: Path) -> Path:
@@ -35,7 +38,7 @@ def build_tiny_model(kind: str, tokenizer_dir: Path, target: Path) -> Path:
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     common = dict(
         vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=2048, initializer_range=0.5, bos_token_id=1, eos_token_id=2, pad_token_id=2,
+        num_key_value_heads=2, max_position_embeddings=2048, initializer_range=0.1, bos_token_id=1, eos_token_id=2, pad_token_id=2,
     )
     specs = {
         "smollm3": (SmolLM3Config, SmolLM3ForCausalLM, dict(num_hidden_layers=4, tie_word_embeddings=True), torch.bfloat16, None),
@@ -45,7 +48,14 @@ def build_tiny_model(kind: str, tokenizer_dir: Path, target: Path) -> Path:
     }
     config_class, model_class, extra, dtype, shard = specs[kind]
     torch.manual_seed(0)
-    model = model_class(config_class(**{**common, **extra})).to(dtype)
+    model = model_class(config_class(**{**common, **extra}))
+    with torch.no_grad():  # gentle attention: saturated softmaxes would turn rounding noise into different tokens
+        for name, parameter in model.named_parameters():
+            if name.endswith(("q_proj.weight", "k_proj.weight")):
+                parameter.mul_(QK_SCALE)
+            elif name.endswith(("embed_tokens.weight", "lm_head.weight")):
+                parameter.mul_(EMBEDDING_SCALE)
+    model = model.to(dtype)
     model.generation_config = GenerationConfig(bos_token_id=1, eos_token_id=2, pad_token_id=2)
     model.save_pretrained(target, max_shard_size=shard) if shard else model.save_pretrained(target)
     tokenizer.save_pretrained(target)
