@@ -71,7 +71,7 @@ def convert_adapter(adapter_dir: Path, base_dir: Path, outfile: Path, outtype: s
         else:
             raise UserError(f"{adapter_dir / ADAPTER_FILE}: tensor {hf_name} is neither lora_A nor lora_B; the adapter cannot be converted.")
         module = base_name[: -len(marker)]
-        name = name_map.get_name(module + ".weight")
+        name = name_map.get_name(module + ".weight", try_suffixes=(".weight",))
         if name is None:
             raise UserError(f"{adapter_dir}: adapted module {module} has no GGUF counterpart for {arch.hf_name}.")
         permute = heads.get(module.rsplit(".", 1)[-1], 0) if arch.permute_qk and suffix == ".lora_b" else 0
