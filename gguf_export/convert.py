@@ -43,7 +43,7 @@ from gguf_export.safetensors_io import StoredTensor, open_checkpoint, row_chunks
 from gguf_export.vocab import load_vocabulary
 
 T = gguf.GGMLQuantizationType
-CHUNK_BYTES = 32 << 20  # source bytes per chunk: the unit of memory and of parallel work
+CHUNK_BYTES = 8 << 20  # source bytes per chunk: the unit of memory and of parallel work
 SKIPPED_SUFFIXES = (".attention.masked_bias", ".attention.bias", ".rotary_emb.inv_freq")
 LOW_BIT_TYPES = (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1)
 

@@ -66,8 +66,10 @@ class StoredTensor:
         shape = (stop - start, *self.shape[1:]) if len(self.shape) > 1 else (self.shape or (1,))
         mapped = np.memmap(self.path, dtype=STORED_DTYPES[self.dtype], mode="r", offset=self.offset + start * self.row_bytes, shape=shape)
         try:
-            if self.dtype == "BF16":
-                return (mapped.astype(np.uint32) << 16).view(np.float32)
+            if self.dtype == "BF16":  # bf16 is the top half of a float32: widening is exact
+                widened = np.empty(mapped.shape, dtype=np.uint32)
+                np.left_shift(mapped, 16, out=widened, dtype=np.uint32)
+                return widened.view(np.float32)
             if self.dtype == "F64":
                 return mapped.astype(np.float32)
             return np.array(mapped)
