@@ -21,7 +21,7 @@ def run(options: ExportOptions, thresholds: Thresholds) -> bool:
     """Convert (and verify when asked); True when everything asked for passed."""
     metadata = MetadataOptions(options.model_name, options.base_model, options.finetune, options.license, options.source_repo)
     result = export(options.model_dir, options.outfile, options.outtype, metadata, options.pre_tokenizer)
-    print(f"wrote {result.path} ({result.outtype}, {result.tensor_count} tensors, {result.size_bytes / 2**20:.1f} MiB) in {result.seconds:.1f}s", flush=True)
+    print(f"wrote {result.path} ({result.outtype}, {result.size_bytes / 2**20:.1f} MiB) in {result.seconds:.1f}s", flush=True)
     for line in result.fallbacks + result.notes:
         print(f"  note: {line}", flush=True)
     adapter = None

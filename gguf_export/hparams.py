@@ -13,8 +13,7 @@ from typing import Any
 import gguf
 import numpy as np
 
-from components.errors import UserError
-from gguf_export.architectures import Architecture
+from gguf_export.architectures import Architecture, NeedsLlamaCpp
 
 SUPPORTED_ROPE_TYPES = ("default", "linear", "yarn", "llama3")
 
@@ -33,7 +32,7 @@ def rope_parameters(config: dict[str, Any]) -> dict[str, Any]:
 def check_rope(config: dict[str, Any], config_path: str) -> None:
     rope_type = rope_parameters(config).get("rope_type", "default")
     if rope_type not in SUPPORTED_ROPE_TYPES:
-        raise UserError(
+        raise NeedsLlamaCpp(
             f"{config_path}: RoPE type {rope_type!r} is not supported by the built-in converter "
             f"(supported: {', '.join(SUPPORTED_ROPE_TYPES)}); set LLAMA_CPP_DIR to convert with llama.cpp."
         )
