@@ -31,7 +31,7 @@ from components.errors import UserError
 from gguf_export.chat_formats import chat_format_of
 from gguf_export.options import Thresholds
 
-REPLY_TOKENS = 64
+REPLY_TOKENS = 48
 
 PLAIN_PROMPTS = (
     "The quick brown fox jumps over the lazy dog.",
@@ -170,9 +170,11 @@ def open_llama(path: Path, n_ctx: int, lora_path: Path | None = None):
             "(pip install 'llm-finetune-pipeline[local]') or llama-cpp-python itself."
         ) from None
     try:
+        # One thread for single-token steps (spinning OpenMP workers cost more than they give a
+        # small model on a busy machine), every core for the batched prompt evaluations.
         return Llama(
             model_path=str(path), n_ctx=n_ctx, n_batch=512, logits_all=True, verbose=False,
-            n_threads=os.cpu_count(), lora_path=str(lora_path) if lora_path else None,
+            n_threads=1, n_threads_batch=os.cpu_count(), lora_path=str(lora_path) if lora_path else None,
         )
     except (ValueError, RuntimeError) as error:
         return error

@@ -2,12 +2,12 @@
 
 Each uses SmolLM2's tokenizer and chat template (real tokenisation, ChatML),
 2-4 layers of width 64, and a stored dtype chosen to exercise a different
-reading path (f32, f16, bf16, sharded bf16). Weights are drawn with a large
-initialiser range so the logits have clear winners (with the usual 0.02 every
-logit is nearly equal and top-1 agreement would measure rounding noise), but
-with small q/k projections so attention stays smooth.
-Mistral's intermediate size (80) is not a multiple of the q8_0 block, so its
-down projection exercises llama.cpp's F16 fallback.
+reading path (f16, bf16, sharded bf16; SmolLM2 covers f32). The embeddings are
+scaled up so the logits have clear winners (with the usual 0.02 every logit is
+nearly equal and top-1 agreement would measure rounding noise), and q/k
+projections scaled down so attention stays smooth. Mistral's intermediate size
+(80) is not a multiple of the q8_0 block, so its down projection exercises
+llama.cpp's F16 fallback.
 
 transformers 5 tokenizes every ``model_type: qwen2`` checkpoint with its
 Qwen2Tokenizer, which replaces the pre-tokenizer by Qwen's regex; the tiny Qwen2
@@ -43,7 +43,7 @@ def build_tiny_model(kind: str, tokenizer_dir: Path, target: Path) -> Path:
     specs = {
         "smollm3": (SmolLM3Config, SmolLM3ForCausalLM, dict(num_hidden_layers=4, tie_word_embeddings=True), torch.bfloat16, None),
         "qwen2": (Qwen2Config, Qwen2ForCausalLM, dict(tie_word_embeddings=False), torch.float16, None),
-        "qwen3": (Qwen3Config, Qwen3ForCausalLM, dict(head_dim=32, tie_word_embeddings=True), torch.float32, None),
+        "qwen3": (Qwen3Config, Qwen3ForCausalLM, dict(head_dim=32, tie_word_embeddings=True), torch.bfloat16, None),
         "mistral": (MistralConfig, MistralForCausalLM, dict(intermediate_size=80, sliding_window=None, tie_word_embeddings=False), torch.bfloat16, "3MB"),
     }
     config_class, model_class, extra, dtype, shard = specs[kind]
