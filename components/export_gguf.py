@@ -69,7 +69,7 @@ def hub_id(model: str) -> str:
     return model if re.fullmatch(r"[\w.-]+/[\w.-]+", model) and not Path(model).exists() else ""
 
 
-def local_base_model(train_dir: Path, adapter_dir: Path) -> Path | None:
+def base_model_on_disk(train_dir: Path, adapter_dir: Path) -> Path | None:
     """The base model's checkpoint directory if it exists on this machine (needed to check the adapter's effect)."""
     candidates = [training_facts(train_dir).get("model", "")]
     adapter_config = adapter_dir / "adapter_config.json"
@@ -107,7 +107,7 @@ def export_stage(train_dir: Path, export_dir: Path, outtypes: list[str], model_n
         adapter = convert_adapter(adapter_dir, merged, export_dir / f"{model_name}-lora-{adapter_type}.gguf", adapter_type, metadata)
         results.append(adapter)
         base_gguf = None
-        base_dir = local_base_model(train_dir, adapter_dir)
+        base_dir = base_model_on_disk(train_dir, adapter_dir)
         if base_dir is not None:
             base_gguf = export_dir / f".base-{adapter_type}.gguf.partial"
             export(base_dir, base_gguf, adapter_type)

@@ -185,7 +185,7 @@ def check_file(report: VerificationReport, path: Path, reference: TransformersRe
     from gguf import GGUFReader
 
     reader = GGUFReader(path)
-    fields = {name: field for name, field in reader.fields.items()}
+    fields = reader.fields
     written_arch = fields["general.architecture"].contents()
     report.add("architecture", arch is None or written_arch == arch, f"{written_arch}" + ("" if arch is None or written_arch == arch else f", expected {arch}"))
     shapes = {tensor.name: tuple(int(n) for n in reversed(tensor.shape.tolist())) for tensor in reader.tensors}
