@@ -39,19 +39,13 @@ def test_every_type_passes_verification(model, gguf_models, our_ggufs):
         assert report.metrics["positions"] >= 200
         names = {check.name for check in report.checks}
         assert {"vocabulary", "chat_template", "plain_tokens", "chat_tokens", "top1_agreement", "nmse", "end_of_turn", "reply_stops"} <= names
-
-
-@pytest.mark.slow
-def test_smollm2_chat_reply_ends_its_turn(gguf_models, our_ggufs):
-    """The real chat model answers and stops at <|im_end|> in llama.cpp, like in transformers."""
-    reference = TransformersReference(gguf_models["smollm2"], 200)
-    report = verify(our_ggufs["smollm2", "f16"], reference, "f16", Thresholds(), arch="llama")
-    assert report.passed, report.failures()
-    assert report.metrics["reply_stopped"] and report.metrics["reply_equals_transformers"]
-    assert "Paris" in report.metrics["reply"] and report.metrics["reply"].endswith("<|im_end|>")
-    assert report.metrics["top1_agreement"] == 1.0 and report.metrics["nmse"] < 1e-4
-    check = next(c for c in report.checks if c.name == "reply_stops")
-    assert "end-of-generation" in check.detail and "NOT" not in check.detail
+        if (model, outtype) == ("smollm2", "f16"):
+            # The real chat model answers and stops at <|im_end|> in llama.cpp exactly as in transformers.
+            assert report.metrics["reply_stopped"] and report.metrics["reply_equals_transformers"]
+            assert "Paris" in report.metrics["reply"] and report.metrics["reply"].endswith("<|im_end|>")
+            assert report.metrics["top1_agreement"] == 1.0 and report.metrics["nmse"] < 1e-4
+            stops = next(c for c in report.checks if c.name == "reply_stops")
+            assert "end-of-generation" in stops.detail and "NOT" not in stops.detail
 
 
 def test_corrupted_weights_fail_verification(gguf_models, our_ggufs, tmp_path):
