@@ -11,6 +11,7 @@ from typing import List, NamedTuple
 from kfp import dsl
 
 from components.runtime_image import runtime_image
+from gguf_export.options import DEFAULT_OUTTYPE
 
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
@@ -196,3 +197,27 @@ def evaluate_model(
         min_eval_loss_improvement, batch_size, metrics, report_html, report_markdown,
     )  # fmt: skip
     return namedtuple("EvaluateOutputs", ["gate_passed", "gate_reason"])(gate_passed, gate_reason)
+
+
+@dsl.component(base_image=runtime_image(), install_kfp_package=False)
+def export_gguf(
+    train_dir: str,
+    export_dir: str,
+    model_name: str,
+    gguf_model: dsl.Output[dsl.Model],
+    metrics: dsl.Output[dsl.Metrics],
+    report: dsl.Output[dsl.Markdown],
+    outtype: str = DEFAULT_OUTTYPE,
+    include_lora: bool = False,
+    thresholds: dict = {},
+) -> str:
+    """Convert merged/ to GGUF (comma-separated outtypes; q8_0 by default), verify it in llama.cpp, write a Modelfile.
+
+    q8_0 is the default because it is what an Ollama user wants from a small
+    fine-tune: near-lossless, half of f16's size, bit-identical to llama.cpp's
+    own converter; q4_k_m is one parameter away. ``thresholds`` overrides keys
+    of gguf_export.options.Thresholds. Returns the GGUF's path on the workspace.
+    """
+    from components.export_gguf import run_in_pipeline
+
+    return run_in_pipeline(train_dir, export_dir, outtype, model_name, include_lora, thresholds, gguf_model, metrics, report)

@@ -134,3 +134,46 @@ def prepared_data_dir(tmp_path_factory) -> Path:
     target = tmp_path_factory.mktemp("prepared")
     prepare(str(bundled_dataset_path()), target, PrepareOptions())
     return target
+
+
+# --- GGUF export fixtures -----------------------------------------------------------------------
+# SmolLM2-135M plus a tiny random checkpoint of every other architecture the converter handles,
+# each converted once per session by llama.cpp's own converter (the reference) and by ours.
+
+GGUF_COMPARED_TYPES = ("f32", "f16", "bf16", "q8_0")
+
+
+@pytest.fixture(scope="session")
+def gguf_models(smollm2_dir, tmp_path_factory) -> dict[str, Path]:
+    """Checkpoint directory per architecture name: smollm2 (Llama), smollm3, qwen2, qwen3, mistral."""
+    from tests.gguf_models import ARCHITECTURES, build_tiny_model
+
+    root = tmp_path_factory.mktemp("gguf-models")
+    return {"smollm2": smollm2_dir, **{kind: build_tiny_model(kind, smollm2_dir, root / kind) for kind in ARCHITECTURES}}
+
+
+@pytest.fixture(scope="session")
+def reference_ggufs(gguf_models, tmp_path_factory) -> dict[tuple[str, str], Path]:
+    """(model, outtype) -> the GGUF llama.cpp's convert_hf_to_gguf.py writes (one subprocess for all)."""
+    from tests.gguf_models import PRE_TOKENIZER_OVERRIDES
+    from tests.llama_cpp_reference import reference_convert
+
+    root = tmp_path_factory.mktemp("gguf-reference")
+    files = {(name, kind): root / f"{name}-{kind}.gguf" for name in gguf_models for kind in GGUF_COMPARED_TYPES}
+    reference_convert([(gguf_models[name], kind, path, PRE_TOKENIZER_OVERRIDES.get(name, "")) for (name, kind), path in files.items()])
+    return files
+
+
+@pytest.fixture(scope="session")
+def our_ggufs(gguf_models, tmp_path_factory) -> dict[tuple[str, str], Path]:
+    """(model, outtype) -> the GGUF gguf_export writes for the same checkpoint."""
+    from gguf_export.convert import convert
+    from gguf_export.metadata import MetadataOptions
+    from tests.gguf_models import PRE_TOKENIZER_OVERRIDES
+
+    root = tmp_path_factory.mktemp("gguf-ours")
+    return {
+        (name, kind): convert(model_dir, root / f"{name}-{kind}.gguf", kind, MetadataOptions(), PRE_TOKENIZER_OVERRIDES.get(name, "")).path
+        for name, model_dir in gguf_models.items()
+        for kind in GGUF_COMPARED_TYPES
+    }

@@ -1,0 +1,185 @@
+"""Export stage: the training stage's merged model as verified GGUF file(s) and an Ollama Modelfile.
+
+In a pipeline the stage reads ``merged/`` (and, with ``include_lora``,
+``adapter/``) from the run's train directory on the workspace PVC and writes
+into its export directory:
+
+* ``<model-name>-<outtype>.gguf`` for each requested type (comma-separated,
+  the first one is what the Modelfile uses);
+* ``<model-name>-lora-<type>.gguf`` with ``include_lora`` (the LoRA adapter for
+  llama.cpp, to apply on top of the base model's GGUF);
+* ``Modelfile`` (``FROM ./<first gguf>``);
+* ``verification.json`` and ``verification.md``, written last.
+
+Every GGUF is verified in llama.cpp against transformers; a failed
+verification fails the step (after the report is written, so it can be read).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from components.atomic import write_text_atomic
+from components.errors import UserError, exit_on_user_error
+from gguf_export.convert import ConversionResult, read_config
+from gguf_export.export import export
+from gguf_export.lora import ADAPTER_OUTTYPES, convert_adapter
+from gguf_export.metadata import MetadataOptions
+from gguf_export.modelfile import modelfile_text
+from gguf_export.options import DEFAULT_OUTTYPE, Thresholds, normalise_outtype
+
+REPORT_JSON = "verification.json"
+REPORT_MD = "verification.md"
+MODELFILE = "Modelfile"
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def parse_outtypes(outtype: str) -> list[str]:
+    """``"q8_0"`` or ``"q8_0,q4_k_m"``: each one normalised, duplicates dropped, order kept."""
+    types = [normalise_outtype(part) for part in outtype.split(",") if part.strip()]
+    if not types:
+        raise UserError(f"outtype {outtype!r} names no output type; use e.g. {DEFAULT_OUTTYPE!r} or 'q8_0,q4_k_m'.")
+    if "auto" in types:
+        raise UserError("outtype 'auto' is not allowed in the pipeline: its file name would not say what it holds; name the type (e.g. f16).")
+    return list(dict.fromkeys(types))
+
+
+def check_model_name(model_name: str) -> str:
+    name = model_name.strip()
+    if not NAME_PATTERN.match(name):
+        raise UserError(f"model_name {model_name!r} must be a file-name-safe word (letters, digits, '.', '_', '-'), e.g. 'smollm2-135m-knots'.")
+    return name
+
+
+def training_facts(train_dir: Path) -> dict[str, Any]:
+    """The training summary's config (base model, method), when the trainer wrote one."""
+    path = train_dir / "training_summary.json"
+    if not path.is_file():
+        return {}
+    return json.loads(path.read_text(encoding="utf-8")).get("config", {})
+
+
+def hub_id(model: str) -> str:
+    """``model`` when it is a Hub id (``org/name``) rather than a local directory, else empty."""
+    return model if re.fullmatch(r"[\w.-]+/[\w.-]+", model) and not Path(model).exists() else ""
+
+
+def base_model_on_disk(train_dir: Path, adapter_dir: Path) -> Path | None:
+    """The base model's checkpoint directory if it exists on this machine (needed to check the adapter's effect)."""
+    candidates = [training_facts(train_dir).get("model", "")]
+    adapter_config = adapter_dir / "adapter_config.json"
+    if adapter_config.is_file():
+        candidates.append(json.loads(adapter_config.read_text(encoding="utf-8")).get("base_model_name_or_path", ""))
+    for candidate in candidates:
+        if candidate and (Path(candidate) / "config.json").is_file():
+            return Path(candidate)
+    return None
+
+
+def export_stage(train_dir: Path, export_dir: Path, outtypes: list[str], model_name: str, include_lora: bool, thresholds: Thresholds) -> dict[str, Any]:
+    """Convert, verify, write the Modelfile and the reports; returns the report body. Raises on failure."""
+    from gguf_export.verify import TransformersReference, markdown, report_json, verify, verify_adapter
+
+    merged = train_dir / "merged"
+    if not (merged / "config.json").is_file():
+        raise UserError(f"{merged} holds no merged checkpoint (config.json); run the training stage first, or pass the train directory it wrote.")
+    adapter_dir = train_dir / "adapter"
+    if include_lora and not (adapter_dir / "adapter_config.json").is_file():
+        raise UserError(f"include_lora is set but {adapter_dir} holds no LoRA adapter (full fine-tuning writes none); unset include_lora.")
+    metadata = MetadataOptions(model_name=model_name, base_model=hub_id(training_facts(train_dir).get("model", "")))
+    export_dir.mkdir(parents=True, exist_ok=True)
+    (export_dir / REPORT_JSON).unlink(missing_ok=True)  # the completion marker of an earlier run goes first
+
+    reference = TransformersReference(merged, thresholds.min_positions)
+    results: list[ConversionResult] = []
+    reports = []
+    for outtype in outtypes:
+        result = export(merged, export_dir / f"{model_name}-{outtype}.gguf", outtype, metadata)
+        results.append(result)
+        reports.append(verify(result.path, reference, outtype, thresholds, result.tensor_shapes or None, result.architecture if result.tensor_shapes else None))
+    if include_lora:
+        adapter_type = outtypes[0] if outtypes[0] in ADAPTER_OUTTYPES else "f16"
+        adapter = convert_adapter(adapter_dir, merged, export_dir / f"{model_name}-lora-{adapter_type}.gguf", adapter_type, metadata)
+        results.append(adapter)
+        base_gguf = None
+        base_dir = base_model_on_disk(train_dir, adapter_dir)
+        if base_dir is not None:
+            base_gguf = export_dir / f".base-{adapter_type}.gguf.partial"
+            export(base_dir, base_gguf, adapter_type)
+        try:
+            reports.append(verify_adapter(adapter.path, results[0].path, base_gguf, reference, thresholds.lora_max_nmse))
+        finally:
+            if base_gguf is not None:
+                base_gguf.unlink(missing_ok=True)
+    write_text_atomic(export_dir / MODELFILE, modelfile_text(results[0].path.name, reference.tokenizer.chat_template, merged, read_config(merged)["max_position_embeddings"]))
+    body = json.loads(report_json(reports, {"conversions": [r.as_json() for r in results], "modelfile": MODELFILE, "thresholds": thresholds.__dict__}))
+    write_text_atomic(export_dir / REPORT_MD, markdown(reports))
+    write_text_atomic(export_dir / REPORT_JSON, json.dumps(body, indent=2, ensure_ascii=False) + "\n")
+    return body
+
+
+def publish_artifact(source: Path, artifact) -> None:
+    """Put ``source`` at the artifact's path: a hard link when on the same filesystem, else a copy."""
+    target = Path(artifact.path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.unlink(missing_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+
+
+@exit_on_user_error
+def run_in_pipeline(
+    train_dir: str,
+    export_dir: str,
+    outtype: str,
+    model_name: str,
+    include_lora: bool,
+    thresholds: dict,
+    gguf_artifact,
+    metrics,
+    report_markdown,
+) -> str:
+    """What the KFP component does; returns the path of the Modelfile's GGUF on the workspace."""
+    outtypes = parse_outtypes(outtype)
+    name = check_model_name(model_name)
+    limits = Thresholds.from_mapping(thresholds)
+    body = export_stage(Path(train_dir), Path(export_dir), outtypes, name, include_lora, limits)
+    markdown_text = (Path(export_dir) / REPORT_MD).read_text(encoding="utf-8")
+    Path(report_markdown.path).parent.mkdir(parents=True, exist_ok=True)
+    Path(report_markdown.path).write_text(markdown_text, encoding="utf-8")
+    print(markdown_text, flush=True)
+
+    for file_report in body["files"]:
+        kind = file_report["outtype"]
+        for key in ("top1_agreement", "nmse", "positions", "nmse_vs_merged"):
+            if key in file_report["metrics"]:
+                metrics.log_metric(f"{kind}_{key}", file_report["metrics"][key])
+    for conversion in body["conversions"]:
+        label = "lora" if conversion["kind"] == "lora" else conversion["outtype"]
+        metrics.log_metric(f"{label}_size_mb", round(conversion["size_bytes"] / 2**20, 2))
+    metrics.log_metric("verification_passed", float(body["passed"]))
+
+    primary = Path(body["conversions"][0]["path"])
+    if not body["passed"]:
+        failed = [f"{Path(r['gguf']).name}: " + "; ".join(c["name"] for c in r["checks"] if not c["passed"]) for r in body["files"] if not r["passed"]]
+        raise UserError(f"GGUF verification failed ({' | '.join(failed)}); see {Path(export_dir) / REPORT_MD}. Nothing from this export should be published.")
+    publish_artifact(primary, gguf_artifact)
+    gguf_artifact.metadata.update({
+        "outtype": outtypes[0],
+        "workspace_path": str(primary),
+        "size_bytes": primary.stat().st_size,
+        "architecture": body["conversions"][0]["architecture"],
+        "verification_passed": True,
+        "top1_agreement": body["files"][0]["metrics"].get("top1_agreement"),
+        "nmse": body["files"][0]["metrics"].get("nmse"),
+        "modelfile": str(Path(export_dir) / MODELFILE),
+        "files": [Path(c["path"]).name for c in body["conversions"]],
+    })
+    return str(primary)

@@ -1,0 +1,56 @@
+"""``python -m gguf_export MODEL_DIR --outfile OUT.gguf --outtype q8_0 [--verify]``: see ``gguf_export.options``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from components.atomic import write_text_atomic
+from components.errors import UserError, exit_on_user_error
+from gguf_export.export import export
+from gguf_export.lora import ADAPTER_OUTTYPES, convert_adapter
+from gguf_export.metadata import MetadataOptions
+from gguf_export.options import ExportOptions, Thresholds, parse_options
+
+
+def adapter_outfile(options: ExportOptions) -> Path:
+    stem, _, kind = options.outfile.name.removesuffix(".gguf").rpartition("-")
+    return options.outfile.with_name(f"{stem}-lora-{kind}.gguf" if stem else f"{options.outfile.stem}-lora.gguf")
+
+
+def run(options: ExportOptions, thresholds: Thresholds) -> bool:
+    """Convert (and verify when asked); True when everything asked for passed."""
+    metadata = MetadataOptions(options.model_name, options.base_model, options.finetune, options.license, options.source_repo)
+    result = export(options.model_dir, options.outfile, options.outtype, metadata, options.pre_tokenizer)
+    print(f"wrote {result.path} ({result.outtype}, {result.size_bytes / 2**20:.1f} MiB) in {result.seconds:.1f}s", flush=True)
+    for line in result.fallbacks + result.notes:
+        print(f"  note: {line}", flush=True)
+    adapter = None
+    if options.lora_dir is not None:
+        adapter_type = result.outtype if result.outtype in ADAPTER_OUTTYPES else "f16"
+        adapter = convert_adapter(options.lora_dir, options.model_dir, options.lora_outfile or adapter_outfile(options), adapter_type, metadata)
+        print(f"wrote {adapter.path} (LoRA adapter, {adapter.tensor_count} tensors)", flush=True)
+    if not options.verify:
+        return True
+    from gguf_export.verify import TransformersReference, markdown, report_json, verify, verify_adapter
+
+    reference = TransformersReference(options.model_dir, thresholds.min_positions)
+    reports = [verify(result.path, reference, result.outtype, thresholds, result.tensor_shapes or None, result.architecture if result.tensor_shapes else None)]
+    if adapter is not None:
+        reports.append(verify_adapter(adapter.path, result.path, None, reference, thresholds.lora_max_nmse))
+    print(markdown(reports), flush=True)
+    if options.report is not None:
+        write_text_atomic(options.report, report_json(reports))
+        write_text_atomic(options.report.with_suffix(".md"), markdown(reports))
+    failures = [failure for report in reports for failure in report.failures()]
+    if failures:
+        raise UserError(f"verification of {result.path} failed: {'; '.join(failures)}. The file is kept for inspection; do not publish it.")
+    return True
+
+
+@exit_on_user_error
+def main(argv: list[str] | None = None) -> None:
+    run(*parse_options(argv))
+
+
+if __name__ == "__main__":
+    main()
