@@ -49,6 +49,12 @@ def parse_outtypes(outtype: str) -> list[str]:
     return list(dict.fromkeys(types))
 
 
+def default_model_name(train_dir: Path) -> str:
+    """``<base model name>-ft``: what the files are called when the run form leaves model_name empty."""
+    base = Path(training_facts(train_dir).get("model", "") or "model").name
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", base).strip("-._") + "-ft"
+
+
 def check_model_name(model_name: str) -> str:
     name = model_name.strip()
     if not NAME_PATTERN.match(name):
@@ -148,7 +154,7 @@ def run_in_pipeline(
 ) -> str:
     """What the KFP component does; returns the path of the Modelfile's GGUF on the workspace."""
     outtypes = parse_outtypes(outtype)
-    name = check_model_name(model_name)
+    name = check_model_name(model_name or default_model_name(Path(train_dir)))
     limits = Thresholds.from_mapping(thresholds)
     body = export_stage(Path(train_dir), Path(export_dir), outtypes, name, include_lora, limits)
     markdown_text = (Path(export_dir) / REPORT_MD).read_text(encoding="utf-8")

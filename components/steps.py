@@ -11,7 +11,6 @@ from typing import List, NamedTuple
 from kfp import dsl
 
 from components.runtime_image import runtime_image
-from gguf_export.options import DEFAULT_OUTTYPE
 
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
@@ -42,18 +41,23 @@ def prepare_dataset(
 
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
-def check_data_changed(fingerprint: str, repo_id: str, workspace_root: str, force: bool) -> bool:
+def check_data_changed(fingerprint: str, repo_id: str, workspace_root: str, force: bool) -> NamedTuple("DataChange", [("changed", bool), ("reason", str)]):
     """Whether to train: the prepared data's fingerprint differs from the last published model's
     (Hub model card, else the record on the workspace), nothing was published yet, or ``force``.
 
-    The reason is in the step's log. A single output on purpose: kfp.local resolves a
-    ``dsl.If`` condition only on a task's ``.output``, not on a NamedTuple field.
     HF_TOKEN, when the task gets it from the hf-token Secret, lets it read the Hub model card.
     """
+    from collections import namedtuple
+
     from components.data_changed import run_in_pipeline
 
-    changed, _reason = run_in_pipeline(fingerprint, repo_id, workspace_root, force)
-    return changed
+    return namedtuple("DataChange", ["changed", "reason"])(*run_in_pipeline(fingerprint, repo_id, workspace_root, force))
+
+
+@dsl.component(base_image=runtime_image(), install_kfp_package=False)
+def report_skipped(skipped: str, reason: str):
+    """A node in the run graph that says which stages were skipped and why (the decision's step says it too)."""
+    print(f"skipped: {skipped}. Why: {reason}", flush=True)
 
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
@@ -98,56 +102,58 @@ def train_model(
     data_dir: str,
     pvc_name: str,
     image: str,
+    base_model: str,
+    pipeline_name: str,
+    backend: str,
+    nodes: int,
+    gpus_per_node: int,
+    cpu: str,
+    memory: str,
+    shm_size: str,
+    node_selector: str,
+    tolerations: str,
+    hf_token_secret: str,
+    timeout_minutes: float,
+    backoff_limit: int,
+    trainjob_runtime: str,
+    method: str,
+    lora_r: int,
+    lora_alpha: int,
+    lora_dropout: float,
+    lora_target_modules: str,
+    epochs: float,
+    max_steps: int,
+    learning_rate: float,
+    scale_lr: bool,
+    warmup_ratio: float,
+    weight_decay: float,
+    per_device_batch_size: int,
+    gradient_accumulation_steps: int,
+    max_length: int,
+    packing: bool,
+    loss_on: str,
+    gradient_checkpointing: bool,
+    save_steps: int,
+    save_total_limit: int,
+    logging_steps: int,
+    eval_steps: int,
+    seed: int,
     model: dsl.Output[dsl.Model],
     metrics: dsl.Output[dsl.Metrics],
     manifest: dsl.Output[dsl.Artifact],
-    base_model: str = "",
-    pipeline_name: str = "llm-finetune",
-    backend: str = "pytorchjob",
-    nodes: int = 2,
-    gpus_per_node: int = 1,
-    cpu: str = "8",
-    memory: str = "48Gi",
-    shm_size: str = "8Gi",
-    node_selector: str = "",
-    tolerations: str = "nvidia.com/gpu:NoSchedule",
-    hf_token_secret: str = "hf-token",
-    timeout_minutes: float = 1440.0,
-    backoff_limit: int = 3,
-    trainjob_runtime: str = "torch-distributed",
-    method: str = "lora",
-    lora_r: int = 16,
-    lora_alpha: int = 32,
-    lora_dropout: float = 0.05,
-    lora_target_modules: str = "all-linear",
-    epochs: float = 3.0,
-    max_steps: int = -1,
-    learning_rate: float = 0.0002,
-    scale_lr: bool = False,
-    warmup_ratio: float = 0.03,
-    weight_decay: float = 0.0,
-    per_device_batch_size: int = 4,
-    gradient_accumulation_steps: int = 1,
-    max_length: int = 1024,
-    packing: bool = True,
-    loss_on: str = "assistant",
-    gradient_checkpointing: bool = False,
-    save_steps: int = 50,
-    save_total_limit: int = 2,
-    logging_steps: int = 5,
-    eval_steps: int = 0,
-    seed: int = 42,
-) -> str:
+) -> NamedTuple("TrainOutputs", [("train_dir", str), ("base_model", str)]):
     """Fine-tune the base model: a PyTorchJob or TrainJob on the cluster, or local torchrun processes.
 
     Launch options (backend ... trainjob_runtime) are ``LaunchOptions`` fields and
-    training options (method ... seed) ``TrainConfig`` fields. Their defaults are
-    copies of those dataclasses' defaults, written out because KFP runs this
-    function's source in the pod, where it cannot refer to them; a test keeps the
-    copies equal. ``image`` is the training pods' image: pass ``runtime_image()``,
-    what this pipeline is compiled for. ``pvc_name`` may be empty for the local
-    backend. Returns the run's train directory.
+    training options (method ... seed) ``TrainConfig`` fields. No defaults here:
+    the pod runs this source as written, so they could only be copies; the
+    pipeline passes every value, defaulting to those dataclasses'. ``image`` is
+    the training pods' image, ``pvc_name`` the workspace PVC (empty for the
+    local backend). Returns the run's train directory and the base model it
+    resolved, which the evaluation compares against.
     """
+    from collections import namedtuple
+
     from components.train_model import run_in_pipeline
 
     launch = dict(
@@ -163,19 +169,21 @@ def train_model(
         gradient_checkpointing=gradient_checkpointing, save_steps=save_steps, save_total_limit=save_total_limit,
         logging_steps=logging_steps, eval_steps=eval_steps, seed=seed,
     )  # fmt: skip
-    return run_in_pipeline(
+    train_dir, resolved_base_model = run_in_pipeline(
         workspace_root=workspace_root, run_id=run_id, data_dir=data_dir, base_model=base_model, training=training,
         launch=launch, pvc_name=pvc_name, image=image, pipeline_name=pipeline_name,
         model_artifact=model, metrics=metrics, manifest_artifact=manifest,
     )  # fmt: skip
+    return namedtuple("TrainOutputs", ["train_dir", "base_model"])(train_dir, resolved_base_model)
 
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
 def evaluate_model(
+    workspace_root: str,
+    run_id: str,
     base_model: str,
     train_dir: str,
     data_dir: str,
-    eval_dir: str,
     extra_questions: List[str],
     max_new_tokens: int,
     score_rows: int,
@@ -191,7 +199,9 @@ def evaluate_model(
     from collections import namedtuple
 
     from components.evaluate_model import run_in_pipeline
+    from components.workspace import stage_dir
 
+    eval_dir = str(stage_dir(workspace_root, run_id, "evaluate"))
     gate_passed, gate_reason = run_in_pipeline(
         base_model, train_dir, data_dir, eval_dir, extra_questions, max_new_tokens, score_rows,
         min_eval_loss_improvement, batch_size, metrics, report_html, report_markdown,
@@ -201,23 +211,25 @@ def evaluate_model(
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
 def export_gguf(
+    workspace_root: str,
+    run_id: str,
     train_dir: str,
-    export_dir: str,
     model_name: str,
+    outtype: str,
+    include_lora: bool,
+    thresholds: dict,
     gguf_model: dsl.Output[dsl.Model],
     metrics: dsl.Output[dsl.Metrics],
     report: dsl.Output[dsl.Markdown],
-    outtype: str = DEFAULT_OUTTYPE,
-    include_lora: bool = False,
-    thresholds: dict = {},
 ) -> str:
-    """Convert merged/ to GGUF (comma-separated outtypes; q8_0 by default), verify it in llama.cpp, write a Modelfile.
+    """Convert merged/ to GGUF (comma-separated outtypes), verify it in llama.cpp, write a Modelfile.
 
-    q8_0 is the default because it is what an Ollama user wants from a small
-    fine-tune: near-lossless, half of f16's size, bit-identical to llama.cpp's
-    own converter; q4_k_m is one parameter away. ``thresholds`` overrides keys
-    of gguf_export.options.Thresholds. Returns the GGUF's path on the workspace.
+    ``thresholds`` overrides keys of gguf_export.options.Thresholds; an empty
+    ``model_name`` is derived from the base model. Returns the GGUF's path on
+    the workspace.
     """
     from components.export_gguf import run_in_pipeline
+    from components.workspace import stage_dir
 
+    export_dir = str(stage_dir(workspace_root, run_id, "export"))
     return run_in_pipeline(train_dir, export_dir, outtype, model_name, include_lora, thresholds, gguf_model, metrics, report)

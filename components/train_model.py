@@ -26,6 +26,7 @@ from kubernetes.utils import parse_quantity
 from components.atomic import write_text_atomic
 from components.base_model import LOCAL_BACKEND, resolve_base_model
 from components.errors import UserError, exit_on_user_error
+from components.hub_auth import SECRET_NAME
 from components.training.kinds import KINDS, PYTORCHJOB
 from components.training.manifests import JobSpec, job_name, render_pytorchjob, render_trainjob, run_labels, to_yaml
 from components.training.reports import TrainingFailed
@@ -56,7 +57,7 @@ class LaunchOptions:
     shm_size: str = "8Gi"
     node_selector: str = ""  # JSON object or key=value,key=value
     tolerations: str = "nvidia.com/gpu:NoSchedule"  # JSON list or key[=value][:Effect],...
-    hf_token_secret: str = "hf-token"  # Secret with key HF_TOKEN; optional, so a missing one only matters for gated models
+    hf_token_secret: str = SECRET_NAME  # Secret with key HF_TOKEN; optional, so a missing one only matters for gated models
     timeout_minutes: float = 24 * 60.0  # cluster backends: the job is deleted after this
     backoff_limit: int = 3  # PyTorchJob: container restarts before the job fails
     trainjob_runtime: str = "torch-distributed"  # ClusterTrainingRuntime of a TrainJob
@@ -132,48 +133,50 @@ def _toleration_problem(toleration: Any) -> str | None:
     return None
 
 
-def _quantity_problem(name: str, value: str) -> str | None:
+def _quantity_problem(value: str) -> str | None:
     try:
         if parse_quantity(value) > 0:
             return None
     except ValueError:
         pass
-    return f"parameter '{name}' is {value!r}, not a positive Kubernetes quantity such as '8', '500m', '48Gi'"
+    return f"is {value!r}, not a positive Kubernetes quantity such as '8', '500m', '48Gi'"
 
 
-def launch_problems(launch: LaunchOptions, pvc_name: str, image: str) -> list[str]:
-    """One sentence per invalid launch parameter."""
-    problems = []
+def launch_problems(launch: LaunchOptions) -> dict[str, str]:
+    """Field name -> what is wrong with its value; callers name the field their way (step or run parameter)."""
+    problems = {}
     if launch.backend not in BACKENDS:
-        problems.append(f"parameter 'backend' is {launch.backend!r}; it is one of {', '.join(BACKENDS)}")
+        problems["backend"] = f"is {launch.backend!r}; it is one of {', '.join(BACKENDS)}"
     if launch.nodes < 1:
-        problems.append(f"parameter 'nodes' must be at least 1 (got {launch.nodes})")
+        problems["nodes"] = f"must be at least 1 (got {launch.nodes})"
     if launch.gpus_per_node < 0:
-        problems.append(f"parameter 'gpus_per_node' must be 0 (CPU) or more (got {launch.gpus_per_node})")
+        problems["gpus_per_node"] = f"must be 0 (CPU) or more (got {launch.gpus_per_node})"
     if launch.timeout_minutes <= 0:
-        problems.append(f"parameter 'timeout_minutes' must be positive (got {launch.timeout_minutes})")
+        problems["timeout_minutes"] = f"must be positive (got {launch.timeout_minutes})"
     if launch.backoff_limit < 0:
-        problems.append(f"parameter 'backoff_limit' must be 0 or more (got {launch.backoff_limit})")
-    problems += filter(None, (_quantity_problem(name, getattr(launch, name)) for name in ("cpu", "memory", "shm_size")))
+        problems["backoff_limit"] = f"must be 0 or more (got {launch.backoff_limit})"
+    for name in ("cpu", "memory", "shm_size"):
+        problem = _quantity_problem(getattr(launch, name))
+        if problem:
+            problems[name] = problem
     if launch.hf_token_secret and not DNS1123_SUBDOMAIN.match(launch.hf_token_secret):
-        problems.append(f"parameter 'hf_token_secret' is {launch.hf_token_secret!r}, not a valid Secret name (or empty for none)")
-    if launch.backend in KINDS:
-        if not pvc_name:
-            problems.append("the cluster backends need the workspace PVC's name (pvc_name), to mount it in every training pod")
-        if not image:
-            problems.append("the cluster backends need the runtime image (image) to run the training pods in")
+        problems["hf_token_secret"] = f"is {launch.hf_token_secret!r}, not a valid Secret name (or empty for none)"
+    for name, parse in (("node_selector", parse_node_selector), ("tolerations", parse_tolerations)):
+        try:
+            parse(getattr(launch, name))
+        except UserError as error:
+            problems[name] = str(error).rstrip(".").split(f"parameter '{name}' ", 1)[-1]
     return problems
 
 
 def check_parameters(launch: LaunchOptions, config: TrainConfig, pvc_name: str, image: str) -> None:
     """Fail in seconds, naming every bad parameter, rather than after pods were scheduled."""
-    problems = launch_problems(launch, pvc_name, image)
-    problems += [f"parameter '{name}' {problem}" for name, problem in option_problems(config).items()]
-    for parse, value in ((parse_node_selector, launch.node_selector), (parse_tolerations, launch.tolerations)):
-        try:
-            parse(value)
-        except UserError as error:
-            problems.append(str(error).rstrip("."))
+    problems = [f"parameter '{name}' {problem}" for name, problem in {**launch_problems(launch), **option_problems(config)}.items()]
+    if launch.backend in KINDS:
+        if not pvc_name:
+            problems.append("the cluster backends need the workspace PVC's name (pvc_name), to mount it in every training pod")
+        if not image:
+            problems.append("the cluster backends need the runtime image (image) to run the training pods in")
     if problems:
         raise UserError("The train step's parameters are invalid: " + "; ".join(problems) + ". Fix them and start the run again.")
     if not (config.data_dir / "train.parquet").is_file():
@@ -284,8 +287,8 @@ def run_in_pipeline(
     model_artifact,
     metrics,
     manifest_artifact,
-) -> str:
-    """Train (on the cluster or locally), then record the outputs; returns the run's train directory.
+) -> tuple[str, str]:
+    """Train (on the cluster or locally), then record the outputs; returns the run's train directory and base model.
 
     ``training`` holds TrainConfig options and ``launch`` LaunchOptions fields,
     by name; a name left out keeps that dataclass's default. A failed or timed-out training fails the step (exit 1) with the
@@ -312,5 +315,5 @@ def run_in_pipeline(
         print("the train step was stopped (SIGTERM) before training finished; its trainer was stopped", file=sys.stderr, flush=True)
         sys.exit(TERMINATED_EXIT_CODE)
     record_outputs(config, options, model_artifact, metrics)
-    return str(train_dir)
+    return str(train_dir), config.model
 

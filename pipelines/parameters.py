@@ -7,6 +7,7 @@ naming its parameter, instead of failing an hour later in a training pod.
 """
 
 import re
+from types import SimpleNamespace
 from typing import Any, Callable
 
 from components.errors import UserError, exit_on_user_error
@@ -19,6 +20,12 @@ MAX_SEED = 2**64
 
 def _fraction(value: float) -> str | None:
     return None if 0.0 <= value < 1.0 else f"must be at least 0 and below 1 (got {value})"
+
+
+def _held_out_fraction(value: float) -> str | None:
+    if 0.0 < value < 1.0:
+        return None
+    return f"must be above 0 and below 1 (got {value}): the evaluation stage compares the models on the held-out rows"
 
 
 def _seed(value: int) -> str | None:
@@ -47,13 +54,82 @@ def _quantity(value: str) -> str | None:
 
 
 CHECKS: dict[str, Callable[[Any], str | None]] = {
-    "eval_fraction": _fraction,
+    "eval_fraction": _held_out_fraction,
     "split_seed": _seed,
     "max_reject_fraction": _fraction,
     "pvc_name": _optional_label,
     "pvc_size": _quantity,
     "pvc_storage_class": _optional_subdomain,
 }
+
+
+# Run parameters that carry a stage option under another name (the run form is
+# one flat list, so "cpu" or "batch_size" alone would not say which stage they are for).
+LAUNCH_PARAMETERS = {
+    "training_backend": "backend", "training_nodes": "nodes", "gpus_per_node": "gpus_per_node", "training_cpu": "cpu",
+    "training_memory": "memory", "training_shm_size": "shm_size", "node_selector": "node_selector", "tolerations": "tolerations",
+    "training_timeout_minutes": "timeout_minutes", "training_backoff_limit": "backoff_limit", "trainjob_runtime": "trainjob_runtime",
+}  # fmt: skip
+EVALUATE_PARAMETERS = {
+    "extra_questions": "extra_questions", "eval_max_new_tokens": "max_new_tokens", "eval_score_rows": "score_rows",
+    "eval_batch_size": "batch_size", "min_eval_loss_improvement": "min_eval_loss_improvement",
+}  # fmt: skip
+PUBLISH_PARAMETERS = {
+    "hub_repo_id": "repo_id", "hub_private": "private", "publish_merged": "include_merged",
+    "publish_adapter": "include_adapter", "model_license": "license",
+}  # fmt: skip
+
+
+def _renamed(values: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
+    """Stage option name -> value, for the run parameters in ``values`` that ``names`` maps."""
+    return {option: values[parameter] for parameter, option in names.items() if parameter in values}
+
+
+def _stage_problems(values: dict[str, Any]) -> list[str]:
+    """The stages' own checks of their options, for the run parameters in ``values``, each named as in the run form."""
+    from components.evaluation.options import EvaluateOptions, option_problems as evaluate_problems
+    from components.train_model import LaunchOptions, launch_problems
+    from trainer.config import TrainConfig, option_problems as training_problems
+
+    training = {name: values[name] for name in TrainConfig.__dataclass_fields__ if name in values}
+    found = {name: problem for name, problem in training_problems(TrainConfig(**training)).items() if name in training}
+    for names, problems_of in (
+        (LAUNCH_PARAMETERS, lambda options: launch_problems(LaunchOptions(**options))),
+        # Checked on the field values, before EvaluateOptions would refuse to exist.
+        (EVALUATE_PARAMETERS, lambda options: evaluate_problems(SimpleNamespace(**{**_fields_of(EvaluateOptions()), **options}))),
+    ):
+        options = _renamed(values, names)
+        parameter_of = {option: parameter for parameter, option in names.items()}
+        found.update({parameter_of[option]: problem for option, problem in problems_of(options).items() if option in options})
+    return [f"parameter '{name}' {problem}" for name, problem in found.items()] + _export_problems(values) + _publish_problems(values)
+
+
+def _fields_of(options: Any) -> dict[str, Any]:
+    return {name: getattr(options, name) for name in options.__dataclass_fields__}
+
+
+def _export_problems(values: dict[str, Any]) -> list[str]:
+    from components.export_gguf import check_model_name, parse_outtypes
+    from gguf_export.options import Thresholds
+
+    found = []
+    for name, check in (("gguf_outtype", parse_outtypes), ("model_name", check_model_name), ("gguf_thresholds", Thresholds.from_mapping)):
+        if values.get(name):
+            try:
+                check(values[name])
+            except UserError as error:
+                found.append(f"parameter '{name}': {str(error).rstrip('.')}")
+    return found
+
+
+def _publish_problems(values: dict[str, Any]) -> list[str]:
+    from components.publish.options import PublishOptions
+
+    try:
+        PublishOptions(**_renamed(values, PUBLISH_PARAMETERS))
+    except UserError as error:
+        return [f"parameter 'hub_repo_id': {str(error).rstrip('.')}"]
+    return []
 
 
 def problems(values: dict[str, Any]) -> list[str]:
@@ -64,7 +140,7 @@ def problems(values: dict[str, Any]) -> list[str]:
             problem = check(values[name])
             if problem:
                 found.append(f"parameter '{name}' {problem}")
-    return found
+    return found + _stage_problems(values)
 
 
 def validate(values: dict[str, Any]) -> None:

@@ -5,6 +5,8 @@ KFP server) take the same ``--param`` options; both check the names and turn
 the text into the types the pipeline declares, here, before anything runs.
 """
 
+import difflib
+import json
 from typing import Any
 
 from components.errors import UserError
@@ -20,12 +22,27 @@ def parse_params(pairs: list[str], declared: dict[str, str]) -> dict[str, Any]:
         if not sep:
             raise UserError(f"--param {pair!r} is not NAME=VALUE, e.g. --param eval_fraction=0.2.")
         if name not in declared:
-            raise UserError(f"--param {name!r} is not a pipeline parameter; the parameters are: {', '.join(sorted(declared))}.")
+            close = difflib.get_close_matches(name, declared, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise UserError(f"--param {name!r} is not a pipeline parameter{hint}; the parameters are: {', '.join(sorted(declared))}.")
         values[name] = _parse_value(name, text, declared[name])
     return values
 
 
+def _parse_json(name: str, text: str, kind: str) -> Any:
+    expected, example = {"LIST": (list, '["first", "second"]'), "STRUCT": (dict, '{"key": 1}')}[kind]
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, expected):
+        raise UserError(f"--param {name}={text!r}: {name} is a JSON {'list' if kind == 'LIST' else 'object'}, e.g. --param '{name}={example}'.")
+    return value
+
+
 def _parse_value(name: str, text: str, kind: str) -> Any:
+    if kind in ("LIST", "STRUCT"):
+        return _parse_json(name, text, kind)
     if kind == "BOOLEAN":
         lowered = text.strip().lower()
         if lowered not in ("true", "false"):

@@ -3,6 +3,8 @@
 Like ``components.steps``, each body calls plain Python that defines no components.
 """
 
+from typing import List
+
 from kfp import dsl
 
 from components.runtime_image import runtime_image
@@ -13,23 +15,51 @@ def validate_parameters(
     eval_fraction: float,
     split_seed: int,
     max_reject_fraction: float,
+    method: str,
+    epochs: float,
+    max_steps: int,
+    learning_rate: float,
+    warmup_ratio: float,
+    weight_decay: float,
+    lora_r: int,
+    lora_alpha: int,
+    lora_dropout: float,
+    per_device_batch_size: int,
+    gradient_accumulation_steps: int,
+    max_length: int,
+    loss_on: str,
+    save_steps: int,
+    save_total_limit: int,
+    logging_steps: int,
+    eval_steps: int,
+    training_backend: str,
+    training_nodes: int,
+    gpus_per_node: int,
+    training_cpu: str,
+    training_memory: str,
+    training_shm_size: str,
+    node_selector: str,
+    tolerations: str,
+    training_timeout_minutes: float,
+    training_backoff_limit: int,
+    extra_questions: List[str],
+    eval_max_new_tokens: int,
+    eval_score_rows: int,
+    eval_batch_size: int,
+    min_eval_loss_improvement: float,
+    model_name: str,
+    gguf_outtype: str,
+    gguf_thresholds: dict,
+    hub_repo_id: str,
     pvc_name: str,
     pvc_size: str,
     pvc_storage_class: str,
 ):
-    """Fail fast, naming each invalid run parameter."""
+    """Fail fast, naming each invalid run parameter, before any stage starts (not after hours of training)."""
+    values = dict(locals())  # the parameters, by name: taken before anything else is bound here
     from pipelines.parameters import check_in_pipeline
 
-    check_in_pipeline(
-        dict(
-            eval_fraction=eval_fraction,
-            split_seed=split_seed,
-            max_reject_fraction=max_reject_fraction,
-            pvc_name=pvc_name,
-            pvc_size=pvc_size,
-            pvc_storage_class=pvc_storage_class,
-        )
-    )
+    check_in_pipeline(values)
 
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)

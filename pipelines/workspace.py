@@ -1,14 +1,15 @@
-"""The shared workspace the stages pass large files through.
+"""Where the pipeline runs: the shared workspace its stages pass large files through, and how it trains.
 
-On a cluster it is a ReadWriteMany PVC: created for the run with kfp-kubernetes
-``CreatePVC`` (or an existing one named by ``pvc_name``), mounted at
-``MOUNT_PATH`` in every step that touches it, and deleted after the last stage
-unless ``keep_pvc`` is set. A failed run keeps its PVC, so its checkpoints can be
-inspected or resumed from.
+On a cluster the workspace is a ReadWriteMany PVC: created for the run with
+kfp-kubernetes ``CreatePVC`` (or an existing one named by ``pvc_name``),
+mounted at ``MOUNT_PATH`` in every step that touches it, and deleted after the
+last stage unless ``keep_pvc`` is set. A failed run keeps its PVC, so its
+checkpoints can be inspected or resumed from. Training runs as a PyTorchJob or
+TrainJob whose pods mount the same PVC.
 
 ``kfp.local`` cannot run CreatePVC/DeletePVC and ignores mounts, so a local run
-uses ``LocalWorkspace``: a directory on this machine standing in for the PVC.
-Both present the same three hooks to the DAG.
+uses ``LocalWorkspace``: a directory on this machine standing in for the PVC,
+and the trainer as local torchrun processes. Both present the same hooks to the DAG.
 """
 
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Protocol
 
 from kfp import dsl, kubernetes
 
+from components.base_model import LOCAL_BACKEND
 from pipelines.tasks import resolve_storage_class, use_existing_pvc, workspace_pvc
 
 MOUNT_PATH = "/mnt/workspace"
@@ -31,8 +33,14 @@ class Workspace(Protocol):
     def mount(self, task: dsl.PipelineTask) -> dsl.PipelineTask:
         """Give ``task`` access to the workspace at ``root``."""
 
+    def pvc(self):
+        """The PVC name the training pods mount (empty where there is none)."""
+
+    def training_backend(self, requested):
+        """How the train step runs the trainer: the run's choice on a cluster, local processes here."""
+
     def release(self, after: dsl.PipelineTask, pvc_name, keep_pvc) -> None:
-        """Clean up after the last stage."""
+        """Clean up after ``after``, the last stage of one path through the DAG (called once per path)."""
 
 
 class ClusterWorkspace:
@@ -63,6 +71,12 @@ class ClusterWorkspace:
         kubernetes.mount_pvc(_uncached(task), pvc_name=self._pvc.output, mount_path=MOUNT_PATH)
         return task
 
+    def pvc(self):
+        return self._pvc.output
+
+    def training_backend(self, requested):
+        return requested
+
     def release(self, after, pvc_name, keep_pvc) -> None:
         with dsl.If(pvc_name == "", name="pvc-was-created"):
             with dsl.If(keep_pvc == False, name="keep-pvc-is-off"):  # noqa: E712 (a KFP condition, not Python)
@@ -70,7 +84,7 @@ class ClusterWorkspace:
 
 
 class LocalWorkspace:
-    """A local directory standing in for the PVC under ``kfp.local``."""
+    """A local directory standing in for the PVC under ``kfp.local``; training as local processes."""
 
     def __init__(self, root: Path) -> None:
         self.root = str(Path(root).resolve())
@@ -82,6 +96,12 @@ class LocalWorkspace:
 
     def mount(self, task):
         return task
+
+    def pvc(self):
+        return ""
+
+    def training_backend(self, requested):
+        return LOCAL_BACKEND
 
     def release(self, after, pvc_name, keep_pvc) -> None:
         """Nothing to delete: the directory is the run's output."""

@@ -18,9 +18,10 @@ from pipelines.workspace import MOUNT_PATH
 
 COMMITTED = REPO_ROOT / "compiled" / "fine_tune_pipeline.yaml"
 ROOT = None  # owner of the root DAG in the helpers below
-PVC_STUBS = {"exec-createpvc", "exec-deletepvc"}  # kfp-kubernetes tasks the backend driver runs itself
-PVC_TASKS = {"resolve-storage-class", "createpvc", "use-existing-pvc", "workspace-pvc", "deletepvc"}
+PVC_STUB_PREFIXES = ("exec-createpvc", "exec-deletepvc")  # kfp-kubernetes tasks the backend driver runs itself
+PVC_TASKS = {"resolve-storage-class", "createpvc", "use-existing-pvc", "workspace-pvc", "deletepvc", "deletepvc-2", "deletepvc-3"}
 CHANNEL = re.compile(r"inputs\.parameter_values\['([^']+)'\]")
+TOKEN_NAME = re.compile(r"(^|_)token($|_)", re.IGNORECASE)  # hf_token_secret, api_token; not max_new_tokens
 
 
 def compile_cli(*args, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -28,6 +29,10 @@ def compile_cli(*args, env: dict[str, str] | None = None, timeout: float = 120) 
     full_env = {k: v for k, v in os.environ.items() if k != IMAGE_ENV_VAR}
     full_env.update(env or {})
     return run_module("pipelines.compile", *args, env=full_env, timeout=timeout)
+
+
+def is_pvc_stub(label: str) -> bool:
+    return label.startswith(PVC_STUB_PREFIXES)
 
 
 def load(path: Path) -> tuple[dict, dict]:
@@ -164,7 +169,10 @@ def test_image_flag_sets_every_runtime_executor(tmp_path):
     result = compile_cli("--image", "registry.example.com/me/ft:1.2", "--output", out)
     assert result.returncode == 0, result.stderr
     images = executor_images(out)
-    assert {images[label] for label in images if label not in PVC_STUBS} == {"registry.example.com/me/ft:1.2"}
+    assert {images[label] for label in images if not is_pvc_stub(label)} == {"registry.example.com/me/ft:1.2"}
+    pipeline, _ = load(out)
+    owner, train = find_task(pipeline, "train-model")
+    assert source(pipeline, owner, train, "image") == ("constant", "registry.example.com/me/ft:1.2")  # the training pods' image too
 
 
 def test_image_env_var_and_flag_precedence(tmp_path):
@@ -172,12 +180,12 @@ def test_image_env_var_and_flag_precedence(tmp_path):
     by_env = tmp_path / "env.yaml"
     result = compile_cli("--output", by_env, env={IMAGE_ENV_VAR: "registry.example.com/env/ft:2"})
     assert result.returncode == 0, result.stderr
-    assert {img for label, img in executor_images(by_env).items() if label not in PVC_STUBS} == {"registry.example.com/env/ft:2"}
+    assert {img for label, img in executor_images(by_env).items() if not is_pvc_stub(label)} == {"registry.example.com/env/ft:2"}
 
     both = tmp_path / "both.yaml"
     result = compile_cli("--image", "registry.example.com/flag/ft:3", "--output", both, env={IMAGE_ENV_VAR: "registry.example.com/env/ft:2"})
     assert result.returncode == 0, result.stderr
-    assert {img for label, img in executor_images(both).items() if label not in PVC_STUBS} == {"registry.example.com/flag/ft:3"}
+    assert {img for label, img in executor_images(both).items() if not is_pvc_stub(label)} == {"registry.example.com/flag/ft:3"}
 
 
 def test_runtime_image_default_and_blank_env(monkeypatch):
@@ -195,7 +203,7 @@ def test_every_executor_uses_the_runtime_image(spec):
     Only the kfp-kubernetes PVC stubs, which the backend handles without a container, differ."""
     executors = spec["deploymentSpec"]["executors"]
     stubs = {label for label, e in executors.items() if "command" not in e["container"] and e["container"]["image"].startswith("argostub/")}
-    assert stubs == PVC_STUBS
+    assert stubs == {label for label in executors if is_pvc_stub(label)} and len(stubs) == 4  # create, and delete on each of 3 paths
     assert {e["container"]["image"] for label, e in executors.items() if label not in stubs} == {DEFAULT_IMAGE}
     assert len(executors) - len(stubs) >= 5
 
@@ -210,18 +218,43 @@ def test_no_package_installs_at_run_time(spec):
     assert not pip.search(COMMITTED.read_text())
 
 
-def test_no_hf_token_anywhere():
-    """A Hub token must come from a Kubernetes secret at run time, never be baked into the uploaded YAML."""
-    assert "HF_TOKEN" not in COMMITTED.read_text().upper()
+def test_hub_token_comes_only_from_the_secret(tmp_path, platform):
+    """A Hub token must come from the Kubernetes Secret at run time, never be baked into the uploaded YAML:
+    a canary token in the compiling environment appears nowhere in it, and HF_TOKEN is only ever a Secret mapping."""
+    canary = "hf_CANARY_compile_0123456789"
+    out = tmp_path / "p.yaml"
+    result = compile_cli("--output", out, env={"HF_TOKEN": canary})
+    assert result.returncode == 0, result.stderr
+    assert canary not in out.read_text() + result.stdout + result.stderr
+    assert "hf_" not in COMMITTED.read_text().replace("hf_token", "")  # no token-looking string at all
+    pipeline, _ = load(COMMITTED)
+    assert not [name for name in pipeline["root"]["inputDefinitions"]["parameters"] if TOKEN_NAME.search(name)]
+    token_inputs = [(name, task) for owner, name, task in all_tasks(pipeline) for key in task.get("inputs", {}).get("parameters", {}) if TOKEN_NAME.search(key)]
+    assert [(name, source(pipeline, *find_task(pipeline, name), "hf_token_secret")) for name, _ in token_inputs] == [
+        ("train-model", ("constant", "hf-token"))  # the Secret's name, for the training pods
+    ]
+    assert not [e for e in pipeline["deploymentSpec"]["executors"].values() if "env" in e.get("container", {})]
+    for label in ("exec-prepare-dataset", "exec-check-data-changed", "exec-evaluate-model", "exec-publish-model"):
+        secrets = platform["deploymentSpec"]["executors"][label]["secretAsEnv"]
+        hub = [secret for secret in secrets if secret["secretName"] == "hf-token"]
+        assert hub == [{**hub[0], "keyToEnv": [{"envVar": "HF_TOKEN", "secretKey": "HF_TOKEN"}], "optional": True}], label
 
 
 def test_every_parameter_has_default_and_description(spec):
     """The run form shows these; a parameter without a default blocks one-click runs, one without a description is a guess."""
     parameters = spec["root"]["inputDefinitions"]["parameters"]
     assert set(parameters) == {
-        "dataset_uri", "eval_fraction", "split_seed", "max_reject_fraction", "system_prompt",
+        "dataset_uri", "eval_fraction", "split_seed", "max_reject_fraction", "system_prompt", "force",
+        "base_model", "method", "epochs", "max_steps", "learning_rate", "scale_lr", "warmup_ratio", "weight_decay",
+        "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "per_device_batch_size", "gradient_accumulation_steps",
+        "max_length", "packing", "loss_on", "gradient_checkpointing", "save_steps", "save_total_limit", "logging_steps",
+        "eval_steps", "seed", "training_backend", "training_nodes", "gpus_per_node", "training_cpu", "training_memory",
+        "training_shm_size", "node_selector", "tolerations", "training_timeout_minutes", "training_backoff_limit",
+        "trainjob_runtime", "extra_questions", "eval_max_new_tokens", "eval_score_rows", "eval_batch_size",
+        "min_eval_loss_improvement", "model_name", "gguf_outtype", "gguf_lora_adapter", "gguf_thresholds",
+        "hub_repo_id", "hub_private", "publish_merged", "publish_adapter", "model_license",
         "pvc_name", "pvc_size", "pvc_storage_class", "keep_pvc",
-    }
+    }  # fmt: skip
     for name, definition in parameters.items():
         assert "defaultValue" in definition, name
         assert definition.get("isOptional") is True, name
@@ -261,14 +294,107 @@ def test_create_pvc_is_read_write_many_sized_by_parameter(spec):
     assert guards(spec, "use-existing-pvc") == {"!(pvc_name == '')"}
 
 
-def test_delete_pvc_guarded_by_keep_pvc_and_runs_last(spec):
-    """The per-run PVC is deleted only when this run created it and keep_pvc is off, after the last stage."""
-    owner, task = find_task(spec, "deletepvc")
-    assert spec["components"][task["componentRef"]["name"]]["executorLabel"] == "exec-deletepvc"
-    assert source(spec, owner, task, "pvc_name") == ("task", "workspace-pvc", "Output")
-    assert guards(spec, "deletepvc") == {"pvc_name == ''", "keep_pvc == false"}
-    _, enclosing = outermost(spec, "deletepvc")
-    assert set(workspace_tasks(spec)) <= set(enclosing["dependentTasks"])
+def test_delete_pvc_guarded_by_keep_pvc_and_runs_last_on_every_path(spec):
+    """The per-run PVC is deleted only when this run created it and keep_pvc is off, after the last stage of
+    whichever path the run took: published, stopped by the quality gate, or skipped for unchanged data."""
+    last = {
+        "deletepvc": ({"data_changed", "gate_passed"}, "publish-model"),
+        "deletepvc-2": ({"data_changed", "!gate_passed"}, "report-skipped"),
+        "deletepvc-3": ({"!data_changed"}, "report-skipped-2"),
+    }
+    for name, (path, after) in last.items():
+        owner, task = find_task(spec, name)
+        assert spec["components"][task["componentRef"]["name"]]["executorLabel"].startswith("exec-deletepvc")
+        assert source(spec, owner, task, "pvc_name") == ("task", "workspace-pvc", "Output")
+        assert guards(spec, name) == {"pvc_name == ''", "keep_pvc == false"} | {PATHS[step] for step in path}, name
+        assert after in waits_for(spec, name), name
+
+
+def waits_for(spec, task_name) -> set[str]:
+    """Every task ``task_name`` waits for, itself or through the condition groups enclosing it."""
+    owner, task = find_task(spec, task_name)
+    found = set(task.get("dependentTasks", []))
+    while owner is not ROOT:
+        owner, _, task = parent_of(spec, owner)
+        found |= set(task.get("dependentTasks", []))
+    return found
+
+
+PATHS = {
+    "data_changed": "check-data-changed.changed == true",
+    "!data_changed": "!(check-data-changed.changed == true)",
+    "gate_passed": "evaluate-model.gate_passed == true",
+    "!gate_passed": "!(evaluate-model.gate_passed == true)",
+}
+
+
+def test_stages_run_in_order_under_their_decisions(spec):
+    """Training runs only on changed data (or force); export and publish only after a passed quality gate;
+    each skip leaves a node in the run graph that says why."""
+    expected = {
+        "prepare-dataset": set(), "check-data-changed": set(),
+        "train-model": {"data_changed"}, "evaluate-model": {"data_changed"},
+        "export-gguf": {"data_changed", "gate_passed"}, "publish-model": {"data_changed", "gate_passed"},
+        "report-skipped": {"data_changed", "!gate_passed"}, "report-skipped-2": {"!data_changed"},
+    }  # fmt: skip
+    for name, path in expected.items():
+        assert guards(spec, name) == {PATHS[step] for step in path}, name
+    owner, check = find_task(spec, "check-data-changed")
+    assert source(spec, owner, check, "fingerprint") == ("task", "prepare-dataset", "fingerprint")
+    assert source(spec, owner, check, "force") == ("param", "force")
+    owner, evaluate = find_task(spec, "evaluate-model")
+    assert source(spec, owner, evaluate, "base_model") == ("task", "train-model", "base_model")  # compared with what was trained
+    assert source(spec, owner, evaluate, "train_dir") == ("task", "train-model", "train_dir")
+    owner, publish = find_task(spec, "publish-model")
+    assert "export-gguf" in publish["dependentTasks"]
+    owner, skipped = find_task(spec, "report-skipped")
+    assert source(spec, owner, skipped, "reason") == ("task", "evaluate-model", "gate_reason")
+    owner, skipped = find_task(spec, "report-skipped-2")
+    assert source(spec, owner, skipped, "reason") == ("task", "check-data-changed", "reason")
+
+
+def test_every_stage_option_defaults_to_its_dataclass(spec):
+    """One source of truth: each stage option reaches its step from a run parameter whose default is the stage's
+    options dataclass default, or, where the run form does not show it, as that default itself."""
+    from components.evaluation.options import EvaluateOptions
+    from components.publish.options import PublishOptions
+    from components.train_model import LaunchOptions
+    from pipelines.parameters import EVALUATE_PARAMETERS, LAUNCH_PARAMETERS, PUBLISH_PARAMETERS
+    from trainer.config import TrainConfig
+
+    parameters = spec["root"]["inputDefinitions"]["parameters"]
+    checked = 0
+    for task_name, options, renamed in (
+        ("train-model", TrainConfig(), {}),
+        ("train-model", LaunchOptions(), LAUNCH_PARAMETERS),
+        ("evaluate-model", EvaluateOptions(), EVALUATE_PARAMETERS),
+        ("publish-model", PublishOptions(), PUBLISH_PARAMETERS),
+    ):
+        option_to_parameter = {option: parameter for parameter, option in renamed.items()}
+        owner, task = find_task(spec, task_name)
+        for name, binding in task["inputs"]["parameters"].items():
+            if name not in options.__dataclass_fields__:
+                continue
+            default = getattr(options, name)
+            default = list(default) if isinstance(default, tuple) else default
+            origin = source(spec, owner, task, name)
+            if origin[0] == "task":  # an earlier step's result (data_dir, the trained base model), not an option
+                continue
+            if origin[0] == "param":
+                assert origin[1] == option_to_parameter.get(name, name), (task_name, name)
+                assert parameters[origin[1]].get("defaultValue", "") == default, (task_name, name)
+            else:
+                assert origin == ("constant", default), (task_name, name)
+            checked += 1
+    assert checked >= 45
+
+
+def test_evaluation_gets_a_gpu_in_the_cluster(spec, platform):
+    """Generating with two models is GPU work; GPU nodes are usually tainted, so the step tolerates the taint."""
+    resources = spec["deploymentSpec"]["executors"]["exec-evaluate-model"]["container"]["resources"]
+    assert resources["accelerator"]["resourceType"] == "nvidia.com/gpu" and resources["accelerator"]["resourceCount"] == "1"
+    (toleration,) = platform["deploymentSpec"]["executors"]["exec-evaluate-model"]["tolerations"]
+    assert toleration == {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 
 def test_workspace_stages_mount_the_pvc(spec, platform):
@@ -283,8 +409,16 @@ def test_workspace_stages_mount_the_pvc(spec, platform):
         mounted.add(label)
         (mount,) = platform["deploymentSpec"]["executors"][label]["pvcMount"]
         assert mount["mountPath"] == MOUNT_PATH == "/mnt/workspace"
-        assert mount["pvcNameParameter"] == {"taskOutputParameter": {"producerTask": "workspace-pvc", "outputParameterKey": "Output"}}
+        assert pvc_source(spec, owner, mount["pvcNameParameter"]) == ("task", "workspace-pvc", "Output"), name
     assert set(platform["deploymentSpec"]["executors"]) == mounted
+
+
+def pvc_source(spec, owner, binding):
+    """Where a mount's PVC name comes from: a task output directly, or one passed into a condition branch."""
+    if "taskOutputParameter" in binding:
+        return ("task", binding["taskOutputParameter"]["producerTask"], binding["taskOutputParameter"]["outputParameterKey"])
+    parent_owner, _, parent_task = parent_of(spec, owner)
+    return source(spec, parent_owner, parent_task, binding["componentInputParameter"])
 
 
 def test_pvc_tasks_are_not_cached(spec):

@@ -156,12 +156,12 @@ def test_failed_gate_is_a_result_not_an_error_and_fills_the_kfp_artifacts(smollm
 
     ``python_func`` is the body KFP runs in the pod; real KFP artifact objects with local URIs.
     """
-    eval_dir = tmp_path / "evaluate"
+    eval_dir = tmp_path / "workspace" / "runs" / "run-1" / "evaluate"  # where the step puts its stage directory
     metrics = dsl.Metrics(uri=str(tmp_path / "metrics"))
     html, markdown = dsl.HTML(uri=str(tmp_path / "report_html")), dsl.Markdown(uri=str(tmp_path / "report_markdown"))
     # Short answers and one scored row: this run is about the gate and the artifacts.
     outputs = evaluate_model.python_func(
-        base_model=str(smollm2_dir), train_dir=str(train_dir), data_dir=str(data_dir), eval_dir=str(eval_dir),
+        workspace_root=str(tmp_path / "workspace"), run_id="run-1", base_model=str(smollm2_dir), train_dir=str(train_dir), data_dir=str(data_dir),
         extra_questions=[], max_new_tokens=8, score_rows=1, min_eval_loss_improvement=10.0, batch_size=8,
         metrics=metrics, report_html=html, report_markdown=markdown,
     )  # fmt: skip

@@ -1,22 +1,46 @@
-"""`python -m pipelines.run` executes the real DAG through kfp.local on this machine, end to end."""
+"""`python -m pipelines.run` executes the real DAG through kfp.local on this machine, end to end.
+
+Three runs share one output directory, as scheduled runs share a PVC:
+
+1. the whole pipeline on the bundled data with SmolLM2-135M: prepare, train with
+   two local torchrun processes, evaluate, export a verified GGUF, publish (a dry
+   run, since no repository is set);
+2. the same data again: its fingerprint matches the published model's, so
+   training, evaluation, export and publishing are skipped;
+3. the same data with ``force``, fine-tuning a tiny model and a quality gate no
+   model can meet: it trains and evaluates, then skips export and publishing.
+
+Training is cut short (a few steps of short sequences) so the runs fit a CI
+budget; everything else runs as in ``make run``.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from components.publish.record import DRY_RUN_NAME, RECORDS_DIR
 from conftest import REPO_ROOT, read_split, read_stats, run_module, write_jsonl
 
 pytestmark = pytest.mark.slow
 
 BUNDLED_RECORDS = 324  # lines of components/sample_data/practical_skills.jsonl, all valid, no duplicates
-BUNDLED_TRAIN, BUNDLED_EVAL = 298, 26  # with the default eval_fraction 0.1 and split_seed 42
+DATA_PARAMS = ("--param", "split_seed=7", "--param", "system_prompt=Answer briefly.")
+SHORT_TRAINING = (
+    "--param", "max_steps=2", "--param", "max_length=256", "--param", "per_device_batch_size=1",
+    "--param", "logging_steps=1", "--param", "save_steps=1",
+)  # fmt: skip
+SHORT_EVALUATION = ("--param", "eval_score_rows=2", "--param", "eval_max_new_tokens=24", "--param", 'extra_questions=["What is a bowline?"]')
+# Two steps of a LoRA barely move a model: let the first run's gate pass whatever they did.
+LENIENT_GATE = ("--param", "min_eval_loss_improvement=-100")
+STAGES = ("data", "train", "evaluate", "export", "publish")
 
 
-def run_pipeline(*args, timeout: float = 300) -> subprocess.CompletedProcess:
+def run_pipeline(*args, timeout: float = 1800) -> subprocess.CompletedProcess:
     return run_module("pipelines.run", *args, timeout=timeout)
 
 
@@ -24,77 +48,132 @@ def squash(text: str) -> str:
     return "".join(text.split())
 
 
-def data_dirs(output_dir: Path) -> list[Path]:
-    """The data stage's directory of each run under ``output_dir`` (workspace/runs/<run id>/data)."""
-    return sorted((output_dir / "workspace" / "runs").glob("*/data"))
+def run_dirs(output_dir: Path) -> dict[str, Path]:
+    """Run id -> that run's directory on the workspace (runs/<run id>/)."""
+    return {path.name: path for path in (output_dir / "workspace" / "runs").iterdir()}
+
+
+def executed(result: subprocess.CompletedProcess) -> list[str]:
+    """The tasks kfp.local executed, in order."""
+    return re.findall(r"Executing task \W*'([\w-]+)'", re.sub(r"\x1b\[[0-9;]*m", "", result.stdout + result.stderr))
 
 
 @pytest.fixture(scope="module")
-def default_run(tmp_path_factory):
-    """One default run on the bundled dataset, shared by the tests that inspect it."""
+def runs(tmp_path_factory, tiny_model_dir):
+    """The three runs, in order, in one output directory: (output_dir, [(result, new run directory)])."""
     output_dir = tmp_path_factory.mktemp("local-run") / "out"
-    return output_dir, run_pipeline("--output-dir", output_dir)
+    arguments = [
+        (*DATA_PARAMS, *SHORT_TRAINING, *SHORT_EVALUATION, *LENIENT_GATE),
+        (*DATA_PARAMS, *SHORT_TRAINING, *SHORT_EVALUATION),
+        (*DATA_PARAMS, *SHORT_TRAINING, *SHORT_EVALUATION, "--param", "force=true", "--param", f"base_model={tiny_model_dir}",
+         "--param", "min_eval_loss_improvement=100"),
+    ]  # fmt: skip
+    done, seen = [], set()
+    for args in arguments:
+        result = run_pipeline("--output-dir", output_dir, *args)
+        new = set(run_dirs(output_dir)) - seen if (output_dir / "workspace" / "runs").is_dir() else set()
+        (run_id,) = new or {None}
+        seen |= new
+        done.append((result, run_dirs(output_dir).get(run_id)))
+    return output_dir, done
 
 
-def test_default_run_succeeds_and_says_where_outputs_went(default_run):
-    """`make run` on a fresh machine must succeed and tell the user where to look, listing real files."""
-    output_dir, result = default_run
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+def succeeded(result: subprocess.CompletedProcess) -> None:
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-3000:]
+
+
+def test_whole_pipeline_runs_locally_and_says_where_outputs_went(runs):
+    """`make run` on a fresh machine: every stage runs, training with two processes, and the user is told where to look."""
+    output_dir, [(result, run_dir), *_] = runs
+    succeeded(result)
+    assert executed(result) == [
+        "validate-parameters", "prepare-dataset", "check-data-changed", "train-model", "evaluate-model", "export-gguf", "publish-model",
+    ]  # fmt: skip
     assert f"running pipeline locally; outputs go to {output_dir}" in result.stdout
-    assert "pipeline finished; outputs:" in result.stdout
     listed = [Path(line.strip()) for line in result.stdout.split("pipeline finished; outputs:")[1].splitlines() if line.strip()]
-    (data_dir,) = data_dirs(output_dir)
-    for name in ("train.parquet", "eval.parquet", "rejects.jsonl", "stats.json"):
-        assert data_dir / name in listed
     assert all(path.is_file() and output_dir in path.parents for path in listed)
-    assert not any(path.name == "executor_output.json" for path in listed)
+    for stage in STAGES:
+        assert any(run_dir / stage in path.parents for path in listed), stage
+
+    summary = json.loads((run_dir / "train" / "training_summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["global_step"] == 2
+    assert summary["config"]["model"].endswith("SmolLM2-135M-Instruct")  # the empty base_model resolved to the local model
 
 
-def test_default_run_prepares_the_bundled_dataset(default_run):
-    """The bundled sample is the default data: every record ends up in train or eval, none rejected."""
-    output_dir, result = default_run
-    assert result.returncode == 0, result.stderr[-3000:]
-    (data_dir,) = data_dirs(output_dir)
-    train, evaluation = read_split(data_dir, "train"), read_split(data_dir, "eval")
-    assert (len(train), len(evaluation)) == (BUNDLED_TRAIN, BUNDLED_EVAL)
-    assert len(train) + len(evaluation) == BUNDLED_RECORDS
-    assert not {row["id"] for row in train} & {row["id"] for row in evaluation}
-    stats = read_stats(data_dir)
+def test_data_parameters_reach_the_data_stage(runs):
+    """--param values arrive in the step: the bundled data, split with the given seed, with the given system prompt."""
+    _, [(result, run_dir), *_] = runs
+    succeeded(result)
+    stats = read_stats(run_dir / "data")
     assert stats["records"] == BUNDLED_RECORDS and stats["rejected"] == 0
     assert stats["inputs"] == [str(REPO_ROOT / "components" / "sample_data" / "practical_skills.jsonl")]
-    assert train[0]["messages"][0]["role"] == "user" and train[0]["messages"][-1]["role"] == "assistant"
+    assert stats["options"]["seed"] == 7 and stats["options"]["system_prompt"] == "Answer briefly."
+    train = read_split(run_dir / "data", "train")
+    assert train[0]["messages"][0] == {"role": "system", "content": "Answer briefly."}
+    assert f"fingerprint {stats['fingerprint']}" in result.stdout
 
 
-def test_fingerprint_reaches_the_log_and_the_artifacts(default_run):
-    """The data fingerprint ties a run's log, its stats.json and its KFP artifacts to the same data."""
-    output_dir, result = default_run
-    assert result.returncode == 0, result.stderr[-3000:]
-    (data_dir,) = data_dirs(output_dir)
-    fingerprint = read_stats(data_dir)["fingerprint"]
-    assert fingerprint.startswith("sha256:") and len(fingerprint) == len("sha256:") + 64
-    assert f"fingerprint {fingerprint}" in result.stdout
-    (train_artifact,) = (output_dir / "artifacts").glob("*/prepare-dataset/train_data")
-    assert train_artifact.read_bytes() == (data_dir / "train.parquet").read_bytes()
-    (eval_artifact,) = (output_dir / "artifacts").glob("*/prepare-dataset/eval_data")
-    assert eval_artifact.read_bytes() == (data_dir / "eval.parquet").read_bytes()
+def test_evaluation_compares_both_models_on_every_question(runs):
+    """The report a user opens in the run page: both models' answers to the built-in and the extra questions."""
+    output_dir, [(result, run_dir), *_] = runs
+    succeeded(result)
+    evaluation = json.loads((run_dir / "evaluate" / "evaluation.json").read_text())
+    assert evaluation["gate"]["passed"] is True and evaluation["scored_rows"] == 2
+    samples = json.loads((run_dir / "evaluate" / "demo_outputs" / "sample_responses.json").read_text())
+    assert len(samples) == 6 and samples[-1]["question"] == "What is a bowline?"
+    assert all(sample["base"].strip() and sample["fine_tuned"].strip() for sample in samples)
+    (html,) = (output_dir / "artifacts").glob("*/evaluate-model/report_html")
+    assert "What is a bowline?" in html.read_text()
 
 
-def test_parameters_reach_the_data_stage(tmp_path):
-    """--param values must arrive in the step: a changed split, a system prompt, a different dataset."""
-    data = write_jsonl(tmp_path / "data.jsonl", [{"prompt": f"q{i}", "completion": f"a{i}"} for i in range(50)])
-    out = tmp_path / "out"
-    result = run_pipeline(
-        "--output-dir", out,
-        "--param", f"dataset_uri={data}",
-        "--param", "eval_fraction=0",
-        "--param", "system_prompt=Be brief.",
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    (data_dir,) = data_dirs(out)
-    stats = read_stats(data_dir)
-    assert stats["options"]["eval_fraction"] == 0 and stats["options"]["system_prompt"] == "Be brief."
-    assert stats["rows"] == {"train": 50, "eval": 0}
-    assert read_split(data_dir, "train")[0]["messages"][0] == {"role": "system", "content": "Be brief."}
+def test_export_writes_a_verified_gguf_and_a_modelfile(runs):
+    """The GGUF was checked in llama.cpp before anything was published."""
+    _, [(result, run_dir), *_] = runs
+    succeeded(result)
+    export_dir = run_dir / "export"
+    (gguf,) = export_dir.glob("*.gguf")
+    assert gguf.name.endswith("-q8_0.gguf") and gguf.read_bytes()[:4] == b"GGUF"
+    assert f"FROM ./{gguf.name}" in (export_dir / "Modelfile").read_text()
+    assert json.loads((export_dir / "verification.json").read_text())["passed"] is True
+
+
+def test_publish_dry_run_writes_the_upload_folder_and_the_record(runs):
+    """Without a repository the publish step writes exactly what it would upload, and records the data fingerprint."""
+    output_dir, [(result, run_dir), *_] = runs
+    succeeded(result)
+    upload = run_dir / "publish" / "upload"
+    card = (upload / "README.md").read_text()
+    fingerprint = read_stats(run_dir / "data")["fingerprint"]
+    assert f"data_fingerprint: {fingerprint}" in card and "base_model: HuggingFaceTB/SmolLM2-135M-Instruct" in card
+    assert {path.name for path in upload.iterdir()} >= {"README.md", "Modelfile", "training_summary.json"}
+    assert any(path.suffix == ".gguf" for path in upload.iterdir())
+    record = json.loads((output_dir / "workspace" / RECORDS_DIR / f"{DRY_RUN_NAME}.json").read_text())
+    assert record["data_fingerprint"] == fingerprint and record["run_id"] == run_dir.name
+
+
+def test_unchanged_data_skips_training_export_and_publish(runs):
+    """A scheduled run on the data the published model was trained on costs one preparation step."""
+    _, [(first, first_dir), (second, second_dir), _] = runs
+    succeeded(second)
+    assert executed(second) == ["validate-parameters", "prepare-dataset", "check-data-changed"]
+    assert "data unchanged: training is skipped" in second.stdout
+    assert sorted(path.name for path in second_dir.iterdir()) == ["data"]
+    # The runs share the workspace without touching each other's files.
+    assert read_stats(second_dir / "data")["fingerprint"] == read_stats(first_dir / "data")["fingerprint"]
+    assert (first_dir / "export").is_dir()
+
+
+def test_force_trains_again_and_a_failed_gate_skips_export_and_publish(runs):
+    """force retrains on unchanged data; a fine-tune that misses the quality gate is evaluated but never exported."""
+    output_dir, [(first, first_dir), _, (third, third_dir)] = runs
+    succeeded(third)
+    assert executed(third) == ["validate-parameters", "prepare-dataset", "check-data-changed", "train-model", "evaluate-model"]
+    assert "force is set" in third.stdout
+    assert sorted(path.name for path in third_dir.iterdir()) == ["data", "evaluate", "train"]
+    gate = json.loads((third_dir / "evaluate" / "evaluation.json").read_text())["gate"]
+    assert gate["passed"] is False and "100" in gate["reason"]
+    record = json.loads((output_dir / "workspace" / RECORDS_DIR / f"{DRY_RUN_NAME}.json").read_text())
+    assert record["run_id"] == first_dir.name  # the published model is still the first run's
 
 
 def test_bad_dataset_fails_with_the_data_stage_paragraph(tmp_path):
@@ -103,7 +182,7 @@ def test_bad_dataset_fails_with_the_data_stage_paragraph(tmp_path):
     garbage = tmp_path / "garbage.jsonl"
     garbage.write_text("this is not json\n{\"half\": \nstill not json\n")
     out = tmp_path / "out"
-    result = run_pipeline("--output-dir", out, "--param", f"dataset_uri={garbage}")
+    result = run_pipeline("--output-dir", out, "--param", f"dataset_uri={garbage}", timeout=300)
     assert result.returncode == 1
     # Compared without whitespace: the paragraph is wrapped at 100 columns (and kfp indents the step's log).
     log = squash(result.stdout)
@@ -113,16 +192,16 @@ def test_bad_dataset_fails_with_the_data_stage_paragraph(tmp_path):
     assert "Inner task failed" in result.stderr and "prepare-dataset" in result.stderr
     assert "The failing step's log above says why; nothing after it ran." in result.stderr
     assert "Traceback" not in result.stdout + result.stderr
-    (data_dir,) = data_dirs(out)
-    assert not (data_dir / "stats.json").exists()
-    rejects = [json.loads(line) for line in (data_dir / "rejects.failed.jsonl").read_text().splitlines()]
+    (run_dir,) = run_dirs(out).values()
+    assert not (run_dir / "data" / "stats.json").exists() and not (run_dir / "train").exists()
+    rejects = [json.loads(line) for line in (run_dir / "data" / "rejects.failed.jsonl").read_text().splitlines()]
     assert [r["reason"] for r in rejects] == ["invalid_json"] * 3
 
 
 def test_missing_dataset_fails_cleanly(tmp_path):
     """A dataset_uri that matches nothing names the path, without a traceback."""
     missing = tmp_path / "nowhere" / "data.jsonl"
-    result = run_pipeline("--output-dir", tmp_path / "out", "--param", f"dataset_uri={missing}")
+    result = run_pipeline("--output-dir", tmp_path / "out", "--param", f"dataset_uri={missing}", timeout=300)
     assert result.returncode == 1
     assert squash(f"error: Input '{missing}' does not exist.") in squash(result.stdout)
     assert "Traceback" not in result.stdout + result.stderr
@@ -130,22 +209,16 @@ def test_missing_dataset_fails_cleanly(tmp_path):
 
 def test_url_of_an_unsupported_scheme_is_refused_with_the_fix(tmp_path):
     """https://, s3:// and hf://datasets/ are fetched (tests/test_sources.py); any other scheme is told which ones work."""
-    result = run_pipeline("--output-dir", tmp_path / "out", "--param", "dataset_uri=ftp://host/data.jsonl")
+    result = run_pipeline("--output-dir", tmp_path / "out", "--param", "dataset_uri=ftp://host/data.jsonl", timeout=300)
     assert result.returncode == 1
     assert squash("error: dataset_uri 'ftp://host/data.jsonl' uses the scheme 'ftp', which this pipeline cannot fetch.") in squash(result.stdout)
     assert "Traceback" not in result.stdout + result.stderr
 
 
-def test_two_runs_share_an_output_dir_without_collision(tmp_path):
-    """Runs sharing a workspace write under their own run id; the same data gives the same fingerprint."""
-    out = tmp_path / "out"
-    first = run_pipeline("--output-dir", out)
-    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    (first_dir,) = data_dirs(out)
-    first_train = (first_dir / "train.parquet").read_bytes()
-    second = run_pipeline("--output-dir", out)
-    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
-    dirs = data_dirs(out)
-    assert len(dirs) == 2 and first_dir in dirs
-    assert (first_dir / "train.parquet").read_bytes() == first_train
-    assert {read_stats(d)["fingerprint"] for d in dirs} == {read_stats(first_dir)["fingerprint"]}
+def test_a_bad_training_option_fails_before_any_data_is_prepared(tmp_path):
+    """Run-form mistakes in later stages are caught by the first step, in seconds, not after hours of training."""
+    data = write_jsonl(tmp_path / "data.jsonl", [{"prompt": f"q{i}", "completion": f"a{i}"} for i in range(20)])
+    result = run_pipeline("--output-dir", tmp_path / "out", "--param", f"dataset_uri={data}", "--param", "gguf_outtype=q3", timeout=300)
+    assert result.returncode == 2
+    assert "parameter 'gguf_outtype'" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()

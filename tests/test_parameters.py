@@ -14,7 +14,7 @@ from pipelines.parameters import CHECKS, check_in_pipeline, problems, validate
 from pipelines.tasks import validate_parameters
 
 GOOD = {
-    "eval_fraction": [0.0, 0.1, 0.5, 0.999999],
+    "eval_fraction": [0.001, 0.1, 0.5, 0.999999],
     "max_reject_fraction": [0.0, 0.05, 0.999],
     "split_seed": [0, 42, 2**64 - 1],
     "pvc_name": ["", "a", "my-pvc", "pvc1", "0abc", "a" * 63],
@@ -22,7 +22,7 @@ GOOD = {
     "pvc_storage_class": ["", "standard", "ocs-storagecluster-cephfs", "nfs.example.com", "a" * 253],
 }
 BAD = {
-    "eval_fraction": [1.0, 1.5, -0.01, float("nan"), float("inf")],
+    "eval_fraction": [0.0, 1.0, 1.5, -0.01, float("nan"), float("inf")],
     "max_reject_fraction": [1.0, 2.0, -0.5, float("nan")],
     "split_seed": [-1, 2**64, 2**70],
     "pvc_name": ["My-PVC", "-pvc", "pvc-", "my_pvc", "my.pvc", "pvc name", "a" * 64, " pvc"],
@@ -58,7 +58,9 @@ def test_bad_values_are_named(name, value):
 
 def test_messages_show_the_value_and_the_rule():
     """The message must say what was given and what is allowed, not just "invalid"."""
-    assert problems({"eval_fraction": 1.5}) == ["parameter 'eval_fraction' must be at least 0 and below 1 (got 1.5)"]
+    assert problems({"eval_fraction": 1.5}) == [
+        "parameter 'eval_fraction' must be above 0 and below 1 (got 1.5): the evaluation stage compares the models on the held-out rows"
+    ]
     assert problems({"split_seed": -1}) == ["parameter 'split_seed' must be between 0 and 2**64 - 1 (got -1)"]
     (size,) = problems({"pvc_size": "20GB"})
     assert "'20GB'" in size and "20Gi" in size
@@ -80,12 +82,39 @@ def test_every_problem_is_reported_at_once():
     assert message.endswith("Fix them and start the run again.")
 
 
+# One invalid value for every run parameter the first step checks beyond CHECKS: the stages' own checks.
+BAD_STAGE_OPTIONS = {
+    "method": "qlora4", "epochs": 0.0, "max_steps": 0, "learning_rate": -1e-4, "warmup_ratio": 1.5, "weight_decay": -0.1,
+    "lora_r": 0, "lora_alpha": -2, "lora_dropout": 1.0, "per_device_batch_size": 0, "gradient_accumulation_steps": 0,
+    "max_length": 0, "loss_on": "prompt", "save_steps": 0, "save_total_limit": 1, "logging_steps": 0, "eval_steps": -1,
+    "training_backend": "slurm", "training_nodes": 0, "gpus_per_node": -1, "training_cpu": "eight", "training_memory": "48GB",
+    "training_shm_size": "0", "node_selector": "gpu", "tolerations": "nvidia.com/gpu:Sometimes", "training_timeout_minutes": 0.0,
+    "training_backoff_limit": -1, "extra_questions": ["  "], "eval_max_new_tokens": 0, "eval_score_rows": 0, "eval_batch_size": 0,
+    "min_eval_loss_improvement": float("nan"), "model_name": "my model", "gguf_outtype": "q3", "gguf_thresholds": {"top1": 0.5},
+    "hub_repo_id": "no-owner",
+}  # fmt: skip
+
+
 def test_checks_cover_real_parameters_and_reach_the_pipeline_task():
-    """A check keyed by a misspelt name would silently never run; every checked name must be a pipeline
-    parameter and an input of the validate-parameters task, so the in-pipeline check sees it too."""
+    """A check keyed by a misspelt name would silently never run; every parameter the first step receives
+    is a pipeline parameter and has a check that names it, so a bad value stops the run in seconds."""
     declared = run.declared_parameters(fine_tune_pipeline)
-    assert set(CHECKS) <= set(declared)
-    assert set(validate_parameters.component_spec.inputs) == set(CHECKS)
+    checked = set(validate_parameters.component_spec.inputs)
+    assert checked <= set(declared)
+    assert checked == set(CHECKS) | set(BAD_STAGE_OPTIONS)
+    for name, value in BAD_STAGE_OPTIONS.items():
+        found = problems({name: value, "epochs": 1.0} if name == "max_steps" else {name: value})
+        assert len(found) == 1 and found[0].startswith(f"parameter '{name}'"), (name, found)
+
+
+def test_stage_problems_name_the_run_parameter_and_the_rule():
+    """Stage options carry their run-form names in the message, with the value and what is allowed."""
+    assert problems({"training_nodes": 0}) == ["parameter 'training_nodes' must be at least 1 (got 0)"]
+    assert problems({"eval_batch_size": 0}) == ["parameter 'eval_batch_size' must be at least 1 (got 0)"]
+    (outtype,) = problems({"gguf_outtype": "q3"})
+    assert "'q3' is not supported" in outtype and "q8_0" in outtype
+    (repo,) = problems({"hub_repo_id": "no-owner"})
+    assert "owner/name" in repo
 
 
 def test_pipeline_defaults_are_valid():
@@ -146,12 +175,12 @@ def test_cli_lists_every_bad_parameter(tmp_path):
     "param,expected",
     [
         ("eval_fraction", "--param 'eval_fraction' is not NAME=VALUE, e.g. --param eval_fraction=0.2."),
-        ("evil_fraction=0.2", "--param 'evil_fraction' is not a pipeline parameter; the parameters are: dataset_uri, eval_fraction,"),
+        ("evil_fraction=0.2", "--param 'evil_fraction' is not a pipeline parameter (did you mean eval_fraction?); the parameters are: base_model, dataset_uri,"),
         ("split_seed=abc", "--param split_seed='abc': split_seed must be a whole number."),
         ("split_seed=1.5", "--param split_seed='1.5': split_seed must be a whole number."),
         ("eval_fraction=ten", "--param eval_fraction='ten': eval_fraction must be a number."),
         ("keep_pvc=yes", "--param keep_pvc='yes': keep_pvc is true or false."),
-        ("eval_fraction=nan", "parameter 'eval_fraction' must be at least 0 and below 1 (got nan)"),
+        ("eval_fraction=nan", "parameter 'eval_fraction' must be above 0 and below 1 (got nan)"),
         ("split_seed=18446744073709551616", "parameter 'split_seed' must be between 0 and 2**64 - 1"),
     ],
     ids=["no-equals", "unknown-name", "int-text", "int-decimal", "float-text", "bool-text", "nan", "seed-2**64"],

@@ -99,7 +99,7 @@ def test_cron_forms_the_scheduler_accepts(cron):
     assert validate_cron(cron) == cron
 
 
-@pytest.mark.parametrize(("param", "words"), [("epochs=3", "'epochs' is not a pipeline parameter"), ("eval_fraction=1.5", "parameter 'eval_fraction' must be at least 0 and below 1"), ("split_seed=x", "must be a whole number")])
+@pytest.mark.parametrize(("param", "words"), [("epoch=3", "'epoch' is not a pipeline parameter (did you mean epochs?)"), ("eval_fraction=1.5", "parameter 'eval_fraction' must be above 0 and below 1"), ("split_seed=x", "must be a whole number")])
 def test_bad_parameters_are_rejected_before_any_request(server, capfd, param, words):
     with pytest.raises(SystemExit):
         submit("--host", server.url, "--token", TOKEN, "--param", param)

@@ -347,7 +347,7 @@ def test_cluster_step_launches_follows_and_records_what_the_pods_wrote(fake, tmp
     scenario = Scenario(fake, script)
     scenario.start()
     arguments = step_arguments(workspace, data, tmp_path)
-    assert run_in_pipeline(**arguments) == str(train_dir)
+    assert run_in_pipeline(**arguments) == (str(train_dir), CLUSTER_BASE_MODEL)  # the empty base_model, resolved
     scenario.check()
     assert_granted_by_rbac(fake.requests)
 

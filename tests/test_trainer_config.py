@@ -32,7 +32,7 @@ def test_every_field_changed_round_trips():
         scale_lr=True,
         warmup_ratio=1 / 3,
         weight_decay=0.01,
-        per_device_batch_size=1,
+        per_device_batch_size=3,
         gradient_accumulation_steps=8,
         max_length=333,
         packing=False,

@@ -10,49 +10,51 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
+
+from components.cli_options import add_options, flag, option, options_from
 
 METHODS = ("lora", "full", "qlora")
 LOSS_ON = ("assistant", "all")
 
-
-def _option(default: Any, help: str, **extra: Any) -> Any:
-    return field(default=default, metadata={"help": help, **extra})
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     """What one run of ``python -m trainer`` does."""
 
-    model: str = _option("", "Base model: a local checkpoint directory or a Hugging Face Hub id.", required=True)
-    data_dir: Path = _option(Path(), "Directory holding the data stage's train.parquet and eval.parquet.", required=True)
-    output_dir: Path = _option(Path(), "Where checkpoints, adapter/, merged/ and the summaries go (shared storage).", required=True)
-    method: str = _option("lora", "lora (default), full fine-tuning, or qlora (4-bit; needs CUDA and bitsandbytes).", choices=METHODS)
-    lora_r: int = _option(16, "LoRA rank.")
-    lora_alpha: int = _option(32, "LoRA scaling numerator (the update is scaled by alpha / r).")
-    lora_dropout: float = _option(0.05, "Dropout on the LoRA input.")
-    lora_target_modules: str = _option("all-linear", "Comma-separated module names to adapt, or all-linear.")
-    epochs: float = _option(3.0, "Passes over the training split.")
-    max_steps: int = _option(-1, "Stop after this many optimizer steps (-1: run all epochs).")
-    learning_rate: float = _option(2e-4, "Peak learning rate (per the whole run; see --scale-lr).")
-    scale_lr: bool = _option(False, "Multiply the learning rate by the world size (linear scaling rule for a larger global batch).")
-    warmup_ratio: float = _option(0.03, "Share of steps spent warming the learning rate up.")
-    weight_decay: float = _option(0.0, "AdamW weight decay.")
-    per_device_batch_size: int = _option(4, "Sequences per device per step (packed sequences when packing).")
-    gradient_accumulation_steps: int = _option(1, "Micro-batches accumulated per optimizer step.")
-    max_length: int = _option(1024, "Tokens per (packed) sequence; longer conversations are truncated.")
-    packing: bool = _option(True, "Pack conversations into max_length sequences without cross-sample attention.")
-    loss_on: str = _option("assistant", "assistant: loss on assistant tokens only; all: every token.", choices=LOSS_ON)
-    gradient_checkpointing: bool = _option(False, "Recompute activations in the backward pass to save memory.")
-    save_steps: int = _option(50, "Write a checkpoint every this many optimizer steps.")
-    save_total_limit: int = _option(2, "Complete checkpoints kept on disk (older ones are deleted).")
-    logging_steps: int = _option(5, "Log loss, tokens/s and ETA every this many steps.")
-    eval_steps: int = _option(0, "Evaluate every this many steps (0: once per epoch).")
-    seed: int = _option(42, "Seed for shuffling, dropout and LoRA initialisation.")
-    expected_world_size: int = _option(0, "Fail at start unless exactly this many processes take part (0: no check).")
+    model: str = option("", "Base model: a local checkpoint directory or a Hugging Face Hub id.", required=True)
+    data_dir: Path = option(Path(), "Directory holding the data stage's train.parquet and eval.parquet.", required=True)
+    output_dir: Path = option(Path(), "Where checkpoints, adapter/, merged/ and the summaries go (shared storage).", required=True)
+    method: str = option("lora", "lora (default), full fine-tuning, or qlora (4-bit; needs CUDA and bitsandbytes).", choices=METHODS)
+    lora_r: int = option(16, "LoRA rank.")
+    lora_alpha: int = option(32, "LoRA scaling numerator (the update is scaled by alpha / r).")
+    lora_dropout: float = option(0.05, "Dropout on the LoRA input.")
+    lora_target_modules: str = option("all-linear", "Comma-separated module names to adapt, or all-linear.")
+    epochs: float = option(3.0, "Passes over the training split.")
+    max_steps: int = option(-1, "Stop after this many optimizer steps (-1: run all epochs).")
+    learning_rate: float = option(2e-4, "Peak learning rate (per the whole run; see --scale-lr).")
+    scale_lr: bool = option(False, "Multiply the learning rate by the world size (linear scaling rule for a larger global batch).")
+    warmup_ratio: float = option(0.03, "Share of steps spent warming the learning rate up.")
+    weight_decay: float = option(0.0, "AdamW weight decay.")
+    per_device_batch_size: int = option(
+        1,
+        "Sequences per device per step: with packing, each holds up to max_length tokens of several conversations, so "
+        "one is a full batch; small data sets need the optimizer steps more than larger batches.",
+    )
+    gradient_accumulation_steps: int = option(1, "Micro-batches accumulated per optimizer step.")
+    max_length: int = option(1024, "Tokens per (packed) sequence; longer conversations are truncated.")
+    packing: bool = option(True, "Pack conversations into max_length sequences without cross-sample attention.")
+    loss_on: str = option("assistant", "assistant: loss on assistant tokens only; all: every token.", choices=LOSS_ON)
+    gradient_checkpointing: bool = option(False, "Recompute activations in the backward pass to save memory.")
+    save_steps: int = option(50, "Write a checkpoint every this many optimizer steps.")
+    save_total_limit: int = option(2, "Complete checkpoints kept on disk (older ones are deleted).")
+    logging_steps: int = option(5, "Log loss, tokens/s and ETA every this many steps.")
+    eval_steps: int = option(0, "Evaluate every this many steps (0: once per epoch).")
+    seed: int = option(42, "Seed for shuffling, dropout and LoRA initialisation.")
+    expected_world_size: int = option(0, "Fail at start unless exactly this many processes take part (0: no check).")
 
     @property
     def adapter_dir(self) -> Path:
@@ -68,11 +70,6 @@ class TrainConfig:
 
     def as_json(self) -> dict[str, Any]:
         return {name: str(value) if isinstance(value, Path) else value for name, value in dataclasses.asdict(self).items()}
-
-
-def flag(name: str) -> str:
-    """The command-line option of the field ``name``: ``lora_r`` -> ``--lora-r``."""
-    return "--" + name.replace("_", "-")
 
 
 POSITIVE_FIELDS = ("lora_r", "lora_alpha", "per_device_batch_size", "gradient_accumulation_steps", "max_length", "save_steps", "logging_steps")
@@ -91,8 +88,16 @@ def option_problems(config: TrainConfig) -> dict[str, str]:
             problems[name] = f"must be positive (got {getattr(config, name)})"
     if config.epochs <= 0 and config.max_steps <= 0:
         problems["epochs"] = f"must be positive (got {config.epochs}) unless max_steps is set"
+    if config.max_steps == 0 or config.max_steps < -1:
+        problems["max_steps"] = f"must be positive, or -1 to run all epochs (got {config.max_steps})"
     if config.learning_rate <= 0:
         problems["learning_rate"] = f"must be positive (got {config.learning_rate})"
+    if not 0 <= config.warmup_ratio < 1:
+        problems["warmup_ratio"] = f"must be in [0, 1) (got {config.warmup_ratio})"
+    if config.weight_decay < 0:
+        problems["weight_decay"] = f"must not be negative (got {config.weight_decay})"
+    if config.eval_steps < 0:
+        problems["eval_steps"] = f"must be 0 (once per epoch) or positive (got {config.eval_steps})"
     if not 0 <= config.lora_dropout < 1:
         problems["lora_dropout"] = f"must be in [0, 1) (got {config.lora_dropout})"
     if config.save_total_limit < 2:
@@ -113,25 +118,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m trainer",
         description="Supervised fine-tuning (TRL SFT + PEFT LoRA) of a chat model; launch under torchrun.",
     )
-    types = typing.get_type_hints(TrainConfig)
-    for spec in dataclasses.fields(TrainConfig):
-        kind = types[spec.name]
-        if kind is bool:
-            parser.add_argument(flag(spec.name), action=argparse.BooleanOptionalAction, default=spec.default, help=spec.metadata["help"])
-            continue
-        parser.add_argument(
-            flag(spec.name),
-            type=kind,
-            default=None if spec.metadata.get("required") else spec.default,
-            required=spec.metadata.get("required", False),
-            choices=spec.metadata.get("choices"),
-            help=spec.metadata["help"] + ("" if spec.metadata.get("required") else f" Default: {spec.default}."),
-        )
+    add_options(parser, TrainConfig)
     return parser
 
 
 def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
-    return TrainConfig(**vars(build_parser().parse_args(argv)))
+    return options_from(build_parser().parse_args(argv), TrainConfig)
 
 
 def to_args(config: TrainConfig) -> list[str]:

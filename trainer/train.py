@@ -26,7 +26,8 @@ from components.errors import UserError
 from trainer import checkpoints, data, diagnostics, distributed, outputs
 from trainer.callbacks import CompletionManifest, PreemptionSave, ProgressLines
 from trainer.diagnostics import ShardRecorder
-from trainer.config import TrainConfig, flag, option_problems
+from components.cli_options import flag
+from trainer.config import TrainConfig, option_problems
 from trainer.distributed import Topology
 
 log = logging.getLogger("trainer")

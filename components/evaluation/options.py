@@ -9,13 +9,12 @@ pipeline definition can read the defaults without loading torch.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
-import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
+from components.cli_options import add_options, option, options_from
 from components.errors import UserError
 
 # The questions of the original project's demo, asked of both models in every run.
@@ -28,40 +27,28 @@ DEFAULT_QUESTIONS = (
 )
 
 
-def _option(default: Any, help: str, **extra: Any) -> Any:
-    return field(default=default, metadata={"help": help, **extra})
-
-
 @dataclass(frozen=True)
 class EvaluateOptions:
     """What one evaluation of a fine-tuned model against its base does."""
 
-    base_model: str = _option("", "Base model the run was trained from: a local checkpoint directory or a Hugging Face Hub id.", required=True)
-    fine_tuned_model: Path = _option(Path(), "The fine-tuned checkpoint: the training stage's merged/ directory.", required=True)
-    data_dir: Path = _option(Path(), "The data stage's output directory; its eval.parquet is the held-out split.", required=True)
-    train_dir: Path = _option(Path(), "The training stage's output directory (training_summary.json, loss_curve.png).", required=True)
-    output_dir: Path = _option(Path(), "Where evaluation.json, the reports and demo_outputs/ go.", required=True)
-    extra_questions: tuple[str, ...] = _option((), "Questions asked of both models after the five built-in demo questions.")
-    max_new_tokens: int = _option(256, "Most tokens generated per answer (sample questions and scored rows).")
-    score_rows: int = _option(50, "Held-out rows answered by both models and scored with ROUGE-L against the reference answer.")
-    max_length: int = _option(0, "Tokens per held-out conversation for the loss; longer ones are truncated as in training. 0: the max_length in training_summary.json.")
-    batch_size: int = _option(8, "Conversations per forward pass and prompts per generation batch.")
-    min_eval_loss_improvement: float = _option(
+    base_model: str = option("", "Base model the run was trained from: a local checkpoint directory or a Hugging Face Hub id.", required=True)
+    fine_tuned_model: Path = option(Path(), "The fine-tuned checkpoint: the training stage's merged/ directory.", required=True)
+    data_dir: Path = option(Path(), "The data stage's output directory; its eval.parquet is the held-out split.", required=True)
+    train_dir: Path = option(Path(), "The training stage's output directory (training_summary.json, loss_curve.png).", required=True)
+    output_dir: Path = option(Path(), "Where evaluation.json, the reports and demo_outputs/ go.", required=True)
+    extra_questions: tuple[str, ...] = option((), "Questions asked of both models after the five built-in demo questions.")
+    max_new_tokens: int = option(256, "Most tokens generated per answer (sample questions and scored rows).")
+    score_rows: int = option(50, "Held-out rows answered by both models and scored with ROUGE-L against the reference answer.")
+    max_length: int = option(0, "Tokens per held-out conversation for the loss; longer ones are truncated as in training. 0: the max_length in training_summary.json.")
+    batch_size: int = option(8, "Conversations per forward pass and prompts per generation batch.")
+    min_eval_loss_improvement: float = option(
         0.0, "Quality gate: base eval loss minus fine-tuned eval loss must be at least this (0: the fine-tune must not make it worse)."
     )
 
     def __post_init__(self) -> None:
-        problems = [
-            f"{name} must be at least {minimum} (got {getattr(self, name)})"
-            for name, minimum in (("max_new_tokens", 1), ("score_rows", 1), ("batch_size", 1), ("max_length", 0))
-            if getattr(self, name) < minimum
-        ]
-        if not math.isfinite(self.min_eval_loss_improvement):
-            problems.append(f"min_eval_loss_improvement must be a finite number (got {self.min_eval_loss_improvement})")
-        if any(not question.strip() for question in self.extra_questions):
-            problems.append("extra_questions holds an empty question; remove it or write the question")
-        if problems:
-            raise UserError("invalid evaluation options: " + "; ".join(problems) + ".")
+        found = option_problems(self)
+        if found:
+            raise UserError("invalid evaluation options: " + "; ".join(f"{name} {problem}" for name, problem in found.items()) + ".")
 
     @property
     def questions(self) -> list[str]:
@@ -69,8 +56,18 @@ class EvaluateOptions:
         return list(dict.fromkeys([*DEFAULT_QUESTIONS, *(question.strip() for question in self.extra_questions)]))
 
 
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
+def option_problems(options: EvaluateOptions) -> dict[str, str]:
+    """Field name -> what is wrong with its value; callers name the field their way (CLI flag, run parameter)."""
+    problems = {
+        name: f"must be at least {minimum} (got {getattr(options, name)})"
+        for name, minimum in (("max_new_tokens", 1), ("score_rows", 1), ("batch_size", 1), ("max_length", 0))
+        if getattr(options, name) < minimum
+    }
+    if not math.isfinite(options.min_eval_loss_improvement):
+        problems["min_eval_loss_improvement"] = f"must be a finite number (got {options.min_eval_loss_improvement})"
+    if any(not question.strip() for question in options.extra_questions):
+        problems["extra_questions"] = "holds an empty question; remove it or write the question"
+    return problems
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -79,21 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m components.evaluate_model",
         description="Compare a fine-tuned model with its base on the held-out split and decide the quality gate.",
     )
-    types = typing.get_type_hints(EvaluateOptions)
-    for spec in dataclasses.fields(EvaluateOptions):
-        required = spec.metadata.get("required", False)
-        kind = types[spec.name]
-        default = "none" if spec.default == () else spec.default
-        arguments: dict[str, Any] = {"help": spec.metadata["help"] + ("" if required else f" Default: {default}.")}
-        if kind == tuple[str, ...]:
-            arguments.update(nargs="*", metavar="QUESTION", default=spec.default)
-        else:
-            arguments.update(type=kind, required=required, default=None if required else spec.default)
-        parser.add_argument(_flag(spec.name), **arguments)
+    add_options(parser, EvaluateOptions)
     return parser
 
 
 def parse_options(argv: Sequence[str] | None = None) -> EvaluateOptions:
-    arguments = vars(build_parser().parse_args(argv))
-    arguments["extra_questions"] = tuple(arguments["extra_questions"])
-    return EvaluateOptions(**arguments)
+    return options_from(build_parser().parse_args(argv), EvaluateOptions)

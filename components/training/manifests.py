@@ -34,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from components.hub_auth import SECRET_KEY, TOKEN_ENV
 from components.training.kinds import PYTORCHJOB, TRAINJOB
 from trainer.config import TrainConfig, to_args
 
@@ -69,7 +70,7 @@ class JobSpec:
     active_deadline_seconds: int  # the cluster stops the job after this, even if the launcher is gone
     ttl_seconds_after_finished: int  # PyTorchJob only: Trainer v2 has no TTL, the launcher cleans up
     hf_token_secret: str = ""  # Secret holding the Hugging Face token; empty: no HF_TOKEN
-    hf_token_key: str = "HF_TOKEN"
+    hf_token_key: str = SECRET_KEY
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: tuple[dict[str, Any], ...] = ()
     labels: dict[str, str] = field(default_factory=dict)  # ties the job and its pods to the pipeline run
@@ -133,7 +134,7 @@ def _env(spec: JobSpec) -> list[dict[str, Any]]:
     ]
     if spec.hf_token_secret:
         secret = {"name": spec.hf_token_secret, "key": spec.hf_token_key, "optional": True}
-        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": secret}})
+        env.append({"name": TOKEN_ENV, "valueFrom": {"secretKeyRef": secret}})
     return env
 
 
