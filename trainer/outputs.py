@@ -8,8 +8,6 @@ half-written ``merged/`` after a crash.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -24,24 +22,6 @@ SUMMARY = "training_summary.json"
 HISTORY = "training_history.json"
 LOSS_CURVE = "loss_curve.png"
 DATA_SHARDS = "data_shards.json"
-
-
-def replace_dir(final: Path, write: Any) -> None:
-    """Call ``write(tmp_dir)`` and swap the result in for ``final`` (an older copy is removed after)."""
-    final.parent.mkdir(parents=True, exist_ok=True)
-    building = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".partial", dir=final.parent))
-    try:
-        write(building)
-        building.chmod(0o755)
-        old = final.with_name(f".{final.name}.old")
-        if final.exists():
-            shutil.rmtree(old, ignore_errors=True)
-            final.rename(old)
-        building.rename(final)
-        shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(building, ignore_errors=True)
-        raise
 
 
 def write_json(path: Path, payload: Any) -> None:

@@ -22,6 +22,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from transformers.trainer_callback import PrinterCallback
 from trl import SFTConfig, SFTTrainer
 
+from components.atomic import replace_dir
 from components.errors import UserError
 from trainer import checkpoints, data, diagnostics, distributed, outputs
 from trainer.callbacks import CompletionManifest, PreemptionSave, ProgressLines
@@ -161,7 +162,7 @@ def save_models(trainer: SFTTrainer, config: TrainConfig, tokenizer: PreTrainedT
     """``adapter/`` (LoRA only) and ``merged/``: a plain checkpoint the evaluation and GGUF stages load."""
     model = trainer.accelerator.unwrap_model(trainer.model)
     if config.method != "full":
-        outputs.replace_dir(config.adapter_dir, model.save_pretrained)
+        replace_dir(config.adapter_dir, model.save_pretrained)
         if config.method == "qlora":
             from peft import PeftModel
 
@@ -173,7 +174,7 @@ def save_models(trainer: SFTTrainer, config: TrainConfig, tokenizer: PreTrainedT
         model.save_pretrained(directory)
         tokenizer.save_pretrained(directory)
 
-    outputs.replace_dir(config.merged_dir, write_merged)
+    replace_dir(config.merged_dir, write_merged)
 
 
 def run(config: TrainConfig) -> int:
