@@ -29,20 +29,35 @@ def _shown(default: Any) -> str:
     return "empty" if default in ("", ()) else str(default)
 
 
-def add_options(parser: argparse.ArgumentParser, options_type: type) -> None:
-    """Add one option per field of ``options_type``; booleans get ``--x/--no-x``."""
+def _converter(kind: Any, metadata: Any) -> Any:
+    """What turns the command-line text into the field's value: ``normalise``, else the type (``X | None``: X)."""
+    if metadata.get("normalise"):
+        return metadata["normalise"]
+    members = [member for member in typing.get_args(kind) if member is not type(None)]
+    return members[0] if members else kind
+
+
+def add_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, options_type: type) -> None:
+    """Add one option per field of ``options_type``; booleans get ``--x/--no-x``.
+
+    Field metadata: ``help``; optionally ``choices``, ``required``, ``positional``
+    and ``normalise`` (a function applied to the text, e.g. ``str.lower``).
+    """
     types = typing.get_type_hints(options_type)
     for spec in dataclasses.fields(options_type):
-        kind, required = types[spec.name], spec.metadata.get("required", False)
-        help_text = spec.metadata["help"] + ("" if required else f" Default: {_shown(spec.default)}.")
-        if kind is bool:
-            parser.add_argument(flag(spec.name), action=argparse.BooleanOptionalAction, default=spec.default, help=help_text)
+        kind, meta = types[spec.name], spec.metadata
+        required = meta.get("required", False)
+        shown = "" if required or spec.default is None else f" Default: {_shown(spec.default)}."
+        if meta.get("positional"):
+            parser.add_argument(spec.name, type=_converter(kind, meta), help=meta["help"])
+        elif kind is bool:
+            parser.add_argument(flag(spec.name), action=argparse.BooleanOptionalAction, default=spec.default, help=meta["help"] + shown)
         elif kind == tuple[str, ...]:
-            parser.add_argument(flag(spec.name), nargs="*", type=str, default=spec.default, help=help_text)
+            parser.add_argument(flag(spec.name), nargs="*", type=str, default=spec.default, help=meta["help"] + shown)
         else:
             parser.add_argument(
-                flag(spec.name), type=kind, required=required, default=None if required else spec.default,
-                choices=spec.metadata.get("choices"), help=help_text,
+                flag(spec.name), type=_converter(kind, meta), required=required, default=None if required else spec.default,
+                choices=meta.get("choices"), help=meta["help"] + shown,
             )  # fmt: skip
 
 

@@ -83,7 +83,7 @@ def modelfile_text(gguf_name: str, chat_template: str | None, model_dir: Path, c
     generation_path = model_dir / "generation_config.json"
     generation = json.loads(generation_path.read_text(encoding="utf-8")) if generation_path.is_file() else {}
     special = special_tokens(model_dir)
-    lines = [f"# Ollama Modelfile written by gguf_export: ollama create <name> -f Modelfile", f"FROM ./{gguf_name}", ""]
+    lines = ["# Ollama Modelfile written by gguf_export: ollama create <name> -f Modelfile", f"FROM ./{gguf_name}", ""]
     if fmt.ollama_template is not None:
         lines += [f"TEMPLATE {quoted(fmt.ollama_template)}", ""]
     else:

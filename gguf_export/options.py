@@ -20,12 +20,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 import gguf
 
+from components.cli_options import add_options, option
 from components.errors import UserError
 
 T = gguf.GGMLQuantizationType
@@ -57,20 +58,16 @@ def normalise_outtype(text: str) -> str:
     return value
 
 
-def _option(default: Any, help: str, **extra: Any) -> Any:
-    return field(default=default, metadata={"help": help, **extra})
-
-
 @dataclass(frozen=True)
 class Thresholds:
     """Pass thresholds of the verification in llama.cpp (float types vs quantised types)."""
 
-    float_min_top1: float = _option(0.99, "f32/f16/bf16: least share of positions where llama.cpp's top-1 token equals transformers'.")
-    float_max_nmse: float = _option(1e-3, "f32/f16/bf16: largest mean logits NMSE (squared error over squared reference).")
-    quant_min_top1: float = _option(0.90, "q8_0, 4/5-bit and K-quant types: least top-1 agreement.")
-    quant_max_nmse: float = _option(1e-2, "q8_0, 4/5-bit and K-quant types: largest mean logits NMSE.")
-    min_positions: int = _option(200, "Least number of token positions whose logits are compared.")
-    lora_max_nmse: float = _option(1e-2, "Adapter check: largest NMSE between base+adapter and the merged model in llama.cpp.")
+    float_min_top1: float = option(0.99, "f32/f16/bf16: least share of positions where llama.cpp's top-1 token equals transformers'.")
+    float_max_nmse: float = option(1e-3, "f32/f16/bf16: largest mean logits NMSE (squared error over squared reference).")
+    quant_min_top1: float = option(0.90, "q8_0, 4/5-bit and K-quant types: least top-1 agreement.")
+    quant_max_nmse: float = option(1e-2, "q8_0, 4/5-bit and K-quant types: largest mean logits NMSE.")
+    min_positions: int = option(200, "Least number of token positions whose logits are compared.")
+    lora_max_nmse: float = option(1e-2, "Adapter check: largest NMSE between base+adapter and the merged model in llama.cpp.")
 
     def for_outtype(self, outtype: str) -> tuple[float, float]:
         """(min top-1 agreement, max NMSE) for ``outtype``."""
@@ -100,46 +97,19 @@ class Thresholds:
 class ExportOptions:
     """What one run of ``python -m gguf_export`` does."""
 
-    model_dir: Path = _option(Path(), "Merged Hugging Face checkpoint directory (config.json, safetensors, tokenizer).", positional=True)
-    outfile: Path = _option(Path(), "Where the GGUF file goes (written under a temporary name, renamed when complete).", required=True)
-    outtype: str = _option(DEFAULT_OUTTYPE, "Tensor type: " + ", ".join(OUTTYPES) + " (auto: f16 or bf16 as the checkpoint stores).", choices=OUTTYPES, normalise=str.lower)
-    verify: bool = _option(False, "Read the file back and compare it with transformers in llama.cpp; fail when it does not pass.")
-    report: Path | None = _option(None, "With --verify: write the report as JSON here (and Markdown beside it, .md).")
-    pre_tokenizer: str = _option("", "llama.cpp pre-tokenizer name, for tokenizers whose family is not recognised (e.g. llama-bpe).")
-    model_name: str = _option("", "general.name (default: derived from the directory / model card).")
-    base_model: str = _option("", "Base model id the checkpoint was fine-tuned from (general.base_model.*), e.g. HuggingFaceTB/SmolLM2-135M-Instruct.")
-    finetune: str = _option("", "general.finetune label, e.g. the dataset or task name.")
-    license: str = _option("", "general.license, e.g. apache-2.0.")
-    source_repo: str = _option("", "Hugging Face repo (or URL) the checkpoint is published at (general.source.repo_url).")
-    lora_dir: Path | None = _option(None, "Also convert this PEFT LoRA adapter directory into a GGUF adapter for llama.cpp.")
-    lora_outfile: Path | None = _option(None, "Where the adapter GGUF goes (default: OUTFILE with -lora before the type).")
-
-
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def add_dataclass_options(parser: argparse.ArgumentParser, cls: type) -> None:
-    """One argparse option per field of ``cls`` (booleans as --x/--no-x), help and default from the field."""
-    types = typing.get_type_hints(cls)
-    for spec in dataclasses.fields(cls):
-        kind = types[spec.name]
-        meta = spec.metadata
-        if kind is bool:
-            parser.add_argument(_flag(spec.name), action=argparse.BooleanOptionalAction, default=spec.default, help=meta["help"])
-            continue
-        convert = meta.get("normalise") or (Path if kind in (Path, Path | None) else kind)
-        if meta.get("positional"):
-            parser.add_argument(spec.name, type=convert, help=meta["help"])
-            continue
-        parser.add_argument(
-            _flag(spec.name),
-            type=convert,
-            default=None if meta.get("required") else spec.default,
-            required=meta.get("required", False),
-            choices=meta.get("choices"),
-            help=meta["help"] + ("" if meta.get("required") or spec.default in (None, "") else f" Default: {spec.default}."),
-        )
+    model_dir: Path = option(Path(), "Merged Hugging Face checkpoint directory (config.json, safetensors, tokenizer).", positional=True)
+    outfile: Path = option(Path(), "Where the GGUF file goes (written under a temporary name, renamed when complete).", required=True)
+    outtype: str = option(DEFAULT_OUTTYPE, "Tensor type: " + ", ".join(OUTTYPES) + " (auto: f16 or bf16 as the checkpoint stores).", choices=OUTTYPES, normalise=str.lower)
+    verify: bool = option(False, "Read the file back and compare it with transformers in llama.cpp; fail when it does not pass.")
+    report: Path | None = option(None, "With --verify: write the report as JSON here (and Markdown beside it, .md).")
+    pre_tokenizer: str = option("", "llama.cpp pre-tokenizer name, for tokenizers whose family is not recognised (e.g. llama-bpe).")
+    model_name: str = option("", "general.name (default: derived from the directory / model card).")
+    base_model: str = option("", "Base model id the checkpoint was fine-tuned from (general.base_model.*), e.g. HuggingFaceTB/SmolLM2-135M-Instruct.")
+    finetune: str = option("", "general.finetune label, e.g. the dataset or task name.")
+    license: str = option("", "general.license, e.g. apache-2.0.")
+    source_repo: str = option("", "Hugging Face repo (or URL) the checkpoint is published at (general.source.repo_url).")
+    lora_dir: Path | None = option(None, "Also convert this PEFT LoRA adapter directory into a GGUF adapter for llama.cpp.")
+    lora_outfile: Path | None = option(None, "Where the adapter GGUF goes (default: OUTFILE with -lora before the type).")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -147,8 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m gguf_export",
         description="Convert a Hugging Face checkpoint to GGUF (built-in converter on the gguf library) and verify it in llama.cpp.",
     )
-    add_dataclass_options(parser, ExportOptions)
-    add_dataclass_options(parser.add_argument_group("verification thresholds"), Thresholds)
+    add_options(parser, ExportOptions)
+    add_options(parser.add_argument_group("verification thresholds"), Thresholds)
     return parser
 
 

@@ -166,8 +166,8 @@ def open_llama(path: Path, n_ctx: int, lora_path: Path | None = None):
         from llama_cpp import Llama
     except ImportError:
         raise UserError(
-            "Verification loads the GGUF in llama.cpp, which needs llama-cpp-python: install the 'local' extra "
-            "(pip install 'llm-finetune-pipeline[local]') or llama-cpp-python itself."
+            "Verification loads the GGUF in llama.cpp, which needs llama-cpp-python, a dependency of this project "
+            "that is not installed here: pip install llama-cpp-python (it builds llama.cpp, which takes a few minutes)."
         ) from None
     try:
         # One thread for single-token steps (spinning OpenMP workers cost more than they give a

@@ -154,7 +154,7 @@ def test_k_quants_without_llama_cpp_name_the_extra(gguf_models, tmp_path):
         """
     )
     result = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
-    assert_user_error(result, "llama-cpp-python", "[local]")
+    assert_user_error(result, "pip install llama-cpp-python", "q8_0")
     assert no_gguf_left(tmp_path)
 
 
