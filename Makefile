@@ -30,6 +30,7 @@ compile: install
 bench: install
 	$(PY) benchmarks/prep_bench.py
 	$(PY) benchmarks/train_bench.py
+	$(PY) benchmarks/gguf_bench.py
 
 clean:
 	rm -rf local-run .pytest_cache
