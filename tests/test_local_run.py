@@ -122,8 +122,8 @@ def test_evaluation_compares_both_models_on_every_question(runs):
     samples = json.loads((run_dir / "evaluate" / "demo_outputs" / "sample_responses.json").read_text())
     assert len(samples) == 6 and samples[-1]["question"] == "What is a bowline?"
     assert all(sample["base"].strip() and sample["fine_tuned"].strip() for sample in samples)
-    (html,) = (output_dir / "artifacts").glob("*/evaluate-model/report_html")
-    assert "What is a bowline?" in html.read_text()
+    first_run_html = sorted((output_dir / "artifacts").glob("*/evaluate-model/report_html"))[0]  # artifact dirs are named by start time
+    assert "What is a bowline?" in first_run_html.read_text()
 
 
 def test_export_writes_a_verified_gguf_and_a_modelfile(runs):
@@ -155,8 +155,9 @@ def test_unchanged_data_skips_training_export_and_publish(runs):
     """A scheduled run on the data the published model was trained on costs one preparation step."""
     _, [(first, first_dir), (second, second_dir), _] = runs
     succeeded(second)
-    assert executed(second) == ["validate-parameters", "prepare-dataset", "check-data-changed"]
+    assert executed(second) == ["validate-parameters", "prepare-dataset", "check-data-changed", "report-skipped-2"]
     assert "data unchanged: training is skipped" in second.stdout
+    assert "skipped: training, evaluation, export and publish. Why: the prepared data has the fingerprint" in second.stdout
     assert sorted(path.name for path in second_dir.iterdir()) == ["data"]
     # The runs share the workspace without touching each other's files.
     assert read_stats(second_dir / "data")["fingerprint"] == read_stats(first_dir / "data")["fingerprint"]
@@ -167,10 +168,11 @@ def test_force_trains_again_and_a_failed_gate_skips_export_and_publish(runs):
     """force retrains on unchanged data; a fine-tune that misses the quality gate is evaluated but never exported."""
     output_dir, [(first, first_dir), _, (third, third_dir)] = runs
     succeeded(third)
-    assert executed(third) == ["validate-parameters", "prepare-dataset", "check-data-changed", "train-model", "evaluate-model"]
+    assert executed(third) == ["validate-parameters", "prepare-dataset", "check-data-changed", "train-model", "evaluate-model", "report-skipped"]
     assert "force is set" in third.stdout
-    assert sorted(path.name for path in third_dir.iterdir()) == ["data", "evaluate", "train"]
     gate = json.loads((third_dir / "evaluate" / "evaluation.json").read_text())["gate"]
+    assert squash(f"skipped: export and publish. Why: {gate['reason']}") in squash(third.stdout)
+    assert sorted(path.name for path in third_dir.iterdir()) == ["data", "evaluate", "train"]
     assert gate["passed"] is False and "100" in gate["reason"]
     record = json.loads((output_dir / "workspace" / RECORDS_DIR / f"{DRY_RUN_NAME}.json").read_text())
     assert record["run_id"] == first_dir.name  # the published model is still the first run's
