@@ -51,7 +51,6 @@ def run_baseline(args: argparse.Namespace, output: Path) -> dict:
 
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     train = data.load_split(args.data_dir, "train")
-    tokens = sum(len(ids) for ids in data.tokenise(train, tokenizer, "all")["input_ids"]) * args.epochs
     config = SFTConfig(
         output_dir=str(output),
         num_train_epochs=args.epochs,
@@ -71,6 +70,7 @@ def run_baseline(args: argparse.Namespace, output: Path) -> dict:
         report_to=[],
         logging_steps=10,
         disable_tqdm=True,
+        include_num_input_tokens_seen="non_padding",  # counted as the trainer counts its own
         use_cpu=not __import__("torch").cuda.is_available(),
     )
     from peft import LoraConfig
@@ -83,6 +83,7 @@ def run_baseline(args: argparse.Namespace, output: Path) -> dict:
         peft_config=LoraConfig(r=16, lora_alpha=32, lora_dropout=0.05, target_modules="all-linear", task_type="CAUSAL_LM"),
     )
     runtime = trainer.train().metrics["train_runtime"]
+    tokens = int(trainer.state.num_input_tokens_seen)
     merged = trainer.model.merge_and_unload()
     merged.save_pretrained(output / "merged")
     tokenizer.save_pretrained(output / "merged")

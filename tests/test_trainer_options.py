@@ -1,9 +1,10 @@
-"""Gradient checkpointing: it changes how a step is computed (memory for time), not what it computes."""
+"""Options that change how a step is computed, not what it computes: gradient checkpointing, and packing's token count."""
 
 from __future__ import annotations
 
 import math
 
+import pyarrow.parquet as pq
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -18,11 +19,9 @@ SINGLE = Topology(rank=0, local_rank=0, world_size=1)
 
 
 def train_steps(tiny_model_dir, prepared_data_dir, output_dir, **options) -> SFTTrainer:
-    """Three LoRA steps on the tiny model with the trainer's own SFT and LoRA settings."""
-    config = TrainConfig(
-        model=str(tiny_model_dir), data_dir=prepared_data_dir, output_dir=output_dir,
-        max_length=128, per_device_batch_size=2, max_steps=3, logging_steps=1, learning_rate=1e-2, **options,
-    )  # fmt: skip
+    """Three LoRA steps (unless ``options`` say otherwise) on the tiny model with the trainer's own SFT and LoRA settings."""
+    settings = dict(max_length=128, per_device_batch_size=2, max_steps=3, logging_steps=1, learning_rate=1e-2)
+    config = TrainConfig(model=str(tiny_model_dir), data_dir=prepared_data_dir, output_dir=output_dir, **{**settings, **options})
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     args = sft_config(config, SINGLE, has_eval=False)
     args.report_to = []
@@ -53,3 +52,24 @@ def test_gradient_checkpointing_changes_memory_not_the_maths(tiny_model_dir, pre
     losses = [[entry["loss"] for entry in run.state.log_history if "loss" in entry] for run in (plain, checkpointed)]
     assert len(losses[0]) == 3 and all(math.isfinite(loss) for loss in losses[0])
     assert losses[1] == pytest.approx(losses[0], rel=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("packing", [True, False], ids=["packed", "padded"])
+def test_tokens_seen_counts_every_real_token_once(packing, tiny_model_dir, prepared_data_dir, tmp_path):
+    """tokens_seen (and so the tokens/s in the summary and the benchmark) is exactly the conversations' length.
+
+    SmolLM2's pad token is <|im_end|>, which also ends every turn: counting
+    "input_ids != pad" on padding-free batches (no attention mask) would drop
+    three real tokens per conversation; counting padded batches whole would add
+    the padding.
+    """
+    subset = tmp_path / "data"
+    subset.mkdir()
+    pq.write_table(pq.read_table(prepared_data_dir / "train.parquet").slice(0, 6), subset / "train.parquet")
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    expected = sum(len(ids) for ids in data.tokenise(data.load_split(subset, "train"), tokenizer, "assistant")["input_ids"])
+
+    trained = train_steps(tiny_model_dir, subset, tmp_path / "out", packing=packing, max_length=512, per_device_batch_size=3, max_steps=-1, epochs=1)
+
+    assert trained.state.num_input_tokens_seen == expected

@@ -113,7 +113,10 @@ def sft_config(config: TrainConfig, topology: Topology, has_eval: bool) -> SFTCo
         logging_steps=config.logging_steps,
         logging_first_step=True,
         report_to=["tensorboard"],
-        include_num_input_tokens_seen="non_padding",
+        # Padding-free batches are one row with no padding and no attention mask, where
+        # "non_padding" would count input_ids != pad_token_id and so miss every real
+        # <|im_end|> of tokenizers whose pad token it is (SmolLM2's).
+        include_num_input_tokens_seen="all" if config.packing else "non_padding",
         ddp_backend=distributed.backend() if topology.world_size > 1 else None,
         ddp_find_unused_parameters=False,
         # Equal batch counts per rank without accelerate's padding of the last
