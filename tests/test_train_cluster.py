@@ -102,6 +102,13 @@ def start_replicas(fake: FakeKube, kind: JobKind, nodes: int = 2) -> tuple[str, 
     return job, pods
 
 
+def succeed(fake: FakeKube, kind: JobKind, job: str, pods: list[str], message: str = "", *, drop: bool = False, expire: bool = False) -> None:
+    """Every replica exits 0, then the job reports success (``drop``/``expire``: see FakeKube.set_condition)."""
+    for pod in pods:
+        fake.exit_container(pod, 0)
+    fake.set_condition(kind.plural, job, SUCCESS[kind], "JobSucceeded", message, drop=drop, expire=expire)
+
+
 # --- RBAC -------------------------------------------------------------------------------------
 
 
@@ -157,9 +164,7 @@ def test_created_running_succeeded_streams_every_replica(fake, kind):
         fake.log(first, "loading model", "step 1/2 loss 2.10")
         fake.log(second, "rank 1 joined")
         fake.log(first, "step 2/2 loss 1.70")
-        fake.exit_container(first, 0)
-        fake.exit_container(second, 0)
-        fake.set_condition(kind.plural, job, SUCCESS[kind], "JobSucceeded", "training finished")
+        succeed(fake, kind, job, [first, second], "training finished")
 
     log, result = launch(fake, kind, script)
     assert not isinstance(result, BaseException), result
@@ -200,9 +205,7 @@ def test_restarted_replica_is_followed_again(fake):
         fake.restart_container(worker)
         fake.wait_for_request("GET", f"/pods/{worker}/log", count=2)
         fake.log(worker, "resuming from checkpoint-3")
-        for pod in (master, worker):
-            fake.exit_container(pod, 0)
-        fake.set_condition("pytorchjobs", job, "Succeeded", "JobSucceeded")
+        succeed(fake, PYTORCHJOB, job, [master, worker])
 
     log, result = launch(fake, PYTORCHJOB, script)
     assert not isinstance(result, BaseException), result
@@ -218,9 +221,7 @@ def test_dropped_streams_reconnect_without_losing_or_repeating_lines(fake):
         fake.wait_until_streamed(master, "before the drop")
         fake.drop_streams()
         fake.log(master, "after the drop")
-        for pod in (master, worker):
-            fake.exit_container(pod, 0)
-        fake.set_condition("pytorchjobs", job, "Succeeded", "JobSucceeded", drop=True)
+        succeed(fake, PYTORCHJOB, job, [master, worker], drop=True)
 
     log, result = launch(fake, PYTORCHJOB, script)
     assert not isinstance(result, BaseException), result
@@ -233,9 +234,7 @@ def test_dropped_streams_reconnect_without_losing_or_repeating_lines(fake):
 def test_expired_watch_lists_again(fake):
     def script(fake):
         job, pods = start_replicas(fake, PYTORCHJOB)
-        for pod in pods:
-            fake.exit_container(pod, 0)
-        fake.set_condition("pytorchjobs", job, "Succeeded", "JobSucceeded", drop=True, expire=True)
+        succeed(fake, PYTORCHJOB, job, pods, drop=True, expire=True)
 
     log, result = launch(fake, PYTORCHJOB, script)
     assert not isinstance(result, BaseException), result
@@ -283,9 +282,7 @@ def test_a_retried_launcher_follows_the_job_its_run_already_started(fake):
 
     def script(fake):
         job, pods = start_replicas(fake, PYTORCHJOB)
-        for pod in pods:
-            fake.exit_container(pod, 0)
-        fake.set_condition("pytorchjobs", job, "Succeeded", "JobSucceeded")
+        succeed(fake, PYTORCHJOB, job, pods)
 
     log, result = launch(fake, PYTORCHJOB, script)
     assert not isinstance(result, BaseException), result
@@ -302,9 +299,7 @@ def test_a_retried_launcher_replaces_the_job_that_failed(fake):
         fake.wait_for_request("DELETE", "/pytorchjobs/")
         fake.wait_for_request("POST", "/pytorchjobs", count=3)  # ours, the launcher's refused one, its second
         job, pods = start_replicas(fake, PYTORCHJOB)
-        for pod in pods:
-            fake.exit_container(pod, 0)
-        fake.set_condition("pytorchjobs", job, "Succeeded", "JobSucceeded")
+        succeed(fake, PYTORCHJOB, job, pods)
 
     log, result = launch(fake, PYTORCHJOB, script)
     assert not isinstance(result, BaseException), result
@@ -340,9 +335,7 @@ def test_cluster_step_launches_follows_and_records_what_the_pods_wrote(fake, tmp
             (train_dir / directory).mkdir(parents=True)
         (train_dir / "training_summary.json").write_text(json.dumps({"world_size": 2, "global_step": 10, "final_train_loss": 1.25, "final_eval_loss": None}))
         fake.log(pods[0], "step 10/10 loss 1.25")
-        for pod in pods:
-            fake.exit_container(pod, 0)
-        fake.set_condition("pytorchjobs", job, "Succeeded", "JobSucceeded")
+        succeed(fake, PYTORCHJOB, job, pods)
 
     scenario = Scenario(fake, script)
     scenario.start()

@@ -8,7 +8,7 @@ import re
 import pytest
 import yaml
 
-from components.training.manifests import job_name, label_value, render_pytorchjob, render_trainjob, to_yaml
+from components.training.manifests import JobSpec, job_name, label_value, render_pytorchjob, render_trainjob, to_yaml
 from crd_schemas import PYTORCHJOB_CRD, TRAINJOB_CRD, schema_errors
 from train_jobs import GPU_TOLERATION, RUN_ID, example_spec as spec
 from trainer.config import parse_config
