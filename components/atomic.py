@@ -9,12 +9,13 @@ why the staging directory lives inside the output directory.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
 
 STAGING_PREFIX = ".staging-"
 
@@ -88,6 +89,22 @@ def write_file_atomic(path: Path, write: Callable[[BinaryIO], None]) -> None:
 def write_text_atomic(path: Path, text: str) -> None:
     """Write a small text file so that it appears complete or not at all."""
     write_file_atomic(path, lambda handle: handle.write(text.encode("utf-8")))
+
+
+def write_json(path: Path, payload: Any) -> None:
+    """``payload`` as indented JSON, written atomically."""
+    write_text_atomic(path, json.dumps(payload, indent=2) + "\n")
+
+
+def link_or_copy(source: Path, destination: Path) -> None:
+    """Put ``source`` at ``destination``, replacing what is there: a hard link (no extra space
+    on the workspace), or a copy across filesystems (e.g. into a KFP artifact's local path)."""
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    destination.unlink(missing_ok=True)
+    try:
+        os.link(source, destination)
+    except OSError:
+        shutil.copy2(source, destination)
 
 
 def replace_dir(final: Path, fill: Callable[[Path], None]) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 
 from kubernetes.utils import parse_quantity
 
-from components.atomic import write_text_atomic
+from components.atomic import write_json, write_text_atomic
 from components.base_model import LOCAL_BACKEND, resolve_base_model
 from components.errors import UserError, exit_on_user_error
 from components.hub_auth import SECRET_NAME
@@ -262,7 +262,7 @@ def record_outputs(config: TrainConfig, launch: LaunchOptions, model_artifact, m
         "adapter_dir": str(config.adapter_dir) if config.adapter_dir.is_dir() else "",
         "checkpoints_dir": str(config.checkpoints_dir),
     }
-    write_text_atomic(Path(model_artifact.path), json.dumps(locations, indent=2) + "\n")
+    write_json(Path(model_artifact.path), locations)
     model_artifact.metadata.update(
         {**locations, "base_model": config.model, "method": config.method, "backend": launch.backend, "world_size": summary.get("world_size")}
     )

@@ -14,6 +14,7 @@ import pytest
 import yaml
 from huggingface_hub import ModelCard
 
+from components.atomic import link_or_copy
 from components.errors import UserError
 from components.publish.options import PublishOptions
 from components.publish.publish import publish
@@ -154,9 +155,9 @@ def test_upload_folder_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
     def broken_link(source, destination):
         if source.name.endswith(".gguf"):
             raise OSError("disk full")
-        return bundle.shutil.copy2(source, destination)
+        return link_or_copy(source, destination)
 
-    monkeypatch.setattr(bundle, "_link_or_copy", broken_link)
+    monkeypatch.setattr(bundle, "link_or_copy", broken_link)
     with pytest.raises(OSError, match="disk full"):
         publish(str(tmp_path), "run-1", "", PublishOptions(), token=None)
     assert sorted(p.relative_to(upload) for p in upload.rglob("*")) == before

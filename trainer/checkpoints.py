@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from components.atomic import write_text_atomic
+from components.atomic import write_json
 
 MANIFEST = "checkpoint_complete.json"
 _CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)$")
@@ -33,7 +33,7 @@ def _file_sizes(checkpoint: Path) -> dict[str, int]:
 def mark_complete(checkpoint: Path, step: int) -> None:
     """Record that ``checkpoint`` is fully written (rank 0, after every rank saved its part)."""
     manifest = {"step": step, "files": _file_sizes(checkpoint)}
-    write_text_atomic(checkpoint / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+    write_json(checkpoint / MANIFEST, manifest)
 
 
 @dataclass(frozen=True)

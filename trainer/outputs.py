@@ -7,7 +7,6 @@ half-written ``merged/`` after a crash.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -16,16 +15,12 @@ import matplotlib
 matplotlib.use("Agg")  # pods have no display
 import matplotlib.pyplot as plt  # noqa: E402
 
-from components.atomic import write_text_atomic  # noqa: E402
+from components.atomic import write_file_atomic  # noqa: E402
 
 SUMMARY = "training_summary.json"
 HISTORY = "training_history.json"
 LOSS_CURVE = "loss_curve.png"
 DATA_SHARDS = "data_shards.json"
-
-
-def write_json(path: Path, payload: Any) -> None:
-    write_text_atomic(path, json.dumps(payload, indent=2, sort_keys=False) + "\n")
 
 
 def plot_loss_curve(history: list[dict[str, Any]], path: Path) -> None:
@@ -42,7 +37,7 @@ def plot_loss_curve(history: list[dict[str, Any]], path: Path) -> None:
     axes.grid(alpha=0.3)
     axes.legend()
     figure.tight_layout()
-    temporary = path.with_name(f".{path.name}.tmp")
-    figure.savefig(temporary, format="png")
-    plt.close(figure)
-    temporary.replace(path)
+    try:
+        write_file_atomic(path, lambda handle: figure.savefig(handle, format="png"))
+    finally:
+        plt.close(figure)

@@ -22,7 +22,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from transformers.trainer_callback import PrinterCallback
 from trl import SFTConfig, SFTTrainer
 
-from components.atomic import replace_dir
+from components.atomic import replace_dir, write_json
 from components.errors import UserError
 from trainer import checkpoints, data, diagnostics, distributed, outputs
 from trainer.callbacks import CompletionManifest, PreemptionSave, ProgressLines
@@ -229,12 +229,12 @@ def run(config: TrainConfig) -> int:
     if topology.is_main:
         save_models(trainer, config, tokenizer)
         history = trainer.state.log_history
-        outputs.write_json(config.output_dir / outputs.HISTORY, history)
+        write_json(config.output_dir / outputs.HISTORY, history)
         outputs.plot_loss_curve(history, config.output_dir / outputs.LOSS_CURVE)
         train_losses = [entry["loss"] for entry in history if "loss" in entry]
         runtime = result.metrics.get("train_runtime", time.monotonic() - started)
         tokens = int(trainer.state.num_input_tokens_seen)
-        outputs.write_json(
+        write_json(
             config.output_dir / outputs.SUMMARY,
             {
                 "config": config.as_json(),
@@ -256,7 +256,7 @@ def run(config: TrainConfig) -> int:
                 "ranks": [{key: rank[key] for key in ("rank", "device", "tokens", "weights_sha256")} for rank in ranks],
             },
         )
-        outputs.write_json(config.output_dir / outputs.DATA_SHARDS, [{"rank": rank["rank"], **rank["sequences_by_epoch"]} for rank in ranks])
+        write_json(config.output_dir / outputs.DATA_SHARDS, [{"rank": rank["rank"], **rank["sequences_by_epoch"]} for rank in ranks])
         log.info("wrote %s", config.output_dir)
     distributed.barrier()
     return 0

@@ -20,13 +20,11 @@ Repository layout::
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from components.atomic import replace_dir
+from components.atomic import link_or_copy, replace_dir
 from components.errors import UserError
 from components.publish.options import PublishOptions
 from components.workspace import stage_dir
@@ -149,17 +147,7 @@ def write_upload_folder(plan: dict[str, Path], card: str, target: Path) -> None:
 
     def fill(folder: Path) -> None:
         for path_in_repo, source in plan.items():
-            destination = folder / path_in_repo
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            _link_or_copy(source, destination)
+            link_or_copy(source, folder / path_in_repo)
         (folder / CARD_NAME).write_text(card, encoding="utf-8")
 
     replace_dir(target, fill)
-
-
-def _link_or_copy(source: Path, destination: Path) -> None:
-    """A hard link (no extra space on the workspace), or a copy across filesystems."""
-    try:
-        os.link(source, destination)
-    except OSError:
-        shutil.copy2(source, destination)

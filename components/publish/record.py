@@ -14,7 +14,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from components.atomic import write_text_atomic
+from components.atomic import write_json
 
 RECORDS_DIR = "published"
 DRY_RUN_NAME = "dry-run"
@@ -37,7 +37,7 @@ def record_path(workspace_root: str, repo_id: str) -> Path:
 
 def write_record(workspace_root: str, record: PublishedRecord) -> Path:
     path = record_path(workspace_root, record.repo_id)
-    write_text_atomic(path, json.dumps(asdict(record), indent=2) + "\n")
+    write_json(path, asdict(record))
     return path
 
 
