@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 from transformers import PreTrainedTokenizerBase
 
-from components.atomic import staging_dir
+from components.atomic import link_or_copy, staging_dir
 from components.errors import exit_on_user_error
 from components.evaluation.gate import decide
 from components.evaluation.generation import generate_answers
@@ -155,13 +155,10 @@ def write_outputs(evaluated: Evaluated) -> None:
             names.append(LOSS_CURVE)
         markdown = render_markdown(evaluated.evaluation, evaluated.samples, evaluated.training, LOSS_CURVE if evaluated.loss_curve_png else None)
         staging.file(REPORT_MARKDOWN).write_text(markdown, encoding="utf-8")
-        staging.file(REPORT_HTML).write_text(html_report(evaluated), encoding="utf-8")
+        html = render_html(evaluated.evaluation, evaluated.samples, evaluated.training, evaluated.loss_curve_png)
+        staging.file(REPORT_HTML).write_text(html, encoding="utf-8")
         staging.file(EVALUATION_FILE).write_text(json.dumps(evaluated.evaluation, indent=2) + "\n", encoding="utf-8")
         staging.publish(*names, REPORT_MARKDOWN, REPORT_HTML, EVALUATION_FILE)
-
-
-def html_report(evaluated: Evaluated) -> str:
-    return render_html(evaluated.evaluation, evaluated.samples, evaluated.training, evaluated.loss_curve_png)
 
 
 def summary(evaluated: Evaluated) -> str:
@@ -230,9 +227,10 @@ def run_in_pipeline(
         metrics.log_metric(name, value)
     png = evaluated.loss_curve_png
     markdown = render_markdown(evaluated.evaluation, evaluated.samples, evaluated.training, png_data_uri(png) if png else None)
-    for artifact, text, name in ((html_report_artifact, html_report(evaluated), REPORT_HTML), (markdown_report_artifact, markdown, REPORT_MARKDOWN)):
-        Path(artifact.path).parent.mkdir(parents=True, exist_ok=True)
-        Path(artifact.path).write_text(text, encoding="utf-8")
+    link_or_copy(evaluated.output_dir / REPORT_HTML, Path(html_report_artifact.path))  # the UI shows the file as it is
+    Path(markdown_report_artifact.path).parent.mkdir(parents=True, exist_ok=True)
+    Path(markdown_report_artifact.path).write_text(markdown, encoding="utf-8")
+    for artifact, name in ((html_report_artifact, REPORT_HTML), (markdown_report_artifact, REPORT_MARKDOWN)):
         artifact.metadata.update({"workspace_path": str(evaluated.output_dir / name)})
     gate = evaluated.evaluation["gate"]
     return gate["passed"], gate["reason"]

@@ -18,13 +18,11 @@ verification fails the step (after the report is written, so it can be read).
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
-from components.atomic import write_text_atomic
+from components.atomic import link_or_copy, write_text_atomic
 from components.errors import UserError, exit_on_user_error
 from gguf_export.convert import ConversionResult, read_config
 from gguf_export.export import export
@@ -49,9 +47,9 @@ def parse_outtypes(outtype: str) -> list[str]:
     return list(dict.fromkeys(types))
 
 
-def default_model_name(train_dir: Path) -> str:
+def default_model_name(base_model: str) -> str:
     """``<base model name>-ft``: what the files are called when the run form leaves model_name empty."""
-    base = Path(training_facts(train_dir).get("model", "") or "model").name
+    base = Path(base_model or "model").name
     return re.sub(r"[^A-Za-z0-9._-]+", "-", base).strip("-._") + "-ft"
 
 
@@ -62,12 +60,12 @@ def check_model_name(model_name: str) -> str:
     return name
 
 
-def training_facts(train_dir: Path) -> dict[str, Any]:
-    """The training summary's config (base model, method), when the trainer wrote one."""
+def trained_from(train_dir: Path) -> str:
+    """The base model in the training summary's config, when the trainer wrote one."""
     path = train_dir / "training_summary.json"
     if not path.is_file():
-        return {}
-    return json.loads(path.read_text(encoding="utf-8")).get("config", {})
+        return ""
+    return json.loads(path.read_text(encoding="utf-8")).get("config", {}).get("model", "")
 
 
 def hub_id(model: str) -> str:
@@ -75,9 +73,9 @@ def hub_id(model: str) -> str:
     return model if re.fullmatch(r"[\w.-]+/[\w.-]+", model) and not Path(model).exists() else ""
 
 
-def base_model_on_disk(train_dir: Path, adapter_dir: Path) -> Path | None:
+def base_model_on_disk(base_model: str, adapter_dir: Path) -> Path | None:
     """The base model's checkpoint directory if it exists on this machine (needed to check the adapter's effect)."""
-    candidates = [training_facts(train_dir).get("model", "")]
+    candidates = [base_model]
     adapter_config = adapter_dir / "adapter_config.json"
     if adapter_config.is_file():
         candidates.append(json.loads(adapter_config.read_text(encoding="utf-8")).get("base_model_name_or_path", ""))
@@ -87,8 +85,10 @@ def base_model_on_disk(train_dir: Path, adapter_dir: Path) -> Path | None:
     return None
 
 
-def export_stage(train_dir: Path, export_dir: Path, outtypes: list[str], model_name: str, include_lora: bool, thresholds: Thresholds) -> dict[str, Any]:
-    """Convert, verify, write the Modelfile and the reports; returns the report body. Raises on failure."""
+def export_stage(
+    train_dir: Path, base_model: str, export_dir: Path, outtypes: list[str], model_name: str, include_lora: bool, thresholds: Thresholds
+) -> tuple[dict[str, Any], str]:
+    """Convert, verify, write the Modelfile and the reports; returns the report body and its Markdown. Raises on failure."""
     from gguf_export.verify import TransformersReference, markdown, report_json, verify, verify_adapter
 
     merged = train_dir / "merged"
@@ -97,7 +97,7 @@ def export_stage(train_dir: Path, export_dir: Path, outtypes: list[str], model_n
     adapter_dir = train_dir / "adapter"
     if include_lora and not (adapter_dir / "adapter_config.json").is_file():
         raise UserError(f"include_lora is set but {adapter_dir} holds no LoRA adapter (full fine-tuning writes none); unset include_lora.")
-    metadata = MetadataOptions(model_name=model_name, base_model=hub_id(training_facts(train_dir).get("model", "")))
+    metadata = MetadataOptions(model_name=model_name, base_model=hub_id(base_model))
     export_dir.mkdir(parents=True, exist_ok=True)
     (export_dir / REPORT_JSON).unlink(missing_ok=True)  # the completion marker of an earlier run goes first
 
@@ -113,7 +113,7 @@ def export_stage(train_dir: Path, export_dir: Path, outtypes: list[str], model_n
         adapter = convert_adapter(adapter_dir, merged, export_dir / f"{model_name}-lora-{adapter_type}.gguf", adapter_type, metadata)
         results.append(adapter)
         base_gguf = None
-        base_dir = base_model_on_disk(train_dir, adapter_dir)
+        base_dir = base_model_on_disk(base_model, adapter_dir)
         if base_dir is not None:
             base_gguf = export_dir / f".base-{adapter_type}.gguf.partial"
             export(base_dir, base_gguf, adapter_type)
@@ -123,21 +123,11 @@ def export_stage(train_dir: Path, export_dir: Path, outtypes: list[str], model_n
             if base_gguf is not None:
                 base_gguf.unlink(missing_ok=True)
     write_text_atomic(export_dir / MODELFILE, modelfile_text(results[0].path.name, reference.tokenizer.chat_template, merged, read_config(merged)["max_position_embeddings"]))
-    body = json.loads(report_json(reports, {"conversions": [r.as_json() for r in results], "modelfile": MODELFILE, "thresholds": thresholds.__dict__}))
-    write_text_atomic(export_dir / REPORT_MD, markdown(reports))
-    write_text_atomic(export_dir / REPORT_JSON, json.dumps(body, indent=2, ensure_ascii=False) + "\n")
-    return body
-
-
-def publish_artifact(source: Path, artifact) -> None:
-    """Put ``source`` at the artifact's path: a hard link when on the same filesystem, else a copy."""
-    target = Path(artifact.path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.unlink(missing_ok=True)
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copyfile(source, target)
+    body_json = report_json(reports, {"conversions": [r.as_json() for r in results], "modelfile": MODELFILE, "thresholds": thresholds.__dict__})
+    markdown_text = markdown(reports)
+    write_text_atomic(export_dir / REPORT_MD, markdown_text)
+    write_text_atomic(export_dir / REPORT_JSON, body_json)
+    return json.loads(body_json), markdown_text
 
 
 @exit_on_user_error
@@ -154,10 +144,10 @@ def run_in_pipeline(
 ) -> str:
     """What the KFP component does; returns the path of the Modelfile's GGUF on the workspace."""
     outtypes = parse_outtypes(outtype)
-    name = check_model_name(model_name or default_model_name(Path(train_dir)))
+    base_model = trained_from(Path(train_dir))
+    name = check_model_name(model_name or default_model_name(base_model))
     limits = Thresholds.from_mapping(thresholds)
-    body = export_stage(Path(train_dir), Path(export_dir), outtypes, name, include_lora, limits)
-    markdown_text = (Path(export_dir) / REPORT_MD).read_text(encoding="utf-8")
+    body, markdown_text = export_stage(Path(train_dir), base_model, Path(export_dir), outtypes, name, include_lora, limits)
     Path(report_markdown.path).parent.mkdir(parents=True, exist_ok=True)
     Path(report_markdown.path).write_text(markdown_text, encoding="utf-8")
     print(markdown_text, flush=True)
@@ -176,7 +166,7 @@ def run_in_pipeline(
     if not body["passed"]:
         failed = [f"{Path(r['gguf']).name}: " + "; ".join(c["name"] for c in r["checks"] if not c["passed"]) for r in body["files"] if not r["passed"]]
         raise UserError(f"GGUF verification failed ({' | '.join(failed)}); see {Path(export_dir) / REPORT_MD}. Nothing from this export should be published.")
-    publish_artifact(primary, gguf_artifact)
+    link_or_copy(primary, Path(gguf_artifact.path))
     gguf_artifact.metadata.update({
         "outtype": outtypes[0],
         "workspace_path": str(primary),
