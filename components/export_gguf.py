@@ -26,7 +26,7 @@ from components.atomic import link_or_copy, write_text_atomic
 from components.errors import UserError, exit_on_user_error
 from gguf_export.convert import ConversionResult, read_config
 from gguf_export.export import export
-from gguf_export.lora import ADAPTER_OUTTYPES, convert_adapter
+from gguf_export.lora import adapter_outtype, convert_adapter
 from gguf_export.metadata import MetadataOptions
 from gguf_export.modelfile import modelfile_text
 from gguf_export.options import DEFAULT_OUTTYPE, Thresholds, normalise_outtype
@@ -89,7 +89,7 @@ def export_stage(
     train_dir: Path, base_model: str, export_dir: Path, outtypes: list[str], model_name: str, include_lora: bool, thresholds: Thresholds
 ) -> tuple[dict[str, Any], str]:
     """Convert, verify, write the Modelfile and the reports; returns the report body and its Markdown. Raises on failure."""
-    from gguf_export.verify import TransformersReference, markdown, report_json, verify, verify_adapter
+    from gguf_export.verify import TransformersReference, markdown, report_json, verify_adapter, verify_conversion
 
     merged = train_dir / "merged"
     if not (merged / "config.json").is_file():
@@ -107,9 +107,9 @@ def export_stage(
     for outtype in outtypes:
         result = export(merged, export_dir / f"{model_name}-{outtype}.gguf", outtype, metadata)
         results.append(result)
-        reports.append(verify(result.path, reference, outtype, thresholds, result.tensor_shapes or None, result.architecture if result.tensor_shapes else None))
+        reports.append(verify_conversion(result, reference, thresholds))
     if include_lora:
-        adapter_type = outtypes[0] if outtypes[0] in ADAPTER_OUTTYPES else "f16"
+        adapter_type = adapter_outtype(outtypes[0])
         adapter = convert_adapter(adapter_dir, merged, export_dir / f"{model_name}-lora-{adapter_type}.gguf", adapter_type, metadata)
         results.append(adapter)
         base_gguf = None

@@ -7,7 +7,7 @@ from pathlib import Path
 from components.atomic import write_text_atomic
 from components.errors import UserError, exit_on_user_error
 from gguf_export.export import export
-from gguf_export.lora import ADAPTER_OUTTYPES, convert_adapter
+from gguf_export.lora import adapter_outtype, convert_adapter
 from gguf_export.metadata import MetadataOptions
 from gguf_export.options import ExportOptions, Thresholds, parse_options
 
@@ -17,8 +17,8 @@ def adapter_outfile(options: ExportOptions) -> Path:
     return options.outfile.with_name(f"{stem}-lora-{kind}.gguf" if stem else f"{options.outfile.stem}-lora.gguf")
 
 
-def run(options: ExportOptions, thresholds: Thresholds) -> bool:
-    """Convert (and verify when asked); True when everything asked for passed."""
+def run(options: ExportOptions, thresholds: Thresholds) -> None:
+    """Convert (and verify when asked); a failed verification raises UserError."""
     metadata = MetadataOptions(options.model_name, options.base_model, options.finetune, options.license, options.source_repo)
     result = export(options.model_dir, options.outfile, options.outtype, metadata, options.pre_tokenizer)
     print(f"wrote {result.path} ({result.outtype}, {result.size_bytes / 2**20:.1f} MiB) in {result.seconds:.1f}s", flush=True)
@@ -26,15 +26,15 @@ def run(options: ExportOptions, thresholds: Thresholds) -> bool:
         print(f"  note: {line}", flush=True)
     adapter = None
     if options.lora_dir is not None:
-        adapter_type = result.outtype if result.outtype in ADAPTER_OUTTYPES else "f16"
-        adapter = convert_adapter(options.lora_dir, options.model_dir, options.lora_outfile or adapter_outfile(options), adapter_type, metadata)
+        adapter_file = options.lora_outfile or adapter_outfile(options)
+        adapter = convert_adapter(options.lora_dir, options.model_dir, adapter_file, adapter_outtype(result.outtype), metadata)
         print(f"wrote {adapter.path} (LoRA adapter, {adapter.tensor_count} tensors)", flush=True)
     if not options.verify:
-        return True
-    from gguf_export.verify import TransformersReference, markdown, report_json, verify, verify_adapter
+        return
+    from gguf_export.verify import TransformersReference, markdown, report_json, verify_adapter, verify_conversion
 
     reference = TransformersReference(options.model_dir, thresholds.min_positions)
-    reports = [verify(result.path, reference, result.outtype, thresholds, result.tensor_shapes or None, result.architecture if result.tensor_shapes else None)]
+    reports = [verify_conversion(result, reference, thresholds)]
     if adapter is not None:
         reports.append(verify_adapter(adapter.path, result.path, None, reference, thresholds.lora_max_nmse))
     print(markdown(reports), flush=True)
@@ -44,7 +44,6 @@ def run(options: ExportOptions, thresholds: Thresholds) -> bool:
     failures = [failure for report in reports for failure in report.failures()]
     if failures:
         raise UserError(f"verification of {result.path} failed: {'; '.join(failures)}. The file is kept for inspection; do not publish it.")
-    return True
 
 
 @exit_on_user_error

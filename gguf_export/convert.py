@@ -94,7 +94,6 @@ class ConversionResult:
     parameters: int
     size_bytes: int
     seconds: float
-    tensor_types: dict[str, str]
     tensor_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     fallbacks: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -319,7 +318,6 @@ def convert(model_dir: Path, outfile: Path, outtype: str, metadata: MetadataOpti
         parameters=parameters[0],
         size_bytes=Path(outfile).stat().st_size,
         seconds=time.perf_counter() - started,
-        tensor_types={tensor.name: tensor.qtype.name for tensor in planned},
         tensor_shapes={tensor.name: tuple(tensor.shape) for tensor in planned},
         fallbacks=fallbacks,
         notes=vocabulary.notes,

@@ -44,6 +44,6 @@ def delegate(model_dir: Path, outfile: Path, outtype: str, llama_cpp_dir: Path, 
             raise UserError(f"llama.cpp's {SCRIPT} could not convert {model_dir} (exit {result.returncode}): {result.stderr.strip()[-1500:]}")
     return ConversionResult(
         path=outfile, outtype=outtype, architecture="(llama.cpp)", hf_architecture="(delegated)", tensor_count=0,
-        parameters=0, size_bytes=outfile.stat().st_size, seconds=time.perf_counter() - started, tensor_types={},
+        parameters=0, size_bytes=outfile.stat().st_size, seconds=time.perf_counter() - started,
         notes=[f"converted by {script}"],
     )

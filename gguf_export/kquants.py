@@ -55,5 +55,4 @@ def quantize_k(model_dir: Path, outfile: Path, outtype: str, metadata: MetadataO
     result.path = outfile
     result.outtype = outtype
     result.size_bytes = outfile.stat().st_size
-    result.tensor_types = {}
     return result

@@ -33,6 +33,11 @@ ADAPTER_FILE = "adapter_model.safetensors"
 ADAPTER_OUTTYPES = (*FLOAT_TYPES, "q8_0")
 
 
+def adapter_outtype(model_outtype: str) -> str:
+    """The adapter is written in the model's type when it can be, else f16 (K-quants and 4/5-bit types)."""
+    return model_outtype if model_outtype in ADAPTER_OUTTYPES else "f16"
+
+
 def read_adapter_config(adapter_dir: Path) -> dict[str, Any]:
     path = adapter_dir / "adapter_config.json"
     if not path.is_file() or not (adapter_dir / ADAPTER_FILE).is_file():
@@ -95,5 +100,5 @@ def convert_adapter(adapter_dir: Path, base_dir: Path, outfile: Path, outtype: s
         path=Path(outfile), outtype=outtype, architecture=arch.gguf_name, hf_architecture=arch.hf_name,
         tensor_count=len(planned), parameters=sum(int(np.prod(t.shape)) for t in planned),
         size_bytes=Path(outfile).stat().st_size, seconds=time.perf_counter() - started,
-        tensor_types={t.name: t.qtype.name for t in planned}, fallbacks=fallbacks, kind="lora",
+        fallbacks=fallbacks, kind="lora",
     )

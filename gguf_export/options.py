@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 import gguf
 
-from components.cli_options import add_options, option
+from components.cli_options import add_options, option, options_from
 from components.errors import UserError
 
 T = gguf.GGMLQuantizationType
@@ -76,20 +76,20 @@ class Thresholds:
         return self.quant_min_top1, self.quant_max_nmse
 
     @classmethod
-    def from_mapping(cls, values: dict[str, Any] | None, where: str = "thresholds") -> "Thresholds":
+    def from_mapping(cls, values: dict[str, Any] | None) -> "Thresholds":
         """Defaults overridden by ``values``; unknown keys or bad numbers are a clear error."""
         values = dict(values or {})
         known = {spec.name for spec in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise UserError(f"{where}: unknown key(s) {', '.join(unknown)}; known keys are {', '.join(sorted(known))}.")
+            raise UserError(f"thresholds: unknown key(s) {', '.join(unknown)}; known keys are {', '.join(sorted(known))}.")
         types = typing.get_type_hints(cls)
         parsed: dict[str, Any] = {}
         for name, value in values.items():
             try:
                 parsed[name] = types[name](value)
             except (TypeError, ValueError):
-                raise UserError(f"{where}: {name} must be a number, got {value!r}.") from None
+                raise UserError(f"thresholds: {name} must be a number, got {value!r}.") from None
         return cls(**parsed)
 
 
@@ -123,7 +123,5 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_options(argv: Sequence[str] | None = None) -> tuple[ExportOptions, Thresholds]:
-    args = vars(build_parser().parse_args(argv))
-    threshold_names = {spec.name for spec in dataclasses.fields(Thresholds)}
-    thresholds = Thresholds(**{name: args.pop(name) for name in threshold_names})
-    return ExportOptions(**args), thresholds
+    args = build_parser().parse_args(argv)
+    return options_from(args, ExportOptions), options_from(args, Thresholds)

@@ -29,6 +29,7 @@ import numpy as np
 
 from components.errors import UserError
 from gguf_export.chat_formats import chat_format_of
+from gguf_export.convert import ConversionResult
 from gguf_export.options import Thresholds
 
 REPLY_TOKENS = 48
@@ -310,6 +311,12 @@ def verify(
     finally:
         llm.close()
     return report
+
+
+def verify_conversion(result: ConversionResult, reference: TransformersReference, thresholds: Thresholds) -> VerificationReport:
+    """``verify`` for a file this package just wrote: its shapes and architecture are checked too (none for delegated files)."""
+    written_here = bool(result.tensor_shapes)
+    return verify(result.path, reference, result.outtype, thresholds, result.tensor_shapes if written_here else None, result.architecture if written_here else None)
 
 
 def verify_adapter(adapter: Path, merged_gguf: Path, base_gguf: Path | None, reference: TransformersReference, max_nmse: float) -> VerificationReport:

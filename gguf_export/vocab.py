@@ -57,11 +57,8 @@ class Vocabulary:
     tokens: list[str]
     token_types: list[int]
     pre_tokenizer: str
-    add_bos: bool
-    add_eos: bool
     special: gguf.SpecialVocab
     end_of_turn_id: int | None
-    chat_template: str | None
     notes: list[str] = field(default_factory=list)
 
     def add_to(self, writer: gguf.GGUFWriter) -> None:
@@ -74,8 +71,9 @@ class Vocabulary:
             writer.add_eot_token_id(self.end_of_turn_id)
 
 
-def load_tokenizer(model_dir: Path):
-    """The checkpoint's ``tokenizers.Tokenizer``; a clear error for missing or SentencePiece-only tokenizers."""
+def load_tokenizer(model_dir: Path) -> tuple[Any, dict[str, Any]]:
+    """The checkpoint's ``tokenizers.Tokenizer`` and tokenizer.json's content, from one read of the file;
+    a clear error for missing or SentencePiece-only tokenizers."""
     from tokenizers import Tokenizer
 
     path = model_dir / "tokenizer.json"
@@ -91,7 +89,8 @@ def load_tokenizer(model_dir: Path):
             "weights (tokenizer.save_pretrained(dir)) so the GGUF can carry the vocabulary and chat template."
         )
     try:
-        return Tokenizer.from_file(str(path))
+        text = path.read_text(encoding="utf-8")
+        return Tokenizer.from_str(text), json.loads(text)
     except Exception as error:  # tokenizers raises a bare Exception for unreadable files
         raise UserError(f"{path} cannot be loaded by the tokenizers library ({error}); copy the tokenizer files again.") from None
 
@@ -184,8 +183,8 @@ def adds_token(tokenizer, token_id: int | None, first: bool) -> bool:
 
 
 def load_vocabulary(model_dir: Path, vocab_size: int, pre_tokenizer_override: str = "") -> Vocabulary:
-    tokenizer = load_tokenizer(model_dir)
-    check_byte_level_bpe(model_dir, json.loads((model_dir / "tokenizer.json").read_text(encoding="utf-8")))
+    tokenizer, spec = load_tokenizer(model_dir)
+    check_byte_level_bpe(model_dir, spec)
     pre = identify_pre_tokenizer(tokenizer, model_dir, pre_tokenizer_override)
     tokens, types = token_strings(tokenizer, vocab_size, model_dir)
     special = gguf.SpecialVocab(model_dir, load_merges=True, n_vocab=len(tokens))
@@ -198,4 +197,4 @@ def load_vocabulary(model_dir: Path, vocab_size: int, pre_tokenizer_override: st
     fmt = chat_format_of(template)
     end_of_turn = tokenizer.token_to_id(fmt.end_of_turn) if fmt else None
     notes = [] if template else [f"{model_dir} has no chat template: the GGUF cannot format chats by itself."]
-    return Vocabulary(tokens, types, pre, add_bos, add_eos, special, end_of_turn, template, notes)
+    return Vocabulary(tokens, types, pre, special, end_of_turn, notes)
