@@ -60,7 +60,7 @@ def _field_problem(field: str, low: int, high: int, names: tuple[str, ...]) -> s
         if span in ("*", "?"):
             continue
         start, _, end = span.partition("-")
-        bounds = [_value(start, names), _value(end, names) if end else None]
+        bounds = [_value(start, low, names), _value(end, low, names) if end else None]
         if bounds[0] is None or (end and bounds[1] is None):
             return f"is not a number from {low} to {high}" + (f" or a name like {names[0].upper()}" if names else "") + " (or *, ?, a-b, a/step, lists with ',')"
         if not low <= bounds[0] <= high or (bounds[1] is not None and not low <= bounds[1] <= high):
@@ -70,9 +70,10 @@ def _field_problem(field: str, low: int, high: int, names: tuple[str, ...]) -> s
     return None
 
 
-def _value(text: str, names: tuple[str, ...]) -> int | None:
+def _value(text: str, low: int, names: tuple[str, ...]) -> int | None:
+    """A number, or a month/weekday name counted from the field's lowest value (JAN is 1, SUN is 0)."""
     if text.isdigit():
         return int(text)
     if text in names:
-        return names.index(text) + (1 if len(names) == 12 else 0)
+        return names.index(text) + low
     return None

@@ -6,6 +6,7 @@ naming its parameter, instead of failing an hour later in a training pod.
 ``python -m pipelines.run`` calls the same checks before starting a local run.
 """
 
+import dataclasses
 import re
 from types import SimpleNamespace
 from typing import Any, Callable
@@ -96,16 +97,12 @@ def _stage_problems(values: dict[str, Any]) -> list[str]:
     for names, problems_of in (
         (LAUNCH_PARAMETERS, lambda options: launch_problems(LaunchOptions(**options))),
         # Checked on the field values, before EvaluateOptions would refuse to exist.
-        (EVALUATE_PARAMETERS, lambda options: evaluate_problems(SimpleNamespace(**{**_fields_of(EvaluateOptions()), **options}))),
+        (EVALUATE_PARAMETERS, lambda options: evaluate_problems(SimpleNamespace(**{**dataclasses.asdict(EvaluateOptions()), **options}))),
     ):
         options = _renamed(values, names)
         parameter_of = {option: parameter for parameter, option in names.items()}
         found.update({parameter_of[option]: problem for option, problem in problems_of(options).items() if option in options})
     return [f"parameter '{name}' {problem}" for name, problem in found.items()] + _export_problems(values) + _publish_problems(values)
-
-
-def _fields_of(options: Any) -> dict[str, Any]:
-    return {name: getattr(options, name) for name in options.__dataclass_fields__}
 
 
 def _export_problems(values: dict[str, Any]) -> list[str]:

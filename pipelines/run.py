@@ -15,8 +15,7 @@ import warnings
 from pathlib import Path
 
 from components.errors import exit_on_user_error
-from pipelines.parameters import validate
-from pipelines.run_params import declared_parameters, defaults_of, parse_params
+from pipelines.run_params import checked_arguments
 
 DEFAULT_OUTPUT_DIR = Path("local-run")
 
@@ -41,8 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     output_dir = args.output_dir.resolve()
     workspace = LocalWorkspace(output_dir / "workspace")
     pipeline = build_pipeline(workspace)
-    overrides = parse_params(args.param, declared_parameters(pipeline))
-    validate({**defaults_of(pipeline), **overrides})
+    overrides = checked_arguments(args.param, pipeline)
     Path(workspace.root).mkdir(parents=True, exist_ok=True)
 
     # The runtime image is not a python:* image, which kfp.local warns about;

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from components.errors import UserError
+from pipelines.parameters import validate
 
 _PARSERS = {"STRING": str, "NUMBER_INTEGER": int, "NUMBER_DOUBLE": float, "BOOLEAN": None}
 
@@ -53,6 +54,13 @@ def _parse_value(name: str, text: str, kind: str) -> Any:
     except ValueError:
         noun = {"NUMBER_INTEGER": "a whole number", "NUMBER_DOUBLE": "a number"}[kind]
         raise UserError(f"--param {name}={text!r}: {name} must be {noun}.") from None
+
+
+def checked_arguments(pairs: list[str], pipeline) -> dict[str, Any]:
+    """The typed ``NAME=VALUE`` overrides, once the run's every value (defaults included) passes the first step's checks."""
+    overrides = parse_params(pairs, declared_parameters(pipeline))
+    validate({**defaults_of(pipeline), **overrides})
+    return overrides
 
 
 def declared_parameters(pipeline) -> dict[str, str]:

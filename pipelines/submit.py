@@ -29,8 +29,7 @@ from typing import Iterator
 from components.errors import UserError, exit_on_user_error
 from pipelines.compile import DEFAULT_OUTPUT as DEFAULT_PACKAGE
 from pipelines.cron import validate_cron
-from pipelines.parameters import validate
-from pipelines.run_params import declared_parameters, defaults_of, parse_params
+from pipelines.run_params import checked_arguments
 
 TOKEN_ENV = "KFP_TOKEN"
 DEFAULT_EXPERIMENT = "llm-finetune"
@@ -55,8 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     cron = validate_cron(args.schedule) if args.schedule is not None else None
     package = _load_package(args.package)
-    arguments = parse_params(args.param, declared_parameters(package))
-    validate({**defaults_of(package), **arguments})
+    arguments = checked_arguments(args.param, package)
     token, source = resolve_token(args.token)
     print(f"connecting to {args.host} " + (f"with the bearer token from {source}" if token else "without a bearer token (none given, none in $KFP_TOKEN or the kubeconfig)"), flush=True)
     client = connect(args.host, token, args.ca_cert)

@@ -8,7 +8,7 @@ import pytest
 
 from components.errors import UserError
 from conftest import run_module
-from pipelines import run
+from pipelines import run, run_params
 from pipelines.fine_tune import fine_tune_pipeline
 from pipelines.parameters import CHECKS, check_in_pipeline, problems, validate
 from pipelines.tasks import validate_parameters
@@ -98,7 +98,7 @@ BAD_STAGE_OPTIONS = {
 def test_checks_cover_real_parameters_and_reach_the_pipeline_task():
     """A check keyed by a misspelt name would silently never run; every parameter the first step receives
     is a pipeline parameter and has a check that names it, so a bad value stops the run in seconds."""
-    declared = run.declared_parameters(fine_tune_pipeline)
+    declared = run_params.declared_parameters(fine_tune_pipeline)
     checked = set(validate_parameters.component_spec.inputs)
     assert checked <= set(declared)
     assert checked == set(CHECKS) | set(BAD_STAGE_OPTIONS)
@@ -119,7 +119,7 @@ def test_stage_problems_name_the_run_parameter_and_the_rule():
 
 def test_pipeline_defaults_are_valid():
     """Starting a run without touching the form must pass validation."""
-    defaults = run.defaults_of(fine_tune_pipeline)
+    defaults = run_params.defaults_of(fine_tune_pipeline)
     assert set(CHECKS) <= set(defaults)
     assert problems(defaults) == []
 
@@ -137,14 +137,14 @@ def test_in_pipeline_check_exits_2_with_one_paragraph(capsys):
 
 def test_parse_params_types_values():
     """--param values are typed by the pipeline's own declarations; a value may itself contain '='."""
-    declared = run.declared_parameters(fine_tune_pipeline)
-    parsed = run.parse_params(
+    declared = run_params.declared_parameters(fine_tune_pipeline)
+    parsed = run_params.parse_params(
         ["keep_pvc=TRUE", "split_seed=7", "eval_fraction=0.25", "dataset_uri=data/a=b.jsonl", "system_prompt="],
         declared,
     )
     assert parsed == {"keep_pvc": True, "split_seed": 7, "eval_fraction": 0.25, "dataset_uri": "data/a=b.jsonl", "system_prompt": ""}
     assert type(parsed["split_seed"]) is int and type(parsed["eval_fraction"]) is float
-    assert run.parse_params(["keep_pvc= false "], declared) == {"keep_pvc": False}
+    assert run_params.parse_params(["keep_pvc= false "], declared) == {"keep_pvc": False}
 
 
 def test_cli_rejects_bad_value_before_running_anything(tmp_path):
