@@ -12,9 +12,10 @@ from gguf_export.metadata import MetadataOptions
 from gguf_export.options import ExportOptions, Thresholds, parse_options
 
 
-def adapter_outfile(options: ExportOptions) -> Path:
-    stem, _, kind = options.outfile.name.removesuffix(".gguf").rpartition("-")
-    return options.outfile.with_name(f"{stem}-lora-{kind}.gguf" if stem else f"{options.outfile.stem}-lora.gguf")
+def adapter_outfile(outfile: Path, model_outtype: str, adapter_type: str) -> Path:
+    """``<name>-lora-<adapter type>.gguf`` beside the model's ``<name>[-<model type>].gguf``, as the export stage names it."""
+    name = outfile.name.removesuffix(".gguf").removesuffix(f"-{model_outtype}")
+    return outfile.with_name(f"{name}-lora-{adapter_type}.gguf")
 
 
 def run(options: ExportOptions, thresholds: Thresholds) -> None:
@@ -26,8 +27,9 @@ def run(options: ExportOptions, thresholds: Thresholds) -> None:
         print(f"  note: {line}", flush=True)
     adapter = None
     if options.lora_dir is not None:
-        adapter_file = options.lora_outfile or adapter_outfile(options)
-        adapter = convert_adapter(options.lora_dir, options.model_dir, adapter_file, adapter_outtype(result.outtype), metadata)
+        adapter_type = adapter_outtype(result.outtype)
+        adapter_file = options.lora_outfile or adapter_outfile(options.outfile, result.outtype, adapter_type)
+        adapter = convert_adapter(options.lora_dir, options.model_dir, adapter_file, adapter_type, metadata)
         print(f"wrote {adapter.path} (LoRA adapter, {adapter.tensor_count} tensors)", flush=True)
     if not options.verify:
         return

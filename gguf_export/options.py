@@ -109,7 +109,7 @@ class ExportOptions:
     license: str = option("", "general.license, e.g. apache-2.0.")
     source_repo: str = option("", "Hugging Face repo (or URL) the checkpoint is published at (general.source.repo_url).")
     lora_dir: Path | None = option(None, "Also convert this PEFT LoRA adapter directory into a GGUF adapter for llama.cpp.")
-    lora_outfile: Path | None = option(None, "Where the adapter GGUF goes (default: OUTFILE with -lora before the type).")
+    lora_outfile: Path | None = option(None, "Where the adapter GGUF goes (default: beside OUTFILE, <name>-lora-<adapter type>.gguf, where OUTFILE is <name>[-<type>].gguf).")
 
 
 def build_parser() -> argparse.ArgumentParser:

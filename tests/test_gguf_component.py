@@ -9,6 +9,8 @@ metadata, log_metric), as ``run_in_pipeline`` takes them.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +18,7 @@ import numpy as np
 import pytest
 
 from components.export_gguf import run_in_pipeline
+from conftest import REPO_ROOT
 from tests.gguf_files import read_gguf
 
 RANDOM_WEIGHTS = {"float_min_top1": 0.97}  # see tests/test_gguf_verify.py
@@ -170,3 +173,18 @@ def test_k_quant_through_llama_cpps_quantizer(smollm2_dir, tmp_path):
     assert kinds - {"F32"} and kinds <= {"F32", "Q4_K", "Q5_K", "Q6_K", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"}, kinds
     report = verify(result.path, TransformersReference(smollm2_dir, 200), "q4_k_m", Thresholds(quant_min_top1=0.8, quant_max_nmse=0.1))
     assert report.passed, report.failures()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("outfile", "outtype", "expected"),
+    [("tiny-q4_0.gguf", "q4_0", "tiny-lora-f16.gguf"), ("my-model.gguf", "q8_0", "my-model-lora-q8_0.gguf")],
+    ids=["adapter-type-differs", "no-type-in-name"],
+)
+def test_cli_names_the_adapter_by_the_type_it_holds(train_dir, tmp_path, outfile, outtype, expected):
+    """--lora-dir without --lora-outfile: the adapter file says its own type (4-bit models get an f16 adapter)."""
+    command = [sys.executable, "-m", "gguf_export", str(train_dir / "merged"), "--outfile", str(tmp_path / outfile), "--outtype", outtype, "--lora-dir", str(train_dir / "adapter")]
+    result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted([outfile, expected])
+    assert read_gguf(tmp_path / expected).metadata["general.type"] == "adapter"
