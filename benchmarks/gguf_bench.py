@@ -64,9 +64,19 @@ def build_large_llama(tokenizer_dir: Path, target: Path) -> Path:
     if (target / "config.json").is_file():
         return target
     config = LlamaConfig(
-        vocab_size=49152, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
-        num_key_value_heads=8, max_position_embeddings=4096, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2,
-        rope_theta=100000.0, torch_dtype="bfloat16", architectures=["LlamaForCausalLM"],
+        vocab_size=49152,
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=16,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=1,
+        eos_token_id=2,
+        rope_theta=100000.0,
+        torch_dtype="bfloat16",
+        architectures=["LlamaForCausalLM"],
     )
     target.mkdir(parents=True)
     generator = torch.Generator().manual_seed(0)
@@ -97,7 +107,10 @@ def build_large_llama(tokenizer_dir: Path, target: Path) -> Path:
     weight_map = {}
     for index in range(1, count + 1):
         if index == 1:
-            group = {"model.embed_tokens.weight": random(config.vocab_size, hidden), "model.norm.weight": torch.ones(hidden, dtype=torch.bfloat16)}
+            group = {
+                "model.embed_tokens.weight": random(config.vocab_size, hidden),
+                "model.norm.weight": torch.ones(hidden, dtype=torch.bfloat16),
+            }
         else:
             first = 2 * (index - 2)
             group = {name: tensor for i in range(first, min(first + 2, layers)) for name, tensor in layer(i).items()}
@@ -126,7 +139,9 @@ print(json.dumps({"seconds": time.perf_counter() - started, "rss_mb": usage.ru_m
 def measure(command: list[str], cwd: Path) -> tuple[float, float]:
     """Wall seconds and peak RSS (MiB) of one child process (its log goes to a file)."""
     with tempfile.NamedTemporaryFile(suffix=".log") as log:
-        result = subprocess.run([sys.executable, "-c", MEASURER, log.name, str(cwd), *command], capture_output=True, text=True, check=True)
+        result = subprocess.run(
+            [sys.executable, "-c", MEASURER, log.name, str(cwd), *command], capture_output=True, text=True, check=True
+        )
         measured = json.loads(result.stdout)
         if measured["status"] != 0:
             raise RuntimeError(f"{' '.join(command)} failed:\n{Path(log.name).read_text(errors='replace')[-3000:]}")
@@ -140,7 +155,10 @@ def run(checkpoint: str, model_dir: Path, outtype: str, workdir: Path) -> list[M
         if converter == "llama.cpp":
             command, cwd = reference_convert_cli(model_dir, outtype, output), reference_dir()
         else:
-            command, cwd = [sys.executable, "-m", "gguf_export", str(model_dir), "--outfile", str(output), "--outtype", outtype], REPO_ROOT
+            command, cwd = (
+                [sys.executable, "-m", "gguf_export", str(model_dir), "--outfile", str(output), "--outtype", outtype],
+                REPO_ROOT,
+            )
         seconds, rss = measure(command, cwd)
         results.append(Measurement(checkpoint, outtype, converter, seconds, rss, output))
         print(f"  {checkpoint} {outtype} {converter}: {seconds:.1f} s, {rss:.0f} MiB", file=sys.stderr, flush=True)
@@ -148,20 +166,33 @@ def run(checkpoint: str, model_dir: Path, outtype: str, workdir: Path) -> list[M
 
 
 def tables(measurements: list[Measurement]) -> str:
-    lines = ["| checkpoint | outtype | converter | wall time (s) | peak RSS (MiB) |", "| --- | --- | --- | ---: | ---: |"]
-    lines += [f"| {m.checkpoint} | {m.outtype} | {m.converter} | {m.seconds:.1f} | {m.rss_mb:.0f} |" for m in measurements]
-    lines += ["", f"| checkpoint | outtype | time ours/llama.cpp | RSS ours/llama.cpp | tensors identical | target ≤ {TARGET_RATIO} both |", "| --- | --- | ---: | ---: | --- | --- |"]
+    lines = [
+        "| checkpoint | outtype | converter | wall time (s) | peak RSS (MiB) |",
+        "| --- | --- | --- | ---: | ---: |",
+    ]
+    lines += [
+        f"| {m.checkpoint} | {m.outtype} | {m.converter} | {m.seconds:.1f} | {m.rss_mb:.0f} |" for m in measurements
+    ]
+    lines += [
+        "",
+        f"| checkpoint | outtype | time ours/llama.cpp | RSS ours/llama.cpp | tensors identical | target ≤ {TARGET_RATIO} both |",
+        "| --- | --- | ---: | ---: | --- | --- |",
+    ]
     for reference, ours in zip(measurements[::2], measurements[1::2]):
         time_ratio, rss_ratio = ours.seconds / reference.seconds, ours.rss_mb / reference.rss_mb
         identical = first_difference(read_gguf(ours.output), read_gguf(reference.output)) is None
         met = "yes" if time_ratio <= TARGET_RATIO and rss_ratio <= TARGET_RATIO else "no"
-        lines.append(f"| {ours.checkpoint} | {ours.outtype} | {time_ratio:.2f} | {rss_ratio:.2f} | {'yes' if identical else 'NO'} | {met} |")
+        lines.append(
+            f"| {ours.checkpoint} | {ours.outtype} | {time_ratio:.2f} | {rss_ratio:.2f} | {'yes' if identical else 'NO'} | {met} |"
+        )
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workdir", type=Path, help="where checkpoints and outputs go (default: a temporary directory)")
+    parser.add_argument(
+        "--workdir", type=Path, help="where checkpoints and outputs go (default: a temporary directory)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument("--skip-large", action="store_true", help="only SmolLM2-135M (no 1B checkpoint)")
     args = parser.parse_args()

@@ -67,10 +67,54 @@ TOPICS: dict[str, tuple[str, ...]] = {
     "sewing": ("needle", "thread", "seam", "hem", "bobbin", "stitch", "fabric", "pattern", "zip", "button"),
 }
 COMMON_WORDS: tuple[str, ...] = (
-    "the", "a", "you", "should", "check", "before", "after", "make", "sure", "it", "is", "carefully", "then",
-    "slowly", "always", "never", "when", "because", "keep", "hold", "use", "small", "firm", "clean", "dry",
-    "replace", "tighten", "loosen", "again", "each", "time", "side", "end", "until", "both", "hands", "safe",
-    "enough", "good", "first", "second", "step", "remove", "place", "with", "without", "over", "under",
+    "the",
+    "a",
+    "you",
+    "should",
+    "check",
+    "before",
+    "after",
+    "make",
+    "sure",
+    "it",
+    "is",
+    "carefully",
+    "then",
+    "slowly",
+    "always",
+    "never",
+    "when",
+    "because",
+    "keep",
+    "hold",
+    "use",
+    "small",
+    "firm",
+    "clean",
+    "dry",
+    "replace",
+    "tighten",
+    "loosen",
+    "again",
+    "each",
+    "time",
+    "side",
+    "end",
+    "until",
+    "both",
+    "hands",
+    "safe",
+    "enough",
+    "good",
+    "first",
+    "second",
+    "step",
+    "remove",
+    "place",
+    "with",
+    "without",
+    "over",
+    "under",
 )
 QUESTION_OPENERS: tuple[tuple[str, ...], ...] = (
     ("How", "do", "I"),
@@ -229,10 +273,14 @@ def benchmark(records: int, seed: int, workdir: Path) -> None:
     start = time.perf_counter()
     generate_input(input_path, records, seed)
     size_mb = input_path.stat().st_size / 1e6
-    print(f"input: {input_path} ({records:,} records, {size_mb:,.1f} MB, generated in "
-          f"{time.perf_counter() - start:.1f} s)")
-    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; each contender runs in its own process; "
-          "seconds exclude interpreter start-up and imports; peak RSS includes them")
+    print(
+        f"input: {input_path} ({records:,} records, {size_mb:,.1f} MB, generated in "
+        f"{time.perf_counter() - start:.1f} s)"
+    )
+    print(
+        f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; each contender runs in its own process; "
+        "seconds exclude interpreter start-up and imports; peak RSS includes them"
+    )
     results: dict[str, Measurement] = {}
     for name in CONTENDERS:
         print(f"running {name} ...", flush=True)

@@ -80,7 +80,9 @@ def run_baseline(args: argparse.Namespace, output: Path) -> dict:
         args=config,
         train_dataset=Dataset.from_dict({"messages": train["messages"]}),
         processing_class=tokenizer,
-        peft_config=LoraConfig(r=16, lora_alpha=32, lora_dropout=0.05, target_modules="all-linear", task_type="CAUSAL_LM"),
+        peft_config=LoraConfig(
+            r=16, lora_alpha=32, lora_dropout=0.05, target_modules="all-linear", task_type="CAUSAL_LM"
+        ),
     )
     runtime = trainer.train().metrics["train_runtime"]
     tokens = int(trainer.state.num_input_tokens_seen)
@@ -96,12 +98,21 @@ def run_ours(args: argparse.Namespace, output: Path) -> dict:
 
     # The trainer's own batch size: with packing, one max_length sequence holds several conversations.
     config = TrainConfig(
-        model=args.model, data_dir=args.data_dir, output_dir=output, epochs=args.epochs,
-        learning_rate=args.learning_rate, max_length=args.max_length,
-    )  # fmt: skip
+        model=args.model,
+        data_dir=args.data_dir,
+        output_dir=output,
+        epochs=args.epochs,
+        learning_rate=args.learning_rate,
+        max_length=args.max_length,
+    )
     assert run(config) == 0
     summary = json.loads((output / "training_summary.json").read_text())
-    return {"tokens": summary["tokens_seen"], "seconds": summary["train_runtime_s"], "peak_mb": peak_memory_mb(), "model_dir": str(output / "merged")}
+    return {
+        "tokens": summary["tokens_seen"],
+        "seconds": summary["train_runtime_s"],
+        "peak_mb": peak_memory_mb(),
+        "model_dir": str(output / "merged"),
+    }
 
 
 def assistant_eval_loss(model_dir: str, data_dir: Path) -> float:
@@ -147,7 +158,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--eval-examples", type=int, default=16, help="eval conversations (0: all)")
     parser.add_argument("--epochs", type=float, default=1.0)
     parser.add_argument("--learning-rate", type=float, default=2e-4)
-    parser.add_argument("--batch-size", type=int, default=4, help="conversations per step of the baseline (the trainer packs; it keeps its default)")
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=4,
+        help="conversations per step of the baseline (the trainer packs; it keeps its default)",
+    )
     parser.add_argument("--max-length", type=int, default=512)
     parser.add_argument("--run-one", choices=("baseline", "ours"), help=argparse.SUPPRESS)
     parser.add_argument("--data-dir", type=Path, help=argparse.SUPPRESS)
@@ -175,24 +191,56 @@ def main(argv: list[str] | None = None) -> None:
         print(f"running {name} ...", flush=True)
         output = work / name
         output.mkdir()
-        command = [sys.executable, __file__, "--run-one", name, "--data-dir", str(data_dir), "--output", str(output), "--model", model,
-                   "--epochs", str(args.epochs), "--learning-rate", str(args.learning_rate), "--batch-size", str(args.batch_size),
-                   "--max-length", str(args.max_length)]  # fmt: skip
+        command = [
+            sys.executable,
+            __file__,
+            "--run-one",
+            name,
+            "--data-dir",
+            str(data_dir),
+            "--output",
+            str(output),
+            "--model",
+            model,
+            "--epochs",
+            str(args.epochs),
+            "--learning-rate",
+            str(args.learning_rate),
+            "--batch-size",
+            str(args.batch_size),
+            "--max-length",
+            str(args.max_length),
+        ]
         subprocess.run(command, check=True, cwd=REPO_ROOT, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
         results[name] = json.loads((output / "result.json").read_text())
         results[name]["eval_loss"] = assistant_eval_loss(results[name]["model_dir"], score_dir)
 
-    print(f"\nmodel {model}; {args.train_examples or 'all'} train / {args.eval_examples or 'all'} eval conversations; "
-          f"{args.epochs} epoch(s), lr {args.learning_rate}, baseline batch {args.batch_size}, max_length {args.max_length}\n")  # fmt: skip
-    print("| contender | non-padding tokens | seconds | non-padding tokens/s | peak memory MB | eval loss (assistant tokens) |")
+    print(
+        f"\nmodel {model}; {args.train_examples or 'all'} train / {args.eval_examples or 'all'} eval conversations; "
+        f"{args.epochs} epoch(s), lr {args.learning_rate}, baseline batch {args.batch_size}, max_length {args.max_length}\n"
+    )
+    print(
+        "| contender | non-padding tokens | seconds | non-padding tokens/s | peak memory MB | eval loss (assistant tokens) |"
+    )
     print("|---|---:|---:|---:|---:|---:|")
-    for name, label in (("baseline", "plain TRL (pad to max_length, no packing, loss on all)"), ("ours", "trainer defaults")):
+    for name, label in (
+        ("baseline", "plain TRL (pad to max_length, no packing, loss on all)"),
+        ("ours", "trainer defaults"),
+    ):
         r = results[name]
-        print(f"| {label} | {r['tokens']:,} | {r['seconds']:.1f} | {r['tokens'] / r['seconds']:,.0f} | {r['peak_mb']:,.0f} | {r['eval_loss']:.4f} |")
-    speedup = (results["ours"]["tokens"] / results["ours"]["seconds"]) / (results["baseline"]["tokens"] / results["baseline"]["seconds"])
+        print(
+            f"| {label} | {r['tokens']:,} | {r['seconds']:.1f} | {r['tokens'] / r['seconds']:,.0f} | {r['peak_mb']:,.0f} | {r['eval_loss']:.4f} |"
+        )
+    speedup = (results["ours"]["tokens"] / results["ours"]["seconds"]) / (
+        results["baseline"]["tokens"] / results["baseline"]["seconds"]
+    )
     no_worse = results["ours"]["eval_loss"] <= results["baseline"]["eval_loss"]
-    print(f"\nthroughput ratio ours ÷ baseline: {speedup:.2f}× (target ≥ {TARGET_SPEEDUP}×: {'met' if speedup >= TARGET_SPEEDUP else 'NOT met'})")
-    print(f"eval loss ours {results['ours']['eval_loss']:.4f} vs baseline {results['baseline']['eval_loss']:.4f}: {'no worse' if no_worse else 'WORSE'}")
+    print(
+        f"\nthroughput ratio ours ÷ baseline: {speedup:.2f}× (target ≥ {TARGET_SPEEDUP}×: {'met' if speedup >= TARGET_SPEEDUP else 'NOT met'})"
+    )
+    print(
+        f"eval loss ours {results['ours']['eval_loss']:.4f} vs baseline {results['baseline']['eval_loss']:.4f}: {'no worse' if no_worse else 'WORSE'}"
+    )
     print(f"work directory: {work}")
 
 

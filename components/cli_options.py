@@ -51,14 +51,20 @@ def add_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, optio
         if meta.get("positional"):
             parser.add_argument(spec.name, type=_converter(kind, meta), help=meta["help"])
         elif kind is bool:
-            parser.add_argument(flag(spec.name), action=argparse.BooleanOptionalAction, default=spec.default, help=meta["help"] + shown)
+            parser.add_argument(
+                flag(spec.name), action=argparse.BooleanOptionalAction, default=spec.default, help=meta["help"] + shown
+            )
         elif kind == tuple[str, ...]:
             parser.add_argument(flag(spec.name), nargs="*", type=str, default=spec.default, help=meta["help"] + shown)
         else:
             parser.add_argument(
-                flag(spec.name), type=_converter(kind, meta), required=required, default=None if required else spec.default,
-                choices=meta.get("choices"), help=meta["help"] + shown,
-            )  # fmt: skip
+                flag(spec.name),
+                type=_converter(kind, meta),
+                required=required,
+                default=None if required else spec.default,
+                choices=meta.get("choices"),
+                help=meta["help"] + shown,
+            )
 
 
 def options_from(args: argparse.Namespace, options_type: type):

@@ -18,10 +18,19 @@ from components.publish.changes import DataChange, check_data_changed
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m components.data_changed", description="Tell whether the prepared data differs from the data of the last published model.")
-    parser.add_argument("--stats", required=True, type=Path, help="the data stage's stats.json, holding the fingerprint")
-    parser.add_argument("--workspace-root", required=True, help="the workspace holding published/ (the PVC, or local-run/workspace)")
-    parser.add_argument("--repo-id", default="", help="the Hub repository the pipeline publishes to (empty: the dry-run record)")
+    parser = argparse.ArgumentParser(
+        prog="python -m components.data_changed",
+        description="Tell whether the prepared data differs from the data of the last published model.",
+    )
+    parser.add_argument(
+        "--stats", required=True, type=Path, help="the data stage's stats.json, holding the fingerprint"
+    )
+    parser.add_argument(
+        "--workspace-root", required=True, help="the workspace holding published/ (the PVC, or local-run/workspace)"
+    )
+    parser.add_argument(
+        "--repo-id", default="", help="the Hub repository the pipeline publishes to (empty: the dry-run record)"
+    )
     parser.add_argument("--force", action="store_true", help="report 'changed' whatever the data")
     return parser
 
@@ -30,7 +39,9 @@ def _fingerprint(stats_path: Path) -> str:
     try:
         return json.loads(stats_path.read_text(encoding="utf-8"))["fingerprint"]
     except (OSError, ValueError, KeyError) as error:
-        raise UserError(f"Cannot read the fingerprint from {stats_path} ({error}); pass the data stage's stats.json.") from None
+        raise UserError(
+            f"Cannot read the fingerprint from {stats_path} ({error}); pass the data stage's stats.json."
+        ) from None
 
 
 def describe(change: DataChange) -> str:

@@ -25,9 +25,7 @@ class UserError(Exception):
 def report_and_exit(error: UserError) -> NoReturn:
     """Print ``error`` as one wrapped paragraph and exit without a traceback."""
     # Paths and run ids hold hyphens: never break inside them, so they stay copy-pasteable.
-    paragraph = textwrap.fill(
-        " ".join(str(error).split()), width=100, break_long_words=False, break_on_hyphens=False
-    )
+    paragraph = textwrap.fill(" ".join(str(error).split()), width=100, break_long_words=False, break_on_hyphens=False)
     print(f"error: {paragraph}", file=sys.stderr, flush=True)
     sys.exit(USER_ERROR_EXIT_CODE)
 

@@ -25,7 +25,13 @@ from components.errors import exit_on_user_error
 from components.evaluation.gate import decide
 from components.evaluation.generation import generate_answers
 from components.evaluation.heldout import HeldOutLoss, held_out_loss, usable_conversations
-from components.evaluation.models import check_fine_tuned_dir, check_same_vocabulary, load_model, load_tokenizer, release_memory
+from components.evaluation.models import (
+    check_fine_tuned_dir,
+    check_same_vocabulary,
+    load_model,
+    load_tokenizer,
+    release_memory,
+)
 from components.evaluation.options import EvaluateOptions, parse_options
 from components.evaluation.reference import ReferenceRow, reference_rows, rouge_l
 from components.evaluation.report import png_data_uri, render_html, render_markdown
@@ -83,7 +89,10 @@ def run_model(
     """Load one model, measure it and generate with it; it is freed when this returns."""
     model = load_model(name_or_path)
     loss = held_out_loss(model, conversations, tokenizer.pad_token_id, options.batch_size)
-    print(f"  eval loss {loss.eval_loss:.4f}, perplexity {loss.perplexity:.3f} over {loss.eval_tokens} assistant tokens", flush=True)
+    print(
+        f"  eval loss {loss.eval_loss:.4f}, perplexity {loss.perplexity:.3f} over {loss.eval_tokens} assistant tokens",
+        flush=True,
+    )
     answers = generate_answers(model, tokenizer, prompts, options.max_new_tokens, options.batch_size)
     return ModelRun(loss, answers[:sample_count], answers[sample_count:])
 
@@ -130,14 +139,22 @@ def evaluate(options: EvaluateOptions) -> Evaluated:
         "fine_tuned": tuned,
         "deltas": {key: tuned[key] - base[key] for key in COMPARED},
         "scored_rows": len(rows),
-        "gate": {"passed": gate.passed, "min_eval_loss_improvement": gate.min_eval_loss_improvement, "reason": gate.reason},
+        "gate": {
+            "passed": gate.passed,
+            "min_eval_loss_improvement": gate.min_eval_loss_improvement,
+            "reason": gate.reason,
+        },
     }
     samples = [
         {"question": question, "base": base_answer, "fine_tuned": tuned_answer}
-        for question, base_answer, tuned_answer in zip(questions, runs["base"].sample_answers, runs["fine_tuned"].sample_answers, strict=True)
+        for question, base_answer, tuned_answer in zip(
+            questions, runs["base"].sample_answers, runs["fine_tuned"].sample_answers, strict=True
+        )
     ]
     curve = options.train_dir / LOSS_CURVE
-    evaluated = Evaluated(options.output_dir, evaluation, samples, training, curve.read_bytes() if curve.is_file() else None)
+    evaluated = Evaluated(
+        options.output_dir, evaluation, samples, training, curve.read_bytes() if curve.is_file() else None
+    )
     write_outputs(evaluated)
     return evaluated
 
@@ -148,12 +165,19 @@ def write_outputs(evaluated: Evaluated) -> None:
     (target / SAMPLES_FILE).parent.mkdir(parents=True, exist_ok=True)
     with staging_dir(target) as staging:
         staging.file(SAMPLES_FILE).parent.mkdir()
-        staging.file(SAMPLES_FILE).write_text(json.dumps(evaluated.samples, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        staging.file(SAMPLES_FILE).write_text(
+            json.dumps(evaluated.samples, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
         names = [SAMPLES_FILE]
         if evaluated.loss_curve_png:
             staging.file(LOSS_CURVE).write_bytes(evaluated.loss_curve_png)
             names.append(LOSS_CURVE)
-        markdown = render_markdown(evaluated.evaluation, evaluated.samples, evaluated.training, LOSS_CURVE if evaluated.loss_curve_png else None)
+        markdown = render_markdown(
+            evaluated.evaluation,
+            evaluated.samples,
+            evaluated.training,
+            LOSS_CURVE if evaluated.loss_curve_png else None,
+        )
         staging.file(REPORT_MARKDOWN).write_text(markdown, encoding="utf-8")
         html = render_html(evaluated.evaluation, evaluated.samples, evaluated.training, evaluated.loss_curve_png)
         staging.file(REPORT_HTML).write_text(html, encoding="utf-8")
@@ -166,10 +190,17 @@ def summary(evaluated: Evaluated) -> str:
     lines = []
     for role, label in (("base", "base      "), ("fine_tuned", "fine-tuned")):
         entry = evaluation[role]
-        lines.append(f"{label}  eval loss {entry['eval_loss']:.4f}  perplexity {entry['perplexity']:.3f}  ROUGE-L {entry['rouge_l']:.4f}")
+        lines.append(
+            f"{label}  eval loss {entry['eval_loss']:.4f}  perplexity {entry['perplexity']:.3f}  ROUGE-L {entry['rouge_l']:.4f}"
+        )
     gate = evaluation["gate"]
-    lines.append(f"quality gate {'passed' if gate['passed'] else 'FAILED (export and publish are skipped)'}: {gate['reason']}")
-    lines += [f"{name} -> {evaluated.output_dir / name}" for name in (EVALUATION_FILE, REPORT_MARKDOWN, REPORT_HTML, SAMPLES_FILE)]
+    lines.append(
+        f"quality gate {'passed' if gate['passed'] else 'FAILED (export and publish are skipped)'}: {gate['reason']}"
+    )
+    lines += [
+        f"{name} -> {evaluated.output_dir / name}"
+        for name in (EVALUATION_FILE, REPORT_MARKDOWN, REPORT_HTML, SAMPLES_FILE)
+    ]
     return "\n".join(lines)
 
 
@@ -226,7 +257,9 @@ def run_in_pipeline(
     for name, value in metrics_to_log(evaluated.evaluation).items():
         metrics.log_metric(name, value)
     png = evaluated.loss_curve_png
-    markdown = render_markdown(evaluated.evaluation, evaluated.samples, evaluated.training, png_data_uri(png) if png else None)
+    markdown = render_markdown(
+        evaluated.evaluation, evaluated.samples, evaluated.training, png_data_uri(png) if png else None
+    )
     link_or_copy(evaluated.output_dir / REPORT_HTML, Path(html_report_artifact.path))  # the UI shows the file as it is
     Path(markdown_report_artifact.path).parent.mkdir(parents=True, exist_ok=True)
     Path(markdown_report_artifact.path).write_text(markdown, encoding="utf-8")

@@ -43,7 +43,9 @@ def parse_outtypes(outtype: str) -> list[str]:
     if not types:
         raise UserError(f"outtype {outtype!r} names no output type; use e.g. {DEFAULT_OUTTYPE!r} or 'q8_0,q4_k_m'.")
     if "auto" in types:
-        raise UserError("outtype 'auto' is not allowed in the pipeline: its file name would not say what it holds; name the type (e.g. f16).")
+        raise UserError(
+            "outtype 'auto' is not allowed in the pipeline: its file name would not say what it holds; name the type (e.g. f16)."
+        )
     return list(dict.fromkeys(types))
 
 
@@ -56,7 +58,9 @@ def default_model_name(base_model: str) -> str:
 def check_model_name(model_name: str) -> str:
     name = model_name.strip()
     if not NAME_PATTERN.match(name):
-        raise UserError(f"model_name {model_name!r} must be a file-name-safe word (letters, digits, '.', '_', '-'), e.g. 'smollm2-135m-knots'.")
+        raise UserError(
+            f"model_name {model_name!r} must be a file-name-safe word (letters, digits, '.', '_', '-'), e.g. 'smollm2-135m-knots'."
+        )
     return name
 
 
@@ -86,17 +90,27 @@ def base_model_on_disk(base_model: str, adapter_dir: Path) -> Path | None:
 
 
 def export_stage(
-    train_dir: Path, base_model: str, export_dir: Path, outtypes: list[str], model_name: str, include_lora: bool, thresholds: Thresholds
+    train_dir: Path,
+    base_model: str,
+    export_dir: Path,
+    outtypes: list[str],
+    model_name: str,
+    include_lora: bool,
+    thresholds: Thresholds,
 ) -> tuple[dict[str, Any], str]:
     """Convert, verify, write the Modelfile and the reports; returns the report body and its Markdown. Raises on failure."""
     from gguf_export.verify import TransformersReference, markdown, report_json, verify_adapter, verify_conversion
 
     merged = train_dir / "merged"
     if not (merged / "config.json").is_file():
-        raise UserError(f"{merged} holds no merged checkpoint (config.json); run the training stage first, or pass the train directory it wrote.")
+        raise UserError(
+            f"{merged} holds no merged checkpoint (config.json); run the training stage first, or pass the train directory it wrote."
+        )
     adapter_dir = train_dir / "adapter"
     if include_lora and not (adapter_dir / "adapter_config.json").is_file():
-        raise UserError(f"include_lora is set but {adapter_dir} holds no LoRA adapter (full fine-tuning writes none); unset include_lora.")
+        raise UserError(
+            f"include_lora is set but {adapter_dir} holds no LoRA adapter (full fine-tuning writes none); unset include_lora."
+        )
     metadata = MetadataOptions(model_name=model_name, base_model=hub_id(base_model))
     export_dir.mkdir(parents=True, exist_ok=True)
     (export_dir / REPORT_JSON).unlink(missing_ok=True)  # the completion marker of an earlier run goes first
@@ -110,7 +124,9 @@ def export_stage(
         reports.append(verify_conversion(result, reference, thresholds))
     if include_lora:
         adapter_type = adapter_outtype(outtypes[0])
-        adapter = convert_adapter(adapter_dir, merged, export_dir / f"{model_name}-lora-{adapter_type}.gguf", adapter_type, metadata)
+        adapter = convert_adapter(
+            adapter_dir, merged, export_dir / f"{model_name}-lora-{adapter_type}.gguf", adapter_type, metadata
+        )
         results.append(adapter)
         base_gguf = None
         base_dir = base_model_on_disk(base_model, adapter_dir)
@@ -118,12 +134,25 @@ def export_stage(
             base_gguf = export_dir / f".base-{adapter_type}.gguf.partial"
             export(base_dir, base_gguf, adapter_type)
         try:
-            reports.append(verify_adapter(adapter.path, results[0].path, base_gguf, reference, thresholds.lora_max_nmse))
+            reports.append(
+                verify_adapter(adapter.path, results[0].path, base_gguf, reference, thresholds.lora_max_nmse)
+            )
         finally:
             if base_gguf is not None:
                 base_gguf.unlink(missing_ok=True)
-    write_text_atomic(export_dir / MODELFILE, modelfile_text(results[0].path.name, reference.tokenizer.chat_template, merged, read_config(merged)["max_position_embeddings"]))
-    body_json = report_json(reports, {"conversions": [r.as_json() for r in results], "modelfile": MODELFILE, "thresholds": thresholds.__dict__})
+    write_text_atomic(
+        export_dir / MODELFILE,
+        modelfile_text(
+            results[0].path.name,
+            reference.tokenizer.chat_template,
+            merged,
+            read_config(merged)["max_position_embeddings"],
+        ),
+    )
+    body_json = report_json(
+        reports,
+        {"conversions": [r.as_json() for r in results], "modelfile": MODELFILE, "thresholds": thresholds.__dict__},
+    )
     markdown_text = markdown(reports)
     write_text_atomic(export_dir / REPORT_MD, markdown_text)
     write_text_atomic(export_dir / REPORT_JSON, body_json)
@@ -147,7 +176,9 @@ def run_in_pipeline(
     base_model = trained_from(Path(train_dir))
     name = check_model_name(model_name or default_model_name(base_model))
     limits = Thresholds.from_mapping(thresholds)
-    body, markdown_text = export_stage(Path(train_dir), base_model, Path(export_dir), outtypes, name, include_lora, limits)
+    body, markdown_text = export_stage(
+        Path(train_dir), base_model, Path(export_dir), outtypes, name, include_lora, limits
+    )
     Path(report_markdown.path).parent.mkdir(parents=True, exist_ok=True)
     Path(report_markdown.path).write_text(markdown_text, encoding="utf-8")
     print(markdown_text, flush=True)
@@ -164,18 +195,26 @@ def run_in_pipeline(
 
     primary = Path(body["conversions"][0]["path"])
     if not body["passed"]:
-        failed = [f"{Path(r['gguf']).name}: " + "; ".join(c["name"] for c in r["checks"] if not c["passed"]) for r in body["files"] if not r["passed"]]
-        raise UserError(f"GGUF verification failed ({' | '.join(failed)}); see {Path(export_dir) / REPORT_MD}. Nothing from this export should be published.")
+        failed = [
+            f"{Path(r['gguf']).name}: " + "; ".join(c["name"] for c in r["checks"] if not c["passed"])
+            for r in body["files"]
+            if not r["passed"]
+        ]
+        raise UserError(
+            f"GGUF verification failed ({' | '.join(failed)}); see {Path(export_dir) / REPORT_MD}. Nothing from this export should be published."
+        )
     link_or_copy(primary, Path(gguf_artifact.path))
-    gguf_artifact.metadata.update({
-        "outtype": outtypes[0],
-        "workspace_path": str(primary),
-        "size_bytes": primary.stat().st_size,
-        "architecture": body["conversions"][0]["architecture"],
-        "verification_passed": True,
-        "top1_agreement": body["files"][0]["metrics"].get("top1_agreement"),
-        "nmse": body["files"][0]["metrics"].get("nmse"),
-        "modelfile": str(Path(export_dir) / MODELFILE),
-        "files": [Path(c["path"]).name for c in body["conversions"]],
-    })
+    gguf_artifact.metadata.update(
+        {
+            "outtype": outtypes[0],
+            "workspace_path": str(primary),
+            "size_bytes": primary.stat().st_size,
+            "architecture": body["conversions"][0]["architecture"],
+            "verification_passed": True,
+            "top1_agreement": body["files"][0]["metrics"].get("top1_agreement"),
+            "nmse": body["files"][0]["metrics"].get("nmse"),
+            "modelfile": str(Path(export_dir) / MODELFILE),
+            "files": [Path(c["path"]).name for c in body["conversions"]],
+        }
+    )
     return str(primary)

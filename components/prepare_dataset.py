@@ -11,7 +11,6 @@ shared workspace (where the training pods read them) and also returns them as
 KFP Dataset artifacts, so they appear with lineage in the pipelines UI.
 """
 
-
 import argparse
 import shutil
 from pathlib import Path
@@ -41,12 +40,40 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m components.prepare_dataset",
         description="Validate and normalise JSONL question/answer data into train/eval Parquet.",
     )
-    parser.add_argument("--input", required=True, help="a .jsonl or .jsonl.gz file, a directory of them, a quoted glob, or a URL: https://..., s3://bucket/key-or-prefix, hf://datasets/owner/name")
-    parser.add_argument("--output-dir", required=True, type=Path, help="where train.parquet, eval.parquet, rejects.jsonl and stats.json go")
-    parser.add_argument("--eval-fraction", type=fraction, default=DEFAULTS.eval_fraction, help="share of rows held out for evaluation, in [0, 1) (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=DEFAULTS.seed, help="salt of the content hash that assigns rows to splits (default: %(default)s)")
-    parser.add_argument("--max-reject-fraction", type=fraction, default=DEFAULTS.max_reject_fraction, help="fail when more than this share of records is rejected (default: %(default)s)")
-    parser.add_argument("--system-prompt", default=DEFAULTS.system_prompt, help="system turn prepended to conversations that have none (default: none)")
+    parser.add_argument(
+        "--input",
+        required=True,
+        help="a .jsonl or .jsonl.gz file, a directory of them, a quoted glob, or a URL: https://..., s3://bucket/key-or-prefix, hf://datasets/owner/name",
+    )
+    parser.add_argument(
+        "--output-dir",
+        required=True,
+        type=Path,
+        help="where train.parquet, eval.parquet, rejects.jsonl and stats.json go",
+    )
+    parser.add_argument(
+        "--eval-fraction",
+        type=fraction,
+        default=DEFAULTS.eval_fraction,
+        help="share of rows held out for evaluation, in [0, 1) (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=DEFAULTS.seed,
+        help="salt of the content hash that assigns rows to splits (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-reject-fraction",
+        type=fraction,
+        default=DEFAULTS.max_reject_fraction,
+        help="fail when more than this share of records is rejected (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--system-prompt",
+        default=DEFAULTS.system_prompt,
+        help="system turn prepended to conversations that have none (default: none)",
+    )
     return parser
 
 

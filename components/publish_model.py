@@ -27,9 +27,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Upload a run's GGUF, Modelfile, reports and model card to the Hugging Face Hub as one commit "
         "(token from $HF_TOKEN), or write the folder that would be uploaded (dry run).",
     )
-    parser.add_argument("--workspace-root", required=True, help="the workspace holding runs/<run-id>/ (the PVC, or local-run/workspace)")
+    parser.add_argument(
+        "--workspace-root", required=True, help="the workspace holding runs/<run-id>/ (the PVC, or local-run/workspace)"
+    )
     parser.add_argument("--run-id", required=True, help="the run whose model to publish")
-    parser.add_argument("--dataset-uri", default="", help="the run's dataset_uri, named in the model card (default: the bundled sample)")
+    parser.add_argument(
+        "--dataset-uri", default="", help="the run's dataset_uri, named in the model card (default: the bundled sample)"
+    )
     add_options(parser, PublishOptions)
     return parser
 
@@ -37,20 +41,29 @@ def build_parser() -> argparse.ArgumentParser:
 def summary(result: PublishResult) -> str:
     verb = "would upload" if result.dry_run else "uploaded"
     return "\n".join(
-        [f"{verb} {len(result.files)} files, {result.total_bytes / 1e6:.1f} MB:", *(f"  {name}" for name in result.files),
-         f"folder  -> {result.upload_dir}", f"result  -> {result.location}", f"record  -> {result.record_path}"]
+        [
+            f"{verb} {len(result.files)} files, {result.total_bytes / 1e6:.1f} MB:",
+            *(f"  {name}" for name in result.files),
+            f"folder  -> {result.upload_dir}",
+            f"result  -> {result.location}",
+            f"record  -> {result.record_path}",
+        ]
     )
 
 
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    result = publish(args.workspace_root, args.run_id, args.dataset_uri, options_from(args, PublishOptions), hub_token())
+    result = publish(
+        args.workspace_root, args.run_id, args.dataset_uri, options_from(args, PublishOptions), hub_token()
+    )
     print(summary(result), flush=True)
 
 
 @exit_on_user_error
-def run_in_pipeline(workspace_root: str, run_id: str, dataset_uri: str, options: PublishOptions, model_card, metrics) -> tuple[str, bool]:
+def run_in_pipeline(
+    workspace_root: str, run_id: str, dataset_uri: str, options: PublishOptions, model_card, metrics
+) -> tuple[str, bool]:
     """What the KFP component does: publish, show the model card in the UI; return (location, dry_run)."""
     from huggingface_hub.utils import disable_progress_bars
 

@@ -41,7 +41,9 @@ def prepare_dataset(
 
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
-def check_data_changed(fingerprint: str, repo_id: str, workspace_root: str, force: bool) -> NamedTuple("DataChange", [("changed", bool), ("reason", str)]):
+def check_data_changed(fingerprint: str, repo_id: str, workspace_root: str, force: bool) -> NamedTuple(
+    "DataChange", [("changed", bool), ("reason", str)]
+):
     """Whether to train: the prepared data's fingerprint differs from the last published model's
     (Hub model card, else the record on the workspace), nothing was published yet, or ``force``.
 
@@ -51,7 +53,9 @@ def check_data_changed(fingerprint: str, repo_id: str, workspace_root: str, forc
 
     from components.data_changed import run_in_pipeline
 
-    return namedtuple("DataChange", ["changed", "reason"])(*run_in_pipeline(fingerprint, repo_id, workspace_root, force))
+    return namedtuple("DataChange", ["changed", "reason"])(
+        *run_in_pipeline(fingerprint, repo_id, workspace_root, force)
+    )
 
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
@@ -157,23 +161,57 @@ def train_model(
     from components.train_model import run_in_pipeline
 
     launch = dict(
-        backend=backend, nodes=nodes, gpus_per_node=gpus_per_node, cpu=cpu, memory=memory, shm_size=shm_size,
-        node_selector=node_selector, tolerations=tolerations, hf_token_secret=hf_token_secret,
-        timeout_minutes=timeout_minutes, backoff_limit=backoff_limit, trainjob_runtime=trainjob_runtime,
-    )  # fmt: skip
+        backend=backend,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        cpu=cpu,
+        memory=memory,
+        shm_size=shm_size,
+        node_selector=node_selector,
+        tolerations=tolerations,
+        hf_token_secret=hf_token_secret,
+        timeout_minutes=timeout_minutes,
+        backoff_limit=backoff_limit,
+        trainjob_runtime=trainjob_runtime,
+    )
     training = dict(
-        method=method, lora_r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, lora_target_modules=lora_target_modules,
-        epochs=epochs, max_steps=max_steps, learning_rate=learning_rate, scale_lr=scale_lr, warmup_ratio=warmup_ratio,
-        weight_decay=weight_decay, per_device_batch_size=per_device_batch_size,
-        gradient_accumulation_steps=gradient_accumulation_steps, max_length=max_length, packing=packing, loss_on=loss_on,
-        gradient_checkpointing=gradient_checkpointing, save_steps=save_steps, save_total_limit=save_total_limit,
-        logging_steps=logging_steps, eval_steps=eval_steps, seed=seed,
-    )  # fmt: skip
+        method=method,
+        lora_r=lora_r,
+        lora_alpha=lora_alpha,
+        lora_dropout=lora_dropout,
+        lora_target_modules=lora_target_modules,
+        epochs=epochs,
+        max_steps=max_steps,
+        learning_rate=learning_rate,
+        scale_lr=scale_lr,
+        warmup_ratio=warmup_ratio,
+        weight_decay=weight_decay,
+        per_device_batch_size=per_device_batch_size,
+        gradient_accumulation_steps=gradient_accumulation_steps,
+        max_length=max_length,
+        packing=packing,
+        loss_on=loss_on,
+        gradient_checkpointing=gradient_checkpointing,
+        save_steps=save_steps,
+        save_total_limit=save_total_limit,
+        logging_steps=logging_steps,
+        eval_steps=eval_steps,
+        seed=seed,
+    )
     train_dir, resolved_base_model = run_in_pipeline(
-        workspace_root=workspace_root, run_id=run_id, data_dir=data_dir, base_model=base_model, training=training,
-        launch=launch, pvc_name=pvc_name, image=image, pipeline_name=pipeline_name,
-        model_artifact=model, metrics=metrics, manifest_artifact=manifest,
-    )  # fmt: skip
+        workspace_root=workspace_root,
+        run_id=run_id,
+        data_dir=data_dir,
+        base_model=base_model,
+        training=training,
+        launch=launch,
+        pvc_name=pvc_name,
+        image=image,
+        pipeline_name=pipeline_name,
+        model_artifact=model,
+        metrics=metrics,
+        manifest_artifact=manifest,
+    )
     return namedtuple("TrainOutputs", ["train_dir", "base_model"])(train_dir, resolved_base_model)
 
 
@@ -203,9 +241,19 @@ def evaluate_model(
 
     eval_dir = str(stage_dir(workspace_root, run_id, "evaluate"))
     gate_passed, gate_reason = run_in_pipeline(
-        base_model, train_dir, data_dir, eval_dir, extra_questions, max_new_tokens, score_rows,
-        min_eval_loss_improvement, batch_size, metrics, report_html, report_markdown,
-    )  # fmt: skip
+        base_model,
+        train_dir,
+        data_dir,
+        eval_dir,
+        extra_questions,
+        max_new_tokens,
+        score_rows,
+        min_eval_loss_improvement,
+        batch_size,
+        metrics,
+        report_html,
+        report_markdown,
+    )
     return namedtuple("EvaluateOutputs", ["gate_passed", "gate_reason"])(gate_passed, gate_reason)
 
 
@@ -232,4 +280,6 @@ def export_gguf(
     from components.workspace import stage_dir
 
     export_dir = str(stage_dir(workspace_root, run_id, "export"))
-    return run_in_pipeline(train_dir, export_dir, outtype, model_name, include_lora, thresholds, gguf_model, metrics, report)
+    return run_in_pipeline(
+        train_dir, export_dir, outtype, model_name, include_lora, thresholds, gguf_model, metrics, report
+    )

@@ -40,9 +40,19 @@ DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z
 TOLERATION_OPERATORS = ("Exists", "Equal")
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 SUMMARY_METRICS = (
-    "final_train_loss", "mean_train_loss", "final_eval_loss", "global_step", "epochs", "train_examples", "eval_examples",
-    "tokens_seen", "train_runtime_s", "non_padding_tokens_per_s", "world_size", "learning_rate",
-)  # fmt: skip
+    "final_train_loss",
+    "mean_train_loss",
+    "final_eval_loss",
+    "global_step",
+    "epochs",
+    "train_examples",
+    "eval_examples",
+    "tokens_seen",
+    "train_runtime_s",
+    "non_padding_tokens_per_s",
+    "world_size",
+    "learning_rate",
+)
 
 
 @dataclass(frozen=True)
@@ -57,7 +67,9 @@ class LaunchOptions:
     shm_size: str = "8Gi"
     node_selector: str = ""  # JSON object or key=value,key=value
     tolerations: str = "nvidia.com/gpu:NoSchedule"  # JSON list or key[=value][:Effect],...
-    hf_token_secret: str = SECRET_NAME  # Secret with key HF_TOKEN; optional, so a missing one only matters for gated models
+    hf_token_secret: str = (
+        SECRET_NAME  # Secret with key HF_TOKEN; optional, so a missing one only matters for gated models
+    )
     timeout_minutes: float = 24 * 60.0  # cluster backends: the job is deleted after this
     backoff_limit: int = 3  # PyTorchJob: container restarts before the job fails
     trainjob_runtime: str = "torch-distributed"  # ClusterTrainingRuntime of a TrainJob
@@ -78,13 +90,17 @@ def parse_node_selector(value: str | dict[str, str]) -> dict[str, str]:
         try:
             parsed = json.loads(text)
         except ValueError as error:
-            raise UserError(f"parameter 'node_selector' is not valid JSON ({error}): {text!r}. Write it as {{\"key\": \"value\"}} or key=value,key2=value2.") from None
+            raise UserError(
+                f'parameter \'node_selector\' is not valid JSON ({error}): {text!r}. Write it as {{"key": "value"}} or key=value,key2=value2.'
+            ) from None
         return parse_node_selector(parsed)
     selector = {}
     for pair in filter(None, (part.strip() for part in text.split(","))):
         key, sep, label = pair.partition("=")
         if not sep or not key:
-            raise UserError(f"parameter 'node_selector' has {pair!r}, which is not key=value. Write it as key=value,key2=value2 or as a JSON object.")
+            raise UserError(
+                f"parameter 'node_selector' has {pair!r}, which is not key=value. Write it as key=value,key2=value2 or as a JSON object."
+            )
         selector[key.strip()] = label.strip()
     return selector
 
@@ -99,7 +115,9 @@ def parse_tolerations(value: str | list[dict[str, Any]]) -> list[dict[str, Any]]
         try:
             tolerations = json.loads(value)
         except ValueError as error:
-            raise UserError(f"parameter 'tolerations' is not valid JSON ({error}): {value!r}. Write a JSON list of tolerations or key[=value][:Effect],...") from None
+            raise UserError(
+                f"parameter 'tolerations' is not valid JSON ({error}): {value!r}. Write a JSON list of tolerations or key[=value][:Effect],..."
+            ) from None
     else:
         tolerations = [_short_toleration(item.strip()) for item in value.split(",") if item.strip()]
     for toleration in tolerations:
@@ -171,14 +189,21 @@ def launch_problems(launch: LaunchOptions) -> dict[str, str]:
 
 def check_parameters(launch: LaunchOptions, config: TrainConfig, pvc_name: str, image: str) -> None:
     """Fail in seconds, naming every bad parameter, rather than after pods were scheduled."""
-    problems = [f"parameter '{name}' {problem}" for name, problem in {**launch_problems(launch), **option_problems(config)}.items()]
+    problems = [
+        f"parameter '{name}' {problem}"
+        for name, problem in {**launch_problems(launch), **option_problems(config)}.items()
+    ]
     if launch.backend in KINDS:
         if not pvc_name:
-            problems.append("the cluster backends need the workspace PVC's name (pvc_name), to mount it in every training pod")
+            problems.append(
+                "the cluster backends need the workspace PVC's name (pvc_name), to mount it in every training pod"
+            )
         if not image:
             problems.append("the cluster backends need the runtime image (image) to run the training pods in")
     if problems:
-        raise UserError("The train step's parameters are invalid: " + "; ".join(problems) + ". Fix them and start the run again.")
+        raise UserError(
+            "The train step's parameters are invalid: " + "; ".join(problems) + ". Fix them and start the run again."
+        )
     if not (config.data_dir / "train.parquet").is_file():
         raise UserError(
             f"The data stage's output {config.data_dir / 'train.parquet'} does not exist, so there is nothing to train on. "
@@ -186,7 +211,17 @@ def check_parameters(launch: LaunchOptions, config: TrainConfig, pvc_name: str, 
         )
 
 
-def job_spec(config: TrainConfig, launch: LaunchOptions, *, namespace: str, run_id: str, pipeline_name: str, pvc_name: str, mount_path: str, image: str) -> JobSpec:
+def job_spec(
+    config: TrainConfig,
+    launch: LaunchOptions,
+    *,
+    namespace: str,
+    run_id: str,
+    pipeline_name: str,
+    pvc_name: str,
+    mount_path: str,
+    image: str,
+) -> JobSpec:
     timeout = int(launch.timeout_minutes * 60)
     return JobSpec(
         name=job_name(run_id),
@@ -201,7 +236,8 @@ def job_spec(config: TrainConfig, launch: LaunchOptions, *, namespace: str, run_
         pvc_name=pvc_name,
         mount_path=mount_path,
         backoff_limit=launch.backoff_limit,
-        active_deadline_seconds=timeout + 300,  # the launcher deletes the job first; this is the backstop if the launcher dies
+        active_deadline_seconds=timeout
+        + 300,  # the launcher deletes the job first; this is the backstop if the launcher dies
         ttl_seconds_after_finished=FINISHED_JOB_TTL_SECONDS,
         hf_token_secret=launch.hf_token_secret,
         node_selector=parse_node_selector(launch.node_selector),
@@ -210,13 +246,32 @@ def job_spec(config: TrainConfig, launch: LaunchOptions, *, namespace: str, run_
     )
 
 
-def train_on_cluster(config: TrainConfig, launch: LaunchOptions, *, run_id: str, pipeline_name: str, pvc_name: str, mount_path: str, image: str, manifest_artifact) -> None:
+def train_on_cluster(
+    config: TrainConfig,
+    launch: LaunchOptions,
+    *,
+    run_id: str,
+    pipeline_name: str,
+    pvc_name: str,
+    mount_path: str,
+    image: str,
+    manifest_artifact,
+) -> None:
     from components.training.follow import run_job
     from components.training.kube import connect
 
     cluster = connect()
     kind = KINDS[launch.backend]
-    spec = job_spec(config, launch, namespace=cluster.namespace, run_id=run_id, pipeline_name=pipeline_name, pvc_name=pvc_name, mount_path=mount_path, image=image)
+    spec = job_spec(
+        config,
+        launch,
+        namespace=cluster.namespace,
+        run_id=run_id,
+        pipeline_name=pipeline_name,
+        pvc_name=pvc_name,
+        mount_path=mount_path,
+        image=image,
+    )
     manifest = render_pytorchjob(spec) if kind is PYTORCHJOB else render_trainjob(spec, launch.trainjob_runtime)
     write_text_atomic(Path(manifest_artifact.path), to_yaml(manifest))
     manifest_artifact.metadata.update({"kind": kind.kind, "name": spec.name, "namespace": spec.namespace})
@@ -230,7 +285,9 @@ def train_locally(config: TrainConfig, launch: LaunchOptions, manifest_artifact)
     processes = launch.nodes * launch.procs_per_node
     _check_local_gpus(processes, launch.gpus_per_node)
     command = local_command(config, processes)
-    write_text_atomic(Path(manifest_artifact.path), to_yaml({"backend": LOCAL_BACKEND, "processes": processes, "command": command}))
+    write_text_atomic(
+        Path(manifest_artifact.path), to_yaml({"backend": LOCAL_BACKEND, "processes": processes, "command": command})
+    )
     manifest_artifact.metadata.update({"kind": "local", "processes": processes})
     run_local(config, processes)
 
@@ -264,7 +321,13 @@ def record_outputs(config: TrainConfig, launch: LaunchOptions, model_artifact, m
     }
     write_json(Path(model_artifact.path), locations)
     model_artifact.metadata.update(
-        {**locations, "base_model": config.model, "method": config.method, "backend": launch.backend, "world_size": summary.get("world_size")}
+        {
+            **locations,
+            "base_model": config.model,
+            "method": config.method,
+            "backend": launch.backend,
+            "world_size": summary.get("world_size"),
+        }
     )
     for name in SUMMARY_METRICS:
         value = summary.get(name)
@@ -300,20 +363,33 @@ def run_in_pipeline(
     config = TrainConfig(model=base_model, data_dir=Path(data_dir), output_dir=train_dir, **training)
     check_parameters(options, config, pvc_name, image)
     config = dataclasses.replace(config, model=resolve_base_model(base_model, options.backend))
-    print(f"training {config.model} ({config.method}) with backend {options.backend}; outputs go to {train_dir}", flush=True)
+    print(
+        f"training {config.model} ({config.method}) with backend {options.backend}; outputs go to {train_dir}",
+        flush=True,
+    )
     try:
         if options.backend == LOCAL_BACKEND:
             train_locally(config, options, manifest_artifact)
         else:
             train_on_cluster(
-                config, options, run_id=run_id, pipeline_name=pipeline_name, pvc_name=pvc_name, mount_path=workspace_root, image=image, manifest_artifact=manifest_artifact
+                config,
+                options,
+                run_id=run_id,
+                pipeline_name=pipeline_name,
+                pvc_name=pvc_name,
+                mount_path=workspace_root,
+                image=image,
+                manifest_artifact=manifest_artifact,
             )
     except TrainingFailed as failure:
         print(f"error: training failed.\n{failure}", file=sys.stderr, flush=True)
         sys.exit(1)
     except Terminated:
-        print("the train step was stopped (SIGTERM) before training finished; its trainer was stopped", file=sys.stderr, flush=True)
+        print(
+            "the train step was stopped (SIGTERM) before training finished; its trainer was stopped",
+            file=sys.stderr,
+            flush=True,
+        )
         sys.exit(TERMINATED_EXIT_CODE)
     record_outputs(config, options, model_artifact, metrics)
     return str(train_dir), config.model
-

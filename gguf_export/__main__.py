@@ -20,9 +20,14 @@ def adapter_outfile(outfile: Path, model_outtype: str, adapter_type: str) -> Pat
 
 def run(options: ExportOptions, thresholds: Thresholds) -> None:
     """Convert (and verify when asked); a failed verification raises UserError."""
-    metadata = MetadataOptions(options.model_name, options.base_model, options.finetune, options.license, options.source_repo)
+    metadata = MetadataOptions(
+        options.model_name, options.base_model, options.finetune, options.license, options.source_repo
+    )
     result = export(options.model_dir, options.outfile, options.outtype, metadata, options.pre_tokenizer)
-    print(f"wrote {result.path} ({result.outtype}, {result.size_bytes / 2**20:.1f} MiB) in {result.seconds:.1f}s", flush=True)
+    print(
+        f"wrote {result.path} ({result.outtype}, {result.size_bytes / 2**20:.1f} MiB) in {result.seconds:.1f}s",
+        flush=True,
+    )
     for line in result.fallbacks + result.notes:
         print(f"  note: {line}", flush=True)
     adapter = None
@@ -45,7 +50,9 @@ def run(options: ExportOptions, thresholds: Thresholds) -> None:
         write_text_atomic(options.report.with_suffix(".md"), markdown(reports))
     failures = [failure for report in reports for failure in report.failures()]
     if failures:
-        raise UserError(f"verification of {result.path} failed: {'; '.join(failures)}. The file is kept for inspection; do not publish it.")
+        raise UserError(
+            f"verification of {result.path} failed: {'; '.join(failures)}. The file is kept for inspection; do not publish it."
+        )
 
 
 @exit_on_user_error

@@ -72,7 +72,9 @@ SUPPORTED: dict[str, Architecture] = {
     for arch in (
         Architecture("LlamaForCausalLM", gguf.MODEL_ARCH.LLAMA, permute_qk=True, llama_hparams=True),
         Architecture("MistralForCausalLM", gguf.MODEL_ARCH.LLAMA, permute_qk=True, llama_hparams=True),
-        Architecture("SmolLM3ForCausalLM", gguf.MODEL_ARCH.SMOLLM3, permute_qk=True, llama_hparams=True, check=check_smollm3),
+        Architecture(
+            "SmolLM3ForCausalLM", gguf.MODEL_ARCH.SMOLLM3, permute_qk=True, llama_hparams=True, check=check_smollm3
+        ),
         Architecture("Qwen2ForCausalLM", gguf.MODEL_ARCH.QWEN2, permute_qk=False, llama_hparams=False),
         Architecture("Qwen3ForCausalLM", gguf.MODEL_ARCH.QWEN3, permute_qk=False, llama_hparams=False),
     )
@@ -98,7 +100,9 @@ class UnsupportedArchitecture(NeedsLlamaCpp):
 def architecture_of(config: dict[str, Any], config_path: str) -> Architecture:
     names = config.get("architectures") or []
     if not names:
-        raise UserError(f"{config_path} has no 'architectures' entry; it is not a Hugging Face causal-LM checkpoint config.")
+        raise UserError(
+            f"{config_path} has no 'architectures' entry; it is not a Hugging Face causal-LM checkpoint config."
+        )
     if names[0] not in SUPPORTED:
         raise UnsupportedArchitecture(names[0], config_path)
     arch = SUPPORTED[names[0]]
@@ -113,4 +117,8 @@ def permute_rows(weights, n_head: int):
     ``weights`` holds complete heads (a multiple of ``head_dim`` rows), so the
     same function works on a chunk of heads as on the whole tensor.
     """
-    return weights.reshape(n_head, 2, weights.shape[0] // n_head // 2, *weights.shape[1:]).swapaxes(1, 2).reshape(weights.shape)
+    return (
+        weights.reshape(n_head, 2, weights.shape[0] // n_head // 2, *weights.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(weights.shape)
+    )

@@ -48,9 +48,20 @@ class ChatFormat:
 
 
 CHAT_FORMATS: tuple[ChatFormat, ...] = (
-    ChatFormat("chatml", "<|im_start|>", "<|im_end|>", CHATML_TEMPLATE, ("<|im_start|>", "<|im_end|>"), ("<|im_start|>system\n", "<|im_end|>")),
     ChatFormat(
-        "llama3", "<|start_header_id|>", "<|eot_id|>", LLAMA3_TEMPLATE, ("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"),
+        "chatml",
+        "<|im_start|>",
+        "<|im_end|>",
+        CHATML_TEMPLATE,
+        ("<|im_start|>", "<|im_end|>"),
+        ("<|im_start|>system\n", "<|im_end|>"),
+    ),
+    ChatFormat(
+        "llama3",
+        "<|start_header_id|>",
+        "<|eot_id|>",
+        LLAMA3_TEMPLATE,
+        ("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"),
         ("<|start_header_id|>system<|end_header_id|>\n\n", "<|eot_id|>"),
     ),
     # Mistral's [INST] templates differ between releases (v1, v3, v7, Tekken); rather than guess,

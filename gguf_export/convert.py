@@ -117,7 +117,9 @@ class ConversionResult:
 
 def read_config(model_dir: Path) -> dict[str, Any]:
     if not model_dir.is_dir():
-        raise UserError(f"{model_dir} is not a directory; pass the checkpoint directory (the training stage's merged/).")
+        raise UserError(
+            f"{model_dir} is not a directory; pass the checkpoint directory (the training stage's merged/)."
+        )
     path = model_dir / "config.json"
     if not path.is_file():
         raise UserError(
@@ -130,7 +132,14 @@ def read_config(model_dir: Path) -> dict[str, Any]:
         raise UserError(f"{path} is not valid JSON ({error}); save the checkpoint again.") from None
     if "text_config" in config:
         config = {**config, **config["text_config"]}
-    for key in ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "vocab_size", "max_position_embeddings"):
+    for key in (
+        "num_hidden_layers",
+        "hidden_size",
+        "intermediate_size",
+        "num_attention_heads",
+        "vocab_size",
+        "max_position_embeddings",
+    ):
         if key not in config:
             raise UserError(f"{path} lacks {key!r}; it is not a complete causal-LM config.")
     return config
@@ -152,7 +161,10 @@ def tensor_type(name: str, shape: tuple[int, ...], wanted: T, is_output: bool) -
         wanted = T.Q8_0
     block_size = gguf.GGML_QUANT_SIZES[wanted][0]
     if shape[-1] % block_size:
-        return T.F16, f"{name}: rows of {shape[-1]} values are not a multiple of the {wanted.name} block ({block_size}); stored as F16"
+        return (
+            T.F16,
+            f"{name}: rows of {shape[-1]} values are not a multiple of the {wanted.name} block ({block_size}); stored as F16",
+        )
     return wanted, None
 
 
@@ -166,7 +178,14 @@ def plan_tensors(
     fallbacks: list[str] = []
     rope_factors = llama3_rope_factors(config)
     if rope_factors is not None:
-        planned.append(PlannedTensor(gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FREQS] + ".weight", rope_factors.shape, T.F32, values=rope_factors))
+        planned.append(
+            PlannedTensor(
+                gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FREQS] + ".weight",
+                rope_factors.shape,
+                T.F32,
+                values=rope_factors,
+            )
+        )
     tied = "lm_head.weight" not in tensors
     for hf_name, stored in tensors.items():
         if hf_name.endswith(SKIPPED_SUFFIXES):
@@ -194,7 +213,9 @@ def plan_tensors(
 def check_vocab_rows(planned: list[PlannedTensor], config: dict[str, Any], model_dir: Path) -> None:
     embedding = next((t for t in planned if t.name == "token_embd.weight"), None)
     if embedding is None:
-        raise UserError(f"{model_dir}: the checkpoint has no token embedding (model.embed_tokens.weight); the weights are incomplete.")
+        raise UserError(
+            f"{model_dir}: the checkpoint has no token embedding (model.embed_tokens.weight); the weights are incomplete."
+        )
     if embedding.shape[0] != config["vocab_size"]:
         raise UserError(
             f"Vocabulary size mismatch in {model_dir}: config.json says vocab_size {config['vocab_size']} but the "
@@ -283,7 +304,14 @@ def write_file(writer: gguf.GGUFWriter, planned: list[PlannedTensor], outfile: P
             writer.close()
 
 
-def convert(model_dir: Path, outfile: Path, outtype: str, metadata: MetadataOptions | None = None, pre_tokenizer: str = "", workers: int | None = None) -> ConversionResult:
+def convert(
+    model_dir: Path,
+    outfile: Path,
+    outtype: str,
+    metadata: MetadataOptions | None = None,
+    pre_tokenizer: str = "",
+    workers: int | None = None,
+) -> ConversionResult:
     """Write ``model_dir`` as a GGUF file at ``outfile`` in ``outtype`` (a direct type or ``auto``)."""
     started = time.perf_counter()
     model_dir = Path(model_dir)

@@ -30,20 +30,39 @@ def configured_llama_cpp() -> Path | None:
 def delegate(model_dir: Path, outfile: Path, outtype: str, llama_cpp_dir: Path, reason: str) -> ConversionResult:
     script = llama_cpp_dir / SCRIPT
     if not script.is_file():
-        raise UserError(f"{LLAMA_CPP_DIR_ENV}={llama_cpp_dir} has no {SCRIPT}; point it at a llama.cpp checkout. (Needed because: {reason})")
+        raise UserError(
+            f"{LLAMA_CPP_DIR_ENV}={llama_cpp_dir} has no {SCRIPT}; point it at a llama.cpp checkout. (Needed because: {reason})"
+        )
     if outtype not in SCRIPT_OUTTYPES:
-        raise UserError(f"llama.cpp's {SCRIPT} writes only {', '.join(SCRIPT_OUTTYPES)}, not {outtype}. (Needed because: {reason})")
+        raise UserError(
+            f"llama.cpp's {SCRIPT} writes only {', '.join(SCRIPT_OUTTYPES)}, not {outtype}. (Needed because: {reason})"
+        )
     started = time.perf_counter()
     outfile = Path(outfile)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(llama_cpp_dir / "gguf-py"), os.environ.get("PYTHONPATH", "")]))}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(llama_cpp_dir / "gguf-py"), os.environ.get("PYTHONPATH", "")])),
+    }
     with atomic_output(outfile) as temporary:
         command = [sys.executable, str(script), str(model_dir), "--outfile", str(temporary), "--outtype", outtype]
-        print(f"built-in converter declined ({reason.split(';')[0]}); converting with {script}", file=sys.stderr, flush=True)
+        print(
+            f"built-in converter declined ({reason.split(';')[0]}); converting with {script}",
+            file=sys.stderr,
+            flush=True,
+        )
         result = subprocess.run(command, env=env, capture_output=True, text=True)
         if result.returncode != 0:
-            raise UserError(f"llama.cpp's {SCRIPT} could not convert {model_dir} (exit {result.returncode}): {result.stderr.strip()[-1500:]}")
+            raise UserError(
+                f"llama.cpp's {SCRIPT} could not convert {model_dir} (exit {result.returncode}): {result.stderr.strip()[-1500:]}"
+            )
     return ConversionResult(
-        path=outfile, outtype=outtype, architecture="(llama.cpp)", hf_architecture="(delegated)", tensor_count=0,
-        parameters=0, size_bytes=outfile.stat().st_size, seconds=time.perf_counter() - started,
+        path=outfile,
+        outtype=outtype,
+        architecture="(llama.cpp)",
+        hf_architecture="(delegated)",
+        tensor_count=0,
+        parameters=0,
+        size_bytes=outfile.stat().st_size,
+        seconds=time.perf_counter() - started,
         notes=[f"converted by {script}"],
     )

@@ -21,7 +21,9 @@ from gguf_export.metadata import MetadataOptions
 from gguf_export.options import K_QUANT_TYPES, normalise_outtype
 
 
-def export(model_dir: Path, outfile: Path, outtype: str, metadata: MetadataOptions | None = None, pre_tokenizer: str = "") -> ConversionResult:
+def export(
+    model_dir: Path, outfile: Path, outtype: str, metadata: MetadataOptions | None = None, pre_tokenizer: str = ""
+) -> ConversionResult:
     outtype = normalise_outtype(outtype)
     try:
         if outtype in K_QUANT_TYPES:

@@ -42,7 +42,9 @@ def head_dim(config: dict[str, Any]) -> int:
     return config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
 
 
-def add_hparams(writer: gguf.GGUFWriter, config: dict[str, Any], arch: Architecture, file_type: gguf.LlamaFileType) -> None:
+def add_hparams(
+    writer: gguf.GGUFWriter, config: dict[str, Any], arch: Architecture, file_type: gguf.LlamaFileType
+) -> None:
     writer.add_block_count(config["num_hidden_layers"])
     writer.add_context_length(config["max_position_embeddings"])
     writer.add_embedding_length(config["hidden_size"])
@@ -105,6 +107,8 @@ def llama3_rope_factors(config: dict[str, Any]) -> np.ndarray | None:
         elif wavelen > low_freq_wavelen:
             factors.append(factor)
         else:
-            smooth = (np.float32(old_context_len) / wavelen - np.float32(low_freq_factor)) / np.float32(high_freq_factor - low_freq_factor)
+            smooth = (np.float32(old_context_len) / wavelen - np.float32(low_freq_factor)) / np.float32(
+                high_freq_factor - low_freq_factor
+            )
             factors.append(np.float32(1) / ((np.float32(1) - smooth) / np.float32(factor) + smooth))
     return np.array(factors, dtype=np.float32)

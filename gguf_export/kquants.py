@@ -37,7 +37,9 @@ def lossless_outtype(model_dir: Path) -> str:
     return "f32" if first_matrix is not None and first_matrix.dtype in ("F32", "F64") else guess_outtype(tensors)
 
 
-def quantize_k(model_dir: Path, outfile: Path, outtype: str, metadata: MetadataOptions | None = None, pre_tokenizer: str = "") -> ConversionResult:
+def quantize_k(
+    model_dir: Path, outfile: Path, outtype: str, metadata: MetadataOptions | None = None, pre_tokenizer: str = ""
+) -> ConversionResult:
     llama_cpp = llama_cpp_quantizer()
     outfile = Path(outfile)
     with atomic_output(outfile) as temporary:
@@ -47,11 +49,15 @@ def quantize_k(model_dir: Path, outfile: Path, outtype: str, metadata: MetadataO
             params = llama_cpp.llama_model_quantize_default_params()
             params.ftype = int(K_QUANT_TYPES[outtype])
             params.nthread = os.cpu_count() or 1
-            status = llama_cpp.llama_model_quantize(str(intermediate).encode(), str(temporary).encode(), ctypes.byref(params))
+            status = llama_cpp.llama_model_quantize(
+                str(intermediate).encode(), str(temporary).encode(), ctypes.byref(params)
+            )
         finally:
             intermediate.unlink(missing_ok=True)
         if status != 0:
-            raise UserError(f"llama.cpp's quantizer failed to write {outtype} for {model_dir} (status {status}); see its log above.")
+            raise UserError(
+                f"llama.cpp's quantizer failed to write {outtype} for {model_dir} (status {status}); see its log above."
+            )
     result.path = outfile
     result.outtype = outtype
     result.size_bytes = outfile.stat().st_size

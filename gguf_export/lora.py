@@ -41,10 +41,14 @@ def adapter_outtype(model_outtype: str) -> str:
 def read_adapter_config(adapter_dir: Path) -> dict[str, Any]:
     path = adapter_dir / "adapter_config.json"
     if not path.is_file() or not (adapter_dir / ADAPTER_FILE).is_file():
-        raise UserError(f"{adapter_dir} is not a PEFT adapter directory: it needs adapter_config.json and {ADAPTER_FILE}.")
+        raise UserError(
+            f"{adapter_dir} is not a PEFT adapter directory: it needs adapter_config.json and {ADAPTER_FILE}."
+        )
     config = json.loads(path.read_text(encoding="utf-8"))
     if config.get("peft_type", "LORA") != "LORA":
-        raise UserError(f"{path}: peft_type {config.get('peft_type')!r} is not LoRA; only LoRA adapters become GGUF adapters.")
+        raise UserError(
+            f"{path}: peft_type {config.get('peft_type')!r} is not LoRA; only LoRA adapters become GGUF adapters."
+        )
     if config.get("modules_to_save"):
         raise UserError(
             f"{path}: the adapter also trains whole modules ({', '.join(config['modules_to_save'])}), which a GGUF LoRA "
@@ -53,7 +57,9 @@ def read_adapter_config(adapter_dir: Path) -> dict[str, Any]:
     return config
 
 
-def convert_adapter(adapter_dir: Path, base_dir: Path, outfile: Path, outtype: str = "f16", metadata: MetadataOptions | None = None) -> ConversionResult:
+def convert_adapter(
+    adapter_dir: Path, base_dir: Path, outfile: Path, outtype: str = "f16", metadata: MetadataOptions | None = None
+) -> ConversionResult:
     """Write the adapter in ``adapter_dir`` for the architecture described by ``base_dir``'s config.json."""
     started = time.perf_counter()
     if outtype not in ADAPTER_OUTTYPES:
@@ -74,7 +80,9 @@ def convert_adapter(adapter_dir: Path, base_dir: Path, outfile: Path, outtype: s
             if base_name.endswith(marker):
                 break
         else:
-            raise UserError(f"{adapter_dir / ADAPTER_FILE}: tensor {hf_name} is neither lora_A nor lora_B; the adapter cannot be converted.")
+            raise UserError(
+                f"{adapter_dir / ADAPTER_FILE}: tensor {hf_name} is neither lora_A nor lora_B; the adapter cannot be converted."
+            )
         module = base_name[: -len(marker)]
         name = name_map.get_name(module + ".weight", try_suffixes=(".weight",))
         if name is None:
@@ -92,13 +100,21 @@ def convert_adapter(adapter_dir: Path, base_dir: Path, outfile: Path, outtype: s
     add_tensor_infos(writer, planned)
     writer.add_type(gguf.GGUFType.ADAPTER)
     writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
-    model_metadata(adapter_dir, metadata or MetadataOptions(), writer.get_total_parameter_count()).set_gguf_meta_model(writer)
+    model_metadata(adapter_dir, metadata or MetadataOptions(), writer.get_total_parameter_count()).set_gguf_meta_model(
+        writer
+    )
     writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, alpha)
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
     write_file(writer, planned, Path(outfile), workers=1)
     return ConversionResult(
-        path=Path(outfile), outtype=outtype, architecture=arch.gguf_name, hf_architecture=arch.hf_name,
-        tensor_count=len(planned), parameters=sum(int(np.prod(t.shape)) for t in planned),
-        size_bytes=Path(outfile).stat().st_size, seconds=time.perf_counter() - started,
-        fallbacks=fallbacks, kind="lora",
+        path=Path(outfile),
+        outtype=outtype,
+        architecture=arch.gguf_name,
+        hf_architecture=arch.hf_name,
+        tensor_count=len(planned),
+        parameters=sum(int(np.prod(t.shape)) for t in planned),
+        size_bytes=Path(outfile).stat().st_size,
+        seconds=time.perf_counter() - started,
+        fallbacks=fallbacks,
+        kind="lora",
     )

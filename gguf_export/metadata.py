@@ -41,7 +41,9 @@ def model_metadata(model_dir: Path, options: MetadataOptions, parameters: tuple[
         metadata.size_label = gguf.size_label(*parameters)
     if options.base_model:
         card = {"base_model": repo_url(options.base_model)}
-        metadata.base_models = gguf.Metadata.apply_metadata_heuristic(gguf.Metadata(), card, None, None, total).base_models
+        metadata.base_models = gguf.Metadata.apply_metadata_heuristic(
+            gguf.Metadata(), card, None, None, total
+        ).base_models
     if options.finetune:
         metadata.finetune = options.finetune
     if options.license:

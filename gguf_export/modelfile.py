@@ -24,7 +24,9 @@ MAX_NUM_CTX = 4096  # Ollama allocates the KV cache for num_ctx up front; 4096 s
 PROBE = "PROBE-USER-MESSAGE"
 
 
-def render_jinja(template: str, messages: list[dict[str, str]], special: dict[str, str], generation_prompt: bool = True) -> str:
+def render_jinja(
+    template: str, messages: list[dict[str, str]], special: dict[str, str], generation_prompt: bool = True
+) -> str:
     """Render a Hugging Face chat template the way transformers does (same Jinja settings)."""
     from datetime import datetime
 
@@ -67,7 +69,9 @@ def special_tokens(model_dir: Path) -> dict[str, str]:
 
 def quoted(text: str) -> str:
     if '"""' in text:
-        raise UserError('the chat template or system prompt contains """, which a Modelfile cannot quote; write the Modelfile by hand.')
+        raise UserError(
+            'the chat template or system prompt contains """, which a Modelfile cannot quote; write the Modelfile by hand.'
+        )
     return f'"""{text}"""'
 
 
@@ -87,7 +91,11 @@ def modelfile_text(gguf_name: str, chat_template: str | None, model_dir: Path, c
     if fmt.ollama_template is not None:
         lines += [f"TEMPLATE {quoted(fmt.ollama_template)}", ""]
     else:
-        lines += [f"# TEMPLATE omitted: {fmt.name} chat templates differ between releases; Ollama derives it from the", "# chat template embedded in the GGUF (tokenizer.chat_template).", ""]
+        lines += [
+            f"# TEMPLATE omitted: {fmt.name} chat templates differ between releases; Ollama derives it from the",
+            "# chat template embedded in the GGUF (tokenizer.chat_template).",
+            "",
+        ]
     system = default_system_prompt(chat_template, fmt, special)
     if system:
         lines += [f"SYSTEM {quoted(system)}", ""]

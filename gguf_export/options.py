@@ -62,12 +62,18 @@ def normalise_outtype(text: str) -> str:
 class Thresholds:
     """Pass thresholds of the verification in llama.cpp (float types vs quantised types)."""
 
-    float_min_top1: float = option(0.99, "f32/f16/bf16: least share of positions where llama.cpp's top-1 token equals transformers'.")
-    float_max_nmse: float = option(1e-3, "f32/f16/bf16: largest mean logits NMSE (squared error over squared reference).")
+    float_min_top1: float = option(
+        0.99, "f32/f16/bf16: least share of positions where llama.cpp's top-1 token equals transformers'."
+    )
+    float_max_nmse: float = option(
+        1e-3, "f32/f16/bf16: largest mean logits NMSE (squared error over squared reference)."
+    )
     quant_min_top1: float = option(0.90, "q8_0, 4/5-bit and K-quant types: least top-1 agreement.")
     quant_max_nmse: float = option(1e-2, "q8_0, 4/5-bit and K-quant types: largest mean logits NMSE.")
     min_positions: int = option(200, "Least number of token positions whose logits are compared.")
-    lora_max_nmse: float = option(1e-2, "Adapter check: largest NMSE between base+adapter and the merged model in llama.cpp.")
+    lora_max_nmse: float = option(
+        1e-2, "Adapter check: largest NMSE between base+adapter and the merged model in llama.cpp."
+    )
 
     def for_outtype(self, outtype: str) -> tuple[float, float]:
         """(min top-1 agreement, max NMSE) for ``outtype``."""
@@ -82,7 +88,9 @@ class Thresholds:
         known = {spec.name for spec in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise UserError(f"thresholds: unknown key(s) {', '.join(unknown)}; known keys are {', '.join(sorted(known))}.")
+            raise UserError(
+                f"thresholds: unknown key(s) {', '.join(unknown)}; known keys are {', '.join(sorted(known))}."
+            )
         types = typing.get_type_hints(cls)
         parsed: dict[str, Any] = {}
         for name, value in values.items():
@@ -97,19 +105,42 @@ class Thresholds:
 class ExportOptions:
     """What one run of ``python -m gguf_export`` does."""
 
-    model_dir: Path = option(Path(), "Merged Hugging Face checkpoint directory (config.json, safetensors, tokenizer).", positional=True)
-    outfile: Path = option(Path(), "Where the GGUF file goes (written under a temporary name, renamed when complete).", required=True)
-    outtype: str = option(DEFAULT_OUTTYPE, "Tensor type: " + ", ".join(OUTTYPES) + " (auto: f16 or bf16 as the checkpoint stores).", choices=OUTTYPES, normalise=str.lower)
-    verify: bool = option(False, "Read the file back and compare it with transformers in llama.cpp; fail when it does not pass.")
+    model_dir: Path = option(
+        Path(), "Merged Hugging Face checkpoint directory (config.json, safetensors, tokenizer).", positional=True
+    )
+    outfile: Path = option(
+        Path(), "Where the GGUF file goes (written under a temporary name, renamed when complete).", required=True
+    )
+    outtype: str = option(
+        DEFAULT_OUTTYPE,
+        "Tensor type: " + ", ".join(OUTTYPES) + " (auto: f16 or bf16 as the checkpoint stores).",
+        choices=OUTTYPES,
+        normalise=str.lower,
+    )
+    verify: bool = option(
+        False, "Read the file back and compare it with transformers in llama.cpp; fail when it does not pass."
+    )
     report: Path | None = option(None, "With --verify: write the report as JSON here (and Markdown beside it, .md).")
-    pre_tokenizer: str = option("", "llama.cpp pre-tokenizer name, for tokenizers whose family is not recognised (e.g. llama-bpe).")
+    pre_tokenizer: str = option(
+        "", "llama.cpp pre-tokenizer name, for tokenizers whose family is not recognised (e.g. llama-bpe)."
+    )
     model_name: str = option("", "general.name (default: derived from the directory / model card).")
-    base_model: str = option("", "Base model id the checkpoint was fine-tuned from (general.base_model.*), e.g. HuggingFaceTB/SmolLM2-135M-Instruct.")
+    base_model: str = option(
+        "",
+        "Base model id the checkpoint was fine-tuned from (general.base_model.*), e.g. HuggingFaceTB/SmolLM2-135M-Instruct.",
+    )
     finetune: str = option("", "general.finetune label, e.g. the dataset or task name.")
     license: str = option("", "general.license, e.g. apache-2.0.")
-    source_repo: str = option("", "Hugging Face repo (or URL) the checkpoint is published at (general.source.repo_url).")
-    lora_dir: Path | None = option(None, "Also convert this PEFT LoRA adapter directory into a GGUF adapter for llama.cpp.")
-    lora_outfile: Path | None = option(None, "Where the adapter GGUF goes (default: beside OUTFILE, <name>-lora-<adapter type>.gguf, where OUTFILE is <name>[-<type>].gguf).")
+    source_repo: str = option(
+        "", "Hugging Face repo (or URL) the checkpoint is published at (general.source.repo_url)."
+    )
+    lora_dir: Path | None = option(
+        None, "Also convert this PEFT LoRA adapter directory into a GGUF adapter for llama.cpp."
+    )
+    lora_outfile: Path | None = option(
+        None,
+        "Where the adapter GGUF goes (default: beside OUTFILE, <name>-lora-<adapter type>.gguf, where OUTFILE is <name>[-<type>].gguf).",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

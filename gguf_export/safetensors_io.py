@@ -51,7 +51,11 @@ class StoredTensor:
 
     @property
     def row_length(self) -> int:
-        return int(np.prod(self.shape[1:], dtype=np.int64)) if len(self.shape) > 1 else (self.shape[0] if self.shape else 1)
+        return (
+            int(np.prod(self.shape[1:], dtype=np.int64))
+            if len(self.shape) > 1
+            else (self.shape[0] if self.shape else 1)
+        )
 
     @property
     def row_bytes(self) -> int:
@@ -64,7 +68,13 @@ class StoredTensor:
         when the returned copy is made, so pages read here do not stay resident.
         """
         shape = (stop - start, *self.shape[1:]) if len(self.shape) > 1 else (self.shape or (1,))
-        mapped = np.memmap(self.path, dtype=STORED_DTYPES[self.dtype], mode="r", offset=self.offset + start * self.row_bytes, shape=shape)
+        mapped = np.memmap(
+            self.path,
+            dtype=STORED_DTYPES[self.dtype],
+            mode="r",
+            offset=self.offset + start * self.row_bytes,
+            shape=shape,
+        )
         try:
             if self.dtype == "BF16":  # bf16 is the top half of a float32: widening is exact
                 widened = np.empty(mapped.shape, dtype=np.uint32)
@@ -88,7 +98,9 @@ def shard_files(model_dir: Path) -> list[Path]:
         try:
             weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
         except (json.JSONDecodeError, KeyError, TypeError) as error:
-            raise UserError(f"{index} is not a valid safetensors index ({error}); re-save the checkpoint with save_pretrained.") from None
+            raise UserError(
+                f"{index} is not a valid safetensors index ({error}); re-save the checkpoint with save_pretrained."
+            ) from None
         names = sorted(set(weight_map.values()))
         missing = [name for name in names if not (model_dir / name).is_file()]
         if missing:
@@ -101,7 +113,9 @@ def shard_files(model_dir: Path) -> list[Path]:
     if not files:
         bins = sorted(model_dir.glob("pytorch_model*.bin"))
         hint = " It has PyTorch .bin weights: re-save it with save_pretrained(safe_serialization=True)." if bins else ""
-        raise UserError(f"{model_dir} holds no model.safetensors (or sharded model-*.safetensors with {INDEX_FILE}).{hint}")
+        raise UserError(
+            f"{model_dir} holds no model.safetensors (or sharded model-*.safetensors with {INDEX_FILE}).{hint}"
+        )
     return files
 
 
@@ -117,21 +131,29 @@ def open_safetensors(paths: list[Path]) -> dict[str, StoredTensor]:
         try:
             parsed = SafetensorsLocal(path).tensors
         except (ValueError, UnicodeDecodeError, KeyError) as error:
-            raise UserError(f"{path} is not a readable safetensors file ({error}); it is probably truncated or corrupt: copy it again.") from None
+            raise UserError(
+                f"{path} is not a readable safetensors file ({error}); it is probably truncated or corrupt: copy it again."
+            ) from None
         size = os.stat(path).st_size
         for name, local in parsed.items():
             data_range = local.data_range
             if local.dtype not in STORED_DTYPES:
-                raise UserError(f"{path}: tensor {name} has dtype {local.dtype}; only F32, F16, BF16 and F64 checkpoints are supported.")
+                raise UserError(
+                    f"{path}: tensor {name} has dtype {local.dtype}; only F32, F16, BF16 and F64 checkpoints are supported."
+                )
             expected = int(np.prod(local.shape, dtype=np.int64)) * STORED_DTYPES[local.dtype].itemsize
             if data_range.size != expected:
-                raise UserError(f"{path}: tensor {name} claims {data_range.size} bytes but its shape {list(local.shape)} needs {expected}; the file is corrupt.")
+                raise UserError(
+                    f"{path}: tensor {name} claims {data_range.size} bytes but its shape {list(local.shape)} needs {expected}; the file is corrupt."
+                )
             if data_range.offset + data_range.size > size:
                 raise UserError(
                     f"{path} is truncated: tensor {name} ends at byte {data_range.offset + data_range.size} "
                     f"but the file has {size} bytes. Copy or download the checkpoint again."
                 )
-            tensors[name] = StoredTensor(name, path, data_range.offset, data_range.size, local.dtype, tuple(local.shape))
+            tensors[name] = StoredTensor(
+                name, path, data_range.offset, data_range.size, local.dtype, tuple(local.shape)
+            )
     return tensors
 
 

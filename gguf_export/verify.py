@@ -42,16 +42,43 @@ PLAIN_PROMPTS = (
 )
 
 CONVERSATIONS = (
-    [{"role": "user", "content": "What is the capital of France?"}, {"role": "assistant", "content": "The capital of France is Paris."}],
+    [
+        {"role": "user", "content": "What is the capital of France?"},
+        {"role": "assistant", "content": "The capital of France is Paris."},
+    ],
     [
         {"role": "system", "content": "You are a concise assistant for home repairs."},
         {"role": "user", "content": "How do I fix a dripping tap?"},
-        {"role": "assistant", "content": "Turn off the water supply, remove the handle, replace the worn washer or cartridge, then reassemble and test."},
+        {
+            "role": "assistant",
+            "content": "Turn off the water supply, remove the handle, replace the worn washer or cartridge, then reassemble and test.",
+        },
     ],
-    [{"role": "user", "content": "Write a Python function that reverses a string."}, {"role": "assistant", "content": "def reverse(text):\n    return text[::-1]"}],
-    [{"role": "user", "content": "How should I store fresh herbs?"}, {"role": "assistant", "content": "Wrap soft herbs in a damp paper towel and keep them in the fridge; keep basil in water at room temperature."}],
-    [{"role": "user", "content": "Tie a bowline knot: what are the steps?"}, {"role": "assistant", "content": "Make a small loop, pass the end up through it, around the standing part, and back down through the loop. Pull tight."}],
-    [{"role": "user", "content": "Explain in one sentence why the sky is blue."}, {"role": "assistant", "content": "Air molecules scatter short blue wavelengths of sunlight much more than red ones, so blue light reaches us from every direction."}],
+    [
+        {"role": "user", "content": "Write a Python function that reverses a string."},
+        {"role": "assistant", "content": "def reverse(text):\n    return text[::-1]"},
+    ],
+    [
+        {"role": "user", "content": "How should I store fresh herbs?"},
+        {
+            "role": "assistant",
+            "content": "Wrap soft herbs in a damp paper towel and keep them in the fridge; keep basil in water at room temperature.",
+        },
+    ],
+    [
+        {"role": "user", "content": "Tie a bowline knot: what are the steps?"},
+        {
+            "role": "assistant",
+            "content": "Make a small loop, pass the end up through it, around the standing part, and back down through the loop. Pull tight.",
+        },
+    ],
+    [
+        {"role": "user", "content": "Explain in one sentence why the sky is blue."},
+        {
+            "role": "assistant",
+            "content": "Air molecules scatter short blue wavelengths of sunlight much more than red ones, so blue light reaches us from every direction.",
+        },
+    ],
 )
 REPLY_CONVERSATION = [{"role": "user", "content": "What is the capital of France?"}]
 
@@ -108,7 +135,9 @@ class TransformersReference:
         return AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32).eval()
 
     def render(self, messages: Sequence[dict], generation_prompt: bool) -> str:
-        return self.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=generation_prompt)
+        return self.tokenizer.apply_chat_template(
+            list(messages), tokenize=False, add_generation_prompt=generation_prompt
+        )
 
     def encode_chat(self, messages: Sequence[dict], generation_prompt: bool = False) -> list[int]:
         return self.tokenizer(self.render(messages, generation_prompt), add_special_tokens=False)["input_ids"]
@@ -123,7 +152,9 @@ class TransformersReference:
             if self.tokenizer.chat_template:
                 ids += self.encode_chat(conversation)
             else:
-                ids += self.tokenizer(" ".join(m["content"] for m in conversation), add_special_tokens=False)["input_ids"]
+                ids += self.tokenizer(" ".join(m["content"] for m in conversation), add_special_tokens=False)[
+                    "input_ids"
+                ]
             index += 1
         return ids
 
@@ -149,10 +180,13 @@ class TransformersReference:
         prompt = self.encode_chat(REPLY_CONVERSATION, generation_prompt=True)
         with torch.inference_mode():
             output = self.model.generate(
-                torch.tensor([prompt]), max_new_tokens=REPLY_TOKENS, do_sample=False,
-                eos_token_id=self.stop_ids, pad_token_id=self.stop_ids[0],
+                torch.tensor([prompt]),
+                max_new_tokens=REPLY_TOKENS,
+                do_sample=False,
+                eos_token_id=self.stop_ids,
+                pad_token_id=self.stop_ids[0],
             )
-        return output[0, len(prompt):].tolist()
+        return output[0, len(prompt) :].tolist()
 
 
 def nmse_and_top1(candidate: np.ndarray, reference: np.ndarray) -> tuple[float, float, float]:
@@ -174,36 +208,74 @@ def open_llama(path: Path, n_ctx: int, lora_path: Path | None = None):
         # One thread for single-token steps (spinning OpenMP workers cost more than they give a
         # small model on a busy machine), every core for the batched prompt evaluations.
         return Llama(
-            model_path=str(path), n_ctx=n_ctx, n_batch=512, logits_all=True, verbose=False,
-            n_threads=1, n_threads_batch=os.cpu_count(), lora_path=str(lora_path) if lora_path else None,
+            model_path=str(path),
+            n_ctx=n_ctx,
+            n_batch=512,
+            logits_all=True,
+            verbose=False,
+            n_threads=1,
+            n_threads_batch=os.cpu_count(),
+            lora_path=str(lora_path) if lora_path else None,
         )
     except (ValueError, RuntimeError) as error:
         return error
 
 
-def check_file(report: VerificationReport, path: Path, reference: TransformersReference, expected: dict[str, tuple[int, ...]] | None, arch: str | None) -> None:
+def check_file(
+    report: VerificationReport,
+    path: Path,
+    reference: TransformersReference,
+    expected: dict[str, tuple[int, ...]] | None,
+    arch: str | None,
+) -> None:
     """Level 1: the file as written, read back with GGUFReader."""
     from gguf import GGUFReader
 
     reader = GGUFReader(path)
     fields = reader.fields
     written_arch = fields["general.architecture"].contents()
-    report.add("architecture", arch is None or written_arch == arch, f"{written_arch}" + ("" if arch is None or written_arch == arch else f", expected {arch}"))
+    report.add(
+        "architecture",
+        arch is None or written_arch == arch,
+        f"{written_arch}" + ("" if arch is None or written_arch == arch else f", expected {arch}"),
+    )
     shapes = {tensor.name: tuple(int(n) for n in reversed(tensor.shape.tolist())) for tensor in reader.tensors}
     if expected is not None:
         wrong = sorted(name for name in expected if shapes.get(name) != expected[name])
         extra = sorted(set(shapes) - set(expected))
         report.add(
-            "tensors", not wrong and not extra,
-            f"{len(shapes)} tensors" + (f"; wrong or missing: {', '.join(wrong[:5])}" if wrong else "") + (f"; unexpected: {', '.join(extra[:5])}" if extra else ""),
+            "tensors",
+            not wrong and not extra,
+            f"{len(shapes)} tensors"
+            + (f"; wrong or missing: {', '.join(wrong[:5])}" if wrong else "")
+            + (f"; unexpected: {', '.join(extra[:5])}" if extra else ""),
         )
     tokens = fields["tokenizer.ggml.tokens"].contents()
     vocab = reference.tokenizer.get_vocab()
     added = set(reference.tokenizer.get_added_vocab())
-    mismatched = [text for text, token_id in vocab.items() if text not in added and (token_id >= len(tokens) or tokens[token_id] != text)]
-    report.add("vocabulary", not mismatched, f"{len(tokens)} tokens" + (f"; {len(mismatched)} differ from the tokenizer, e.g. {mismatched[:3]}" if mismatched else ", equal to the tokenizer's"))
+    mismatched = [
+        text
+        for text, token_id in vocab.items()
+        if text not in added and (token_id >= len(tokens) or tokens[token_id] != text)
+    ]
+    report.add(
+        "vocabulary",
+        not mismatched,
+        f"{len(tokens)} tokens"
+        + (
+            f"; {len(mismatched)} differ from the tokenizer, e.g. {mismatched[:3]}"
+            if mismatched
+            else ", equal to the tokenizer's"
+        ),
+    )
     template = fields["tokenizer.chat_template"].contents() if "tokenizer.chat_template" in fields else None
-    report.add("chat_template", template is not None and template == reference.tokenizer.chat_template, "present and equal to the tokenizer's" if template == reference.tokenizer.chat_template else "missing or different")
+    report.add(
+        "chat_template",
+        template is not None and template == reference.tokenizer.chat_template,
+        "present and equal to the tokenizer's"
+        if template == reference.tokenizer.chat_template
+        else "missing or different",
+    )
     report.metrics["tensor_count"] = len(shapes)
     report.metrics["vocabulary_size"] = len(tokens)
 
@@ -212,7 +284,11 @@ def check_tokenisation(report: VerificationReport, llm, reference: TransformersR
     plain_ok = 0
     for text in PLAIN_PROMPTS:
         plain_ok += llm.tokenize(text.encode(), add_bos=True, special=False) == reference.tokenizer(text)["input_ids"]
-    report.add("plain_tokens", plain_ok == len(PLAIN_PROMPTS), f"{plain_ok}/{len(PLAIN_PROMPTS)} plain prompts tokenised identically")
+    report.add(
+        "plain_tokens",
+        plain_ok == len(PLAIN_PROMPTS),
+        f"{plain_ok}/{len(PLAIN_PROMPTS)} plain prompts tokenised identically",
+    )
     if not reference.tokenizer.chat_template:
         report.add("chat_tokens", False, "the checkpoint has no chat template to tokenise conversations with")
         return
@@ -220,17 +296,27 @@ def check_tokenisation(report: VerificationReport, llm, reference: TransformersR
     for messages in CONVERSATIONS:
         rendered = reference.render(messages, generation_prompt=False)
         chat_ok += llm.tokenize(rendered.encode(), add_bos=False, special=True) == reference.encode_chat(messages)
-    report.add("chat_tokens", chat_ok == len(CONVERSATIONS), f"{chat_ok}/{len(CONVERSATIONS)} chat-templated conversations tokenised identically")
+    report.add(
+        "chat_tokens",
+        chat_ok == len(CONVERSATIONS),
+        f"{chat_ok}/{len(CONVERSATIONS)} chat-templated conversations tokenised identically",
+    )
 
 
-def check_logits(report: VerificationReport, llm, reference: TransformersReference, min_top1: float, max_nmse: float) -> None:
+def check_logits(
+    report: VerificationReport, llm, reference: TransformersReference, min_top1: float, max_nmse: float
+) -> None:
     ids = reference.evaluation_ids
     llm.reset()
     llm.eval(ids)
     candidate = np.array(llm.scores[: len(ids)], dtype=np.float32)
     nmse, worst, top1 = nmse_and_top1(candidate, reference.logits)
     report.metrics.update({"positions": len(ids), "nmse": nmse, "nmse_max": worst, "top1_agreement": top1})
-    report.add("positions", len(ids) >= reference.min_positions, f"{len(ids)} positions compared (at least {reference.min_positions})")
+    report.add(
+        "positions",
+        len(ids) >= reference.min_positions,
+        f"{len(ids)} positions compared (at least {reference.min_positions})",
+    )
     report.add("top1_agreement", top1 >= min_top1, f"{top1:.2%} (threshold {min_top1:.0%})")
     report.add("nmse", nmse < max_nmse, f"{nmse:.3g} (threshold {max_nmse:g}; worst position {worst:.3g})")
 
@@ -265,12 +351,20 @@ def check_reply(report: VerificationReport, llm, reference: TransformersReferenc
 
     fmt = reference.chat_format
     if fmt is None:
-        report.add("end_of_turn", False, "the tokenizer's chat template is not a known format, so its end-of-turn token is unknown")
+        report.add(
+            "end_of_turn",
+            False,
+            "the tokenizer's chat template is not a known format, so its end-of-turn token is unknown",
+        )
         return
     vocab = llama_cpp.llama_model_get_vocab(llm.model)
     end_of_turn = reference.tokenizer.convert_tokens_to_ids(fmt.end_of_turn)
     is_eog = llama_cpp.llama_vocab_is_eog(vocab, end_of_turn)
-    report.add("end_of_turn", is_eog, f"{fmt.end_of_turn} (id {end_of_turn}) {'ends' if is_eog else 'does NOT end'} generation in llama.cpp")
+    report.add(
+        "end_of_turn",
+        is_eog,
+        f"{fmt.end_of_turn} (id {end_of_turn}) {'ends' if is_eog else 'does NOT end'} generation in llama.cpp",
+    )
     prompt = reference.encode_chat(REPLY_CONVERSATION, generation_prompt=True)
     expected = reference.reply
     if expected and expected[-1] in reference.stop_ids:
@@ -279,25 +373,43 @@ def check_reply(report: VerificationReport, llm, reference: TransformersReferenc
         predicted = int(np.argmax(llm.scores[llm.n_tokens - 1]))
         stops = llama_cpp.llama_vocab_is_eog(vocab, predicted)
         shown = reference.tokenizer.convert_ids_to_tokens(predicted)
-        report.add("reply_stops", stops, f"after transformers' {len(expected) - 1}-token greedy reply llama.cpp predicts {shown!r}, {'an' if stops else 'NOT an'} end-of-generation token")
+        report.add(
+            "reply_stops",
+            stops,
+            f"after transformers' {len(expected) - 1}-token greedy reply llama.cpp predicts {shown!r}, {'an' if stops else 'NOT an'} end-of-generation token",
+        )
     else:
-        report.add("reply_stops", True, f"not applicable: transformers' own greedy reply does not end its turn within {REPLY_TOKENS} tokens (untrained weights)")
+        report.add(
+            "reply_stops",
+            True,
+            f"not applicable: transformers' own greedy reply does not end its turn within {REPLY_TOKENS} tokens (untrained weights)",
+        )
     reply, stopped = greedy_reply(llm, prompt, REPLY_TOKENS)
-    report.metrics.update({
-        "reply": reference.tokenizer.decode(reply, skip_special_tokens=False),
-        "reply_stopped": stopped,
-        "reply_equals_transformers": reply == expected,
-    })
+    report.metrics.update(
+        {
+            "reply": reference.tokenizer.decode(reply, skip_special_tokens=False),
+            "reply_stopped": stopped,
+            "reply_equals_transformers": reply == expected,
+        }
+    )
 
 
 def verify(
-    path: Path, reference: TransformersReference, outtype: str, thresholds: Thresholds,
-    expected_shapes: dict[str, tuple[int, ...]] | None = None, arch: str | None = None,
+    path: Path,
+    reference: TransformersReference,
+    outtype: str,
+    thresholds: Thresholds,
+    expected_shapes: dict[str, tuple[int, ...]] | None = None,
+    arch: str | None = None,
 ) -> VerificationReport:
     """Every check for one GGUF file; ``report.passed`` is the verdict."""
     report = VerificationReport(gguf=str(path), outtype=outtype)
     min_top1, max_nmse = thresholds.for_outtype(outtype)
-    report.metrics["thresholds"] = {"min_top1": min_top1, "max_nmse": max_nmse, "min_positions": thresholds.min_positions}
+    report.metrics["thresholds"] = {
+        "min_top1": min_top1,
+        "max_nmse": max_nmse,
+        "min_positions": thresholds.min_positions,
+    }
     check_file(report, path, reference, expected_shapes, arch)
     llm = open_llama(path, n_ctx=max(512, len(reference.evaluation_ids) + REPLY_TOKENS + 64))
     if isinstance(llm, Exception):
@@ -313,13 +425,24 @@ def verify(
     return report
 
 
-def verify_conversion(result: ConversionResult, reference: TransformersReference, thresholds: Thresholds) -> VerificationReport:
+def verify_conversion(
+    result: ConversionResult, reference: TransformersReference, thresholds: Thresholds
+) -> VerificationReport:
     """``verify`` for a file this package just wrote: its shapes and architecture are checked too (none for delegated files)."""
     written_here = bool(result.tensor_shapes)
-    return verify(result.path, reference, result.outtype, thresholds, result.tensor_shapes if written_here else None, result.architecture if written_here else None)
+    return verify(
+        result.path,
+        reference,
+        result.outtype,
+        thresholds,
+        result.tensor_shapes if written_here else None,
+        result.architecture if written_here else None,
+    )
 
 
-def verify_adapter(adapter: Path, merged_gguf: Path, base_gguf: Path | None, reference: TransformersReference, max_nmse: float) -> VerificationReport:
+def verify_adapter(
+    adapter: Path, merged_gguf: Path, base_gguf: Path | None, reference: TransformersReference, max_nmse: float
+) -> VerificationReport:
     """The LoRA adapter loads on top of a GGUF; with the base model, base+adapter matches the merged model."""
     report = VerificationReport(gguf=str(adapter), outtype="lora")
     n_ctx = max(512, len(reference.evaluation_ids) + 64)
@@ -331,7 +454,11 @@ def verify_adapter(adapter: Path, merged_gguf: Path, base_gguf: Path | None, ref
     report.add("adapter_loads", True, f"applied to {target.name} by llama.cpp")
     if base_gguf is None:
         llm.close()
-        report.add("adapter_matches_merged", True, "not checked: the base model is not available locally, so base+adapter cannot be compared with the merged model")
+        report.add(
+            "adapter_matches_merged",
+            True,
+            "not checked: the base model is not available locally, so base+adapter cannot be compared with the merged model",
+        )
         return report
     ids = reference.evaluation_ids
     try:
@@ -347,7 +474,11 @@ def verify_adapter(adapter: Path, merged_gguf: Path, base_gguf: Path | None, ref
         merged.close()
     nmse, worst, top1 = nmse_and_top1(with_adapter, merged_logits)
     report.metrics.update({"nmse_vs_merged": nmse, "top1_vs_merged": top1, "positions": len(ids)})
-    report.add("adapter_matches_merged", nmse < max_nmse, f"base+adapter vs merged model in llama.cpp: NMSE {nmse:.3g} (threshold {max_nmse:g}), top-1 {top1:.2%}")
+    report.add(
+        "adapter_matches_merged",
+        nmse < max_nmse,
+        f"base+adapter vs merged model in llama.cpp: NMSE {nmse:.3g} (threshold {max_nmse:g}), top-1 {top1:.2%}",
+    )
     return report
 
 
@@ -355,24 +486,52 @@ def markdown(reports: Sequence[VerificationReport]) -> str:
     """The reports as a Markdown section (the pipeline's Markdown artifact and verification.md)."""
     lines = ["# GGUF verification", ""]
     verdict = all(report.passed for report in reports)
-    lines += [f"**{'PASSED' if verdict else 'FAILED'}**: {len(reports)} file(s) checked against transformers in llama.cpp.", ""]
+    lines += [
+        f"**{'PASSED' if verdict else 'FAILED'}**: {len(reports)} file(s) checked against transformers in llama.cpp.",
+        "",
+    ]
     for report in reports:
         lines += [f"## `{Path(report.gguf).name}` ({report.outtype}): {'passed' if report.passed else 'FAILED'}", ""]
-        numbers = {k: v for k, v in report.metrics.items() if k in ("positions", "top1_agreement", "nmse", "nmse_max", "nmse_vs_merged", "top1_vs_merged")}
+        numbers = {
+            k: v
+            for k, v in report.metrics.items()
+            if k in ("positions", "top1_agreement", "nmse", "nmse_max", "nmse_vs_merged", "top1_vs_merged")
+        }
         if numbers:
             lines += ["| metric | value |", "| --- | --- |"]
-            lines += [f"| {key} | {value:.4g} |" if isinstance(value, float) else f"| {key} | {value} |" for key, value in numbers.items()]
+            lines += [
+                f"| {key} | {value:.4g} |" if isinstance(value, float) else f"| {key} | {value} |"
+                for key, value in numbers.items()
+            ]
             lines.append("")
         lines += ["| check | result | detail |", "| --- | --- | --- |"]
-        lines += [f"| {c.name} | {'pass' if c.passed else '**FAIL**'} | {c.detail.replace('|', chr(92) + '|')} |" for c in report.checks]
+        lines += [
+            f"| {c.name} | {'pass' if c.passed else '**FAIL**'} | {c.detail.replace('|', chr(92) + '|')} |"
+            for c in report.checks
+        ]
         if "reply" in report.metrics:
-            how = "ended its turn" if report.metrics["reply_stopped"] else f"did not end its turn within {REPLY_TOKENS} tokens"
+            how = (
+                "ended its turn"
+                if report.metrics["reply_stopped"]
+                else f"did not end its turn within {REPLY_TOKENS} tokens"
+            )
             same = "same as" if report.metrics["reply_equals_transformers"] else "differs from"
-            lines += ["", f"Free-running greedy chat reply in llama.cpp ({how}; {same} transformers'):", "", "```text", str(report.metrics["reply"]).replace("```", "'''"), "```"]
+            lines += [
+                "",
+                f"Free-running greedy chat reply in llama.cpp ({how}; {same} transformers'):",
+                "",
+                "```text",
+                str(report.metrics["reply"]).replace("```", "'''"),
+                "```",
+            ]
         lines.append("")
     return "\n".join(lines)
 
 
 def report_json(reports: Sequence[VerificationReport], extra: dict[str, Any] | None = None) -> str:
-    body = {"passed": all(report.passed for report in reports), "files": [report.as_json() for report in reports], **(extra or {})}
+    body = {
+        "passed": all(report.passed for report in reports),
+        "files": [report.as_json() for report in reports],
+        **(extra or {}),
+    }
     return json.dumps(body, indent=2, ensure_ascii=False) + "\n"

@@ -34,7 +34,7 @@ from gguf_export.architectures import NeedsLlamaCpp
 from gguf_export.chat_formats import chat_format_of
 
 # The text llama.cpp's get_vocab_base_pre tokenizes; its ids' sha256 identifies the pre-tokenizer.
-CHECK_TEXT = '\n \n\n \n\n\n \t \t\t \t\n  \n   \n    \n     \n🚀 (normal) 😶\u200d🌫️ (multiple emojis concatenated) ✅ 🦙🦙 3 33 333 3333 33333 333333 3333333 33333333 3.3 3..3 3...3 កាន់តែពិសេសអាច😁 ?我想在apple工作1314151天～ ------======= нещо на Български \'\'\'\'\'\'```````""""......!!!!!!?????? I\'ve been \'told he\'s there, \'RE you sure? \'M not sure I\'ll make it, \'D you like some tea? We\'Ve a\'lL'
+CHECK_TEXT = "\n \n\n \n\n\n \t \t\t \t\n  \n   \n    \n     \n🚀 (normal) 😶\u200d🌫️ (multiple emojis concatenated) ✅ 🦙🦙 3 33 333 3333 33333 333333 3333333 33333333 3.3 3..3 3...3 កាន់តែពិសេសអាច😁 ?我想在apple工作1314151天～ ------======= нещо на Български ''''''```````\"\"\"\"......!!!!!!?????? I've been 'told he's there, 'RE you sure? 'M not sure I'll make it, 'D you like some tea? We'Ve a'lL"
 
 # Hashes of CHECK_TEXT's ids for the families we convert, from llama.cpp's
 # get_vocab_base_pre (convert_hf_to_gguf_update.py generates that table).
@@ -92,7 +92,9 @@ def load_tokenizer(model_dir: Path) -> tuple[Any, dict[str, Any]]:
         text = path.read_text(encoding="utf-8")
         return Tokenizer.from_str(text), json.loads(text)
     except Exception as error:  # tokenizers raises a bare Exception for unreadable files
-        raise UserError(f"{path} cannot be loaded by the tokenizers library ({error}); copy the tokenizer files again.") from None
+        raise UserError(
+            f"{path} cannot be loaded by the tokenizers library ({error}); copy the tokenizer files again."
+        ) from None
 
 
 def check_byte_level_bpe(model_dir: Path, spec: dict[str, Any]) -> None:
@@ -189,7 +191,9 @@ def load_vocabulary(model_dir: Path, vocab_size: int, pre_tokenizer_override: st
     tokens, types = token_strings(tokenizer, vocab_size, model_dir)
     special = gguf.SpecialVocab(model_dir, load_merges=True, n_vocab=len(tokens))
     if not special.merges:
-        raise UserError(f"{model_dir / 'tokenizer.json'} has no BPE merges; the tokenizer file is incomplete. Save the tokenizer again.")
+        raise UserError(
+            f"{model_dir / 'tokenizer.json'} has no BPE merges; the tokenizer file is incomplete. Save the tokenizer again."
+        )
     add_bos = adds_token(tokenizer, special.special_token_ids.get("bos"), first=True)
     add_eos = adds_token(tokenizer, special.special_token_ids.get("eos"), first=False)
     special.add_special_token = {"bos": add_bos, "eos": add_eos}

@@ -33,8 +33,12 @@ def compile_to(path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipelines.compile", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="where to write the YAML (default: %(default)s)")
-    parser.add_argument("--image", help=f"runtime image for every step (default: ${IMAGE_ENV_VAR} or the project's image)")
+    parser.add_argument(
+        "--output", type=Path, default=DEFAULT_OUTPUT, help="where to write the YAML (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--image", help=f"runtime image for every step (default: ${IMAGE_ENV_VAR} or the project's image)"
+    )
     parser.add_argument("--check", action="store_true", help="compile to a temporary file and fail if --output differs")
     args = parser.parse_args(argv)
     if args.image:
@@ -44,7 +48,9 @@ def main(argv: list[str] | None = None) -> int:
         compile_to(fresh)
         if args.check:
             if not args.output.exists() or args.output.read_text() != fresh.read_text():
-                print(f"{args.output} is stale: run `python -m pipelines.compile` and commit the result.", file=sys.stderr)
+                print(
+                    f"{args.output} is stale: run `python -m pipelines.compile` and commit the result.", file=sys.stderr
+                )
                 return 1
             print(f"{args.output} is up to date")
             return 0

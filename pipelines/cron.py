@@ -33,7 +33,9 @@ def validate_cron(expression: str) -> str:
     if text.startswith("@"):
         if text in DESCRIPTORS or (text.startswith("@every ") and GO_DURATION.match(text[len("@every ") :])):
             return text
-        raise UserError(f"--schedule {expression!r} is not a known descriptor; use one of {', '.join(DESCRIPTORS)}, '@every 6h', or six fields such as {EXAMPLE}.")
+        raise UserError(
+            f"--schedule {expression!r} is not a known descriptor; use one of {', '.join(DESCRIPTORS)}, '@every 6h', or six fields such as {EXAMPLE}."
+        )
     fields = text.split(" ") if text else []
     if len(fields) == 5:
         raise UserError(
@@ -62,7 +64,11 @@ def _field_problem(field: str, low: int, high: int, names: tuple[str, ...]) -> s
         start, _, end = span.partition("-")
         bounds = [_value(start, low, names), _value(end, low, names) if end else None]
         if bounds[0] is None or (end and bounds[1] is None):
-            return f"is not a number from {low} to {high}" + (f" or a name like {names[0].upper()}" if names else "") + " (or *, ?, a-b, a/step, lists with ',')"
+            return (
+                f"is not a number from {low} to {high}"
+                + (f" or a name like {names[0].upper()}" if names else "")
+                + " (or *, ?, a-b, a/step, lists with ',')"
+            )
         if not low <= bounds[0] <= high or (bounds[1] is not None and not low <= bounds[1] <= high):
             return f"is outside {low}-{high}"
         if bounds[1] is not None and bounds[1] < bounds[0]:

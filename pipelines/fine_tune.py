@@ -23,7 +23,15 @@ from components.evaluation.options import EvaluateOptions
 from components.hub_auth import SECRET_KEY, SECRET_NAME, TOKEN_ENV
 from components.publish.options import PublishOptions
 from components.runtime_image import runtime_image
-from components.steps import check_data_changed, evaluate_model, export_gguf, prepare_dataset, publish_model, report_skipped, train_model
+from components.steps import (
+    check_data_changed,
+    evaluate_model,
+    export_gguf,
+    prepare_dataset,
+    publish_model,
+    report_skipped,
+    train_model,
+)
 from components.train_model import LaunchOptions
 from gguf_export.options import DEFAULT_OUTTYPE
 from pipelines.tasks import validate_parameters
@@ -43,17 +51,29 @@ GPU_RESOURCE = "nvidia.com/gpu"
 # An OpenShift AI data connection named "training-data" creates this Secret; the
 # prepare step reads S3 credentials and the endpoint from it when it exists.
 DATA_CONNECTION_SECRET = "aws-connection-training-data"
-DATA_CONNECTION_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION", "AWS_S3_ENDPOINT", "AWS_ENDPOINT_URL")
+DATA_CONNECTION_KEYS = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_DEFAULT_REGION",
+    "AWS_S3_ENDPOINT",
+    "AWS_ENDPOINT_URL",
+)
 
 
 def with_hub_token(task: dsl.PipelineTask) -> dsl.PipelineTask:
     """HF_TOKEN from the optional Secret: never a parameter, so it is in no run record, log or YAML."""
-    return kubernetes.use_secret_as_env(task, secret_name=SECRET_NAME, secret_key_to_env={SECRET_KEY: TOKEN_ENV}, optional=True)
+    return kubernetes.use_secret_as_env(
+        task, secret_name=SECRET_NAME, secret_key_to_env={SECRET_KEY: TOKEN_ENV}, optional=True
+    )
 
 
 def with_data_connection(task: dsl.PipelineTask) -> dsl.PipelineTask:
     return kubernetes.use_secret_as_env(
-        task, secret_name=DATA_CONNECTION_SECRET, secret_key_to_env={key: key for key in DATA_CONNECTION_KEYS}, optional=True
+        task,
+        secret_name=DATA_CONNECTION_SECRET,
+        secret_key_to_env={key: key for key in DATA_CONNECTION_KEYS},
+        optional=True,
     )
 
 
@@ -194,20 +214,49 @@ def build_pipeline(workspace: Workspace):
         """
         run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER
         validated = validate_parameters(
-            eval_fraction=eval_fraction, split_seed=split_seed, max_reject_fraction=max_reject_fraction,
-            method=method, epochs=epochs, max_steps=max_steps, learning_rate=learning_rate, warmup_ratio=warmup_ratio,
-            weight_decay=weight_decay, lora_r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, per_device_batch_size=per_device_batch_size,
-            gradient_accumulation_steps=gradient_accumulation_steps, max_length=max_length, loss_on=loss_on,
-            save_steps=save_steps, save_total_limit=save_total_limit, logging_steps=logging_steps, eval_steps=eval_steps,
-            training_backend=training_backend, training_nodes=training_nodes, gpus_per_node=gpus_per_node,
-            training_cpu=training_cpu, training_memory=training_memory, training_shm_size=training_shm_size,
-            node_selector=node_selector, tolerations=tolerations, training_timeout_minutes=training_timeout_minutes,
-            training_backoff_limit=training_backoff_limit, extra_questions=extra_questions,
-            eval_max_new_tokens=eval_max_new_tokens, eval_score_rows=eval_score_rows, eval_batch_size=eval_batch_size,
-            min_eval_loss_improvement=min_eval_loss_improvement, model_name=model_name, gguf_outtype=gguf_outtype,
+            eval_fraction=eval_fraction,
+            split_seed=split_seed,
+            max_reject_fraction=max_reject_fraction,
+            method=method,
+            epochs=epochs,
+            max_steps=max_steps,
+            learning_rate=learning_rate,
+            warmup_ratio=warmup_ratio,
+            weight_decay=weight_decay,
+            lora_r=lora_r,
+            lora_alpha=lora_alpha,
+            lora_dropout=lora_dropout,
+            per_device_batch_size=per_device_batch_size,
+            gradient_accumulation_steps=gradient_accumulation_steps,
+            max_length=max_length,
+            loss_on=loss_on,
+            save_steps=save_steps,
+            save_total_limit=save_total_limit,
+            logging_steps=logging_steps,
+            eval_steps=eval_steps,
+            training_backend=training_backend,
+            training_nodes=training_nodes,
+            gpus_per_node=gpus_per_node,
+            training_cpu=training_cpu,
+            training_memory=training_memory,
+            training_shm_size=training_shm_size,
+            node_selector=node_selector,
+            tolerations=tolerations,
+            training_timeout_minutes=training_timeout_minutes,
+            training_backoff_limit=training_backoff_limit,
+            extra_questions=extra_questions,
+            eval_max_new_tokens=eval_max_new_tokens,
+            eval_score_rows=eval_score_rows,
+            eval_batch_size=eval_batch_size,
+            min_eval_loss_improvement=min_eval_loss_improvement,
+            model_name=model_name,
+            gguf_outtype=gguf_outtype,
             gguf_thresholds=gguf_thresholds,
-            hub_repo_id=hub_repo_id, pvc_name=pvc_name, pvc_size=pvc_size, pvc_storage_class=pvc_storage_class,
-        )  # fmt: skip
+            hub_repo_id=hub_repo_id,
+            pvc_name=pvc_name,
+            pvc_size=pvc_size,
+            pvc_storage_class=pvc_storage_class,
+        )
         workspace.attach(validated, pvc_name, pvc_size, pvc_storage_class)
         prepared = workspace.mount(
             prepare_dataset(
@@ -222,50 +271,101 @@ def build_pipeline(workspace: Workspace):
         )
         with_hub_token(with_data_connection(prepared))
         changed = workspace.mount(
-            check_data_changed(fingerprint=prepared.outputs["fingerprint"], repo_id=hub_repo_id, workspace_root=workspace.root, force=force)
+            check_data_changed(
+                fingerprint=prepared.outputs["fingerprint"],
+                repo_id=hub_repo_id,
+                workspace_root=workspace.root,
+                force=force,
+            )
         )
         with_hub_token(changed)
 
         with dsl.If(changed.outputs["changed"] == True, name="data-changed"):  # noqa: E712 (a KFP condition, not Python)
             trained = workspace.mount(
                 train_model(
-                    workspace_root=workspace.root, run_id=run_id, data_dir=prepared.outputs["data_dir"], pvc_name=workspace.pvc(),
-                    image=runtime_image(), base_model=base_model, pipeline_name=PIPELINE_NAME,
-                    backend=workspace.training_backend(training_backend), nodes=training_nodes, gpus_per_node=gpus_per_node,
-                    cpu=training_cpu, memory=training_memory, shm_size=training_shm_size, node_selector=node_selector,
-                    tolerations=tolerations, hf_token_secret=SECRET_NAME, timeout_minutes=training_timeout_minutes,
-                    backoff_limit=training_backoff_limit, trainjob_runtime=trainjob_runtime,
-                    method=method, lora_r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, lora_target_modules=lora_target_modules,
-                    epochs=epochs, max_steps=max_steps, learning_rate=learning_rate, scale_lr=scale_lr, warmup_ratio=warmup_ratio,
-                    weight_decay=weight_decay, per_device_batch_size=per_device_batch_size,
-                    gradient_accumulation_steps=gradient_accumulation_steps, max_length=max_length, packing=packing, loss_on=loss_on,
-                    gradient_checkpointing=gradient_checkpointing, save_steps=save_steps, save_total_limit=save_total_limit,
-                    logging_steps=logging_steps, eval_steps=eval_steps, seed=seed,
-                )  # fmt: skip
+                    workspace_root=workspace.root,
+                    run_id=run_id,
+                    data_dir=prepared.outputs["data_dir"],
+                    pvc_name=workspace.pvc(),
+                    image=runtime_image(),
+                    base_model=base_model,
+                    pipeline_name=PIPELINE_NAME,
+                    backend=workspace.training_backend(training_backend),
+                    nodes=training_nodes,
+                    gpus_per_node=gpus_per_node,
+                    cpu=training_cpu,
+                    memory=training_memory,
+                    shm_size=training_shm_size,
+                    node_selector=node_selector,
+                    tolerations=tolerations,
+                    hf_token_secret=SECRET_NAME,
+                    timeout_minutes=training_timeout_minutes,
+                    backoff_limit=training_backoff_limit,
+                    trainjob_runtime=trainjob_runtime,
+                    method=method,
+                    lora_r=lora_r,
+                    lora_alpha=lora_alpha,
+                    lora_dropout=lora_dropout,
+                    lora_target_modules=lora_target_modules,
+                    epochs=epochs,
+                    max_steps=max_steps,
+                    learning_rate=learning_rate,
+                    scale_lr=scale_lr,
+                    warmup_ratio=warmup_ratio,
+                    weight_decay=weight_decay,
+                    per_device_batch_size=per_device_batch_size,
+                    gradient_accumulation_steps=gradient_accumulation_steps,
+                    max_length=max_length,
+                    packing=packing,
+                    loss_on=loss_on,
+                    gradient_checkpointing=gradient_checkpointing,
+                    save_steps=save_steps,
+                    save_total_limit=save_total_limit,
+                    logging_steps=logging_steps,
+                    eval_steps=eval_steps,
+                    seed=seed,
+                )
             )
             evaluated = workspace.mount(
                 evaluate_model(
-                    workspace_root=workspace.root, run_id=run_id, base_model=trained.outputs["base_model"],
-                    train_dir=trained.outputs["train_dir"], data_dir=prepared.outputs["data_dir"], extra_questions=extra_questions,
-                    max_new_tokens=eval_max_new_tokens, score_rows=eval_score_rows, batch_size=eval_batch_size,
+                    workspace_root=workspace.root,
+                    run_id=run_id,
+                    base_model=trained.outputs["base_model"],
+                    train_dir=trained.outputs["train_dir"],
+                    data_dir=prepared.outputs["data_dir"],
+                    extra_questions=extra_questions,
+                    max_new_tokens=eval_max_new_tokens,
+                    score_rows=eval_score_rows,
+                    batch_size=eval_batch_size,
                     min_eval_loss_improvement=min_eval_loss_improvement,
-                )  # fmt: skip
+                )
             )
             with_hub_token(on_gpu(evaluated, EVALUATE_GPUS))
 
             with dsl.If(evaluated.outputs["gate_passed"] == True, name="quality-gate-passed"):  # noqa: E712
                 exported = workspace.mount(
                     export_gguf(
-                        workspace_root=workspace.root, run_id=run_id, train_dir=trained.outputs["train_dir"],
-                        model_name=model_name, outtype=gguf_outtype, include_lora=gguf_lora_adapter, thresholds=gguf_thresholds,
-                    )  # fmt: skip
+                        workspace_root=workspace.root,
+                        run_id=run_id,
+                        train_dir=trained.outputs["train_dir"],
+                        model_name=model_name,
+                        outtype=gguf_outtype,
+                        include_lora=gguf_lora_adapter,
+                        thresholds=gguf_thresholds,
+                    )
                 )
                 published = workspace.mount(
                     publish_model(
-                        workspace_root=workspace.root, run_id=run_id, dataset_uri=dataset_uri, repo_id=hub_repo_id,
-                        private=hub_private, include_merged=publish_merged, include_adapter=publish_adapter,
-                        license=model_license, base_model=base_model,
-                    ).after(exported)  # fmt: skip
+                        workspace_root=workspace.root,
+                        run_id=run_id,
+                        dataset_uri=dataset_uri,
+                        repo_id=hub_repo_id,
+                        private=hub_private,
+                        include_merged=publish_merged,
+                        include_adapter=publish_adapter,
+                        license=model_license,
+                        base_model=base_model,
+                    ).after(exported)
                 )
                 with_hub_token(published)
                 workspace.release(published, pvc_name, keep_pvc)
@@ -273,7 +373,9 @@ def build_pipeline(workspace: Workspace):
                 gate_failed = report_skipped(skipped="export and publish", reason=evaluated.outputs["gate_reason"])
                 workspace.release(gate_failed, pvc_name, keep_pvc)
         with dsl.Else(name="data-unchanged"):
-            unchanged = report_skipped(skipped="training, evaluation, export and publish", reason=changed.outputs["reason"])
+            unchanged = report_skipped(
+                skipped="training, evaluation, export and publish", reason=changed.outputs["reason"]
+            )
             workspace.release(unchanged, pvc_name, keep_pvc)
 
     return fine_tune

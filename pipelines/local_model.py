@@ -99,8 +99,12 @@ def materialise(gguf: Path, destination: Path) -> None:
 
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m pipelines.local_model", description="Materialise the local base model and print its directory.")
-    parser.add_argument("--cache-dir", type=Path, help=f"cache root (default: ${CACHE_ENV_VAR} or ~/.cache/llm-finetune-pipeline)")
+    parser = argparse.ArgumentParser(
+        prog="python -m pipelines.local_model", description="Materialise the local base model and print its directory."
+    )
+    parser.add_argument(
+        "--cache-dir", type=Path, help=f"cache root (default: ${CACHE_ENV_VAR} or ~/.cache/llm-finetune-pipeline)"
+    )
     print(local_base_model(parser.parse_args(argv).cache_dir))
 
 

@@ -67,18 +67,32 @@ CHECKS: dict[str, Callable[[Any], str | None]] = {
 # Run parameters that carry a stage option under another name (the run form is
 # one flat list, so "cpu" or "batch_size" alone would not say which stage they are for).
 LAUNCH_PARAMETERS = {
-    "training_backend": "backend", "training_nodes": "nodes", "gpus_per_node": "gpus_per_node", "training_cpu": "cpu",
-    "training_memory": "memory", "training_shm_size": "shm_size", "node_selector": "node_selector", "tolerations": "tolerations",
-    "training_timeout_minutes": "timeout_minutes", "training_backoff_limit": "backoff_limit", "trainjob_runtime": "trainjob_runtime",
-}  # fmt: skip
+    "training_backend": "backend",
+    "training_nodes": "nodes",
+    "gpus_per_node": "gpus_per_node",
+    "training_cpu": "cpu",
+    "training_memory": "memory",
+    "training_shm_size": "shm_size",
+    "node_selector": "node_selector",
+    "tolerations": "tolerations",
+    "training_timeout_minutes": "timeout_minutes",
+    "training_backoff_limit": "backoff_limit",
+    "trainjob_runtime": "trainjob_runtime",
+}
 EVALUATE_PARAMETERS = {
-    "extra_questions": "extra_questions", "eval_max_new_tokens": "max_new_tokens", "eval_score_rows": "score_rows",
-    "eval_batch_size": "batch_size", "min_eval_loss_improvement": "min_eval_loss_improvement",
-}  # fmt: skip
+    "extra_questions": "extra_questions",
+    "eval_max_new_tokens": "max_new_tokens",
+    "eval_score_rows": "score_rows",
+    "eval_batch_size": "batch_size",
+    "min_eval_loss_improvement": "min_eval_loss_improvement",
+}
 PUBLISH_PARAMETERS = {
-    "hub_repo_id": "repo_id", "hub_private": "private", "publish_merged": "include_merged",
-    "publish_adapter": "include_adapter", "model_license": "license",
-}  # fmt: skip
+    "hub_repo_id": "repo_id",
+    "hub_private": "private",
+    "publish_merged": "include_merged",
+    "publish_adapter": "include_adapter",
+    "model_license": "license",
+}
 
 
 def _renamed(values: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
@@ -88,21 +102,32 @@ def _renamed(values: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
 
 def _stage_problems(values: dict[str, Any]) -> list[str]:
     """The stages' own checks of their options, for the run parameters in ``values``, each named as in the run form."""
-    from components.evaluation.options import EvaluateOptions, option_problems as evaluate_problems
+    from components.evaluation.options import EvaluateOptions
+    from components.evaluation.options import option_problems as evaluate_problems
     from components.train_model import LaunchOptions, launch_problems
-    from trainer.config import TrainConfig, option_problems as training_problems
+    from trainer.config import TrainConfig
+    from trainer.config import option_problems as training_problems
 
     training = {name: values[name] for name in TrainConfig.__dataclass_fields__ if name in values}
     found = {name: problem for name, problem in training_problems(TrainConfig(**training)).items() if name in training}
     for names, problems_of in (
         (LAUNCH_PARAMETERS, lambda options: launch_problems(LaunchOptions(**options))),
         # Checked on the field values, before EvaluateOptions would refuse to exist.
-        (EVALUATE_PARAMETERS, lambda options: evaluate_problems(SimpleNamespace(**{**dataclasses.asdict(EvaluateOptions()), **options}))),
+        (
+            EVALUATE_PARAMETERS,
+            lambda options: evaluate_problems(SimpleNamespace(**{**dataclasses.asdict(EvaluateOptions()), **options})),
+        ),
     ):
         options = _renamed(values, names)
         parameter_of = {option: parameter for parameter, option in names.items()}
-        found.update({parameter_of[option]: problem for option, problem in problems_of(options).items() if option in options})
-    return [f"parameter '{name}' {problem}" for name, problem in found.items()] + _export_problems(values) + _publish_problems(values)
+        found.update(
+            {parameter_of[option]: problem for option, problem in problems_of(options).items() if option in options}
+        )
+    return (
+        [f"parameter '{name}' {problem}" for name, problem in found.items()]
+        + _export_problems(values)
+        + _publish_problems(values)
+    )
 
 
 def _export_problems(values: dict[str, Any]) -> list[str]:
@@ -110,7 +135,11 @@ def _export_problems(values: dict[str, Any]) -> list[str]:
     from gguf_export.options import Thresholds
 
     found = []
-    for name, check in (("gguf_outtype", parse_outtypes), ("model_name", check_model_name), ("gguf_thresholds", Thresholds.from_mapping)):
+    for name, check in (
+        ("gguf_outtype", parse_outtypes),
+        ("model_name", check_model_name),
+        ("gguf_thresholds", Thresholds.from_mapping),
+    ):
         if values.get(name):
             try:
                 check(values[name])

@@ -27,9 +27,15 @@ def list_outputs(output_dir: Path) -> list[Path]:
 
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipelines.run", description="Run the fine-tuning pipeline locally with kfp.local.")
-    parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="set a pipeline parameter (repeatable)")
-    parser.add_argument("--output-dir", type=Path, default=DEFAULT_OUTPUT_DIR, help="where the run's files go (default: %(default)s)")
+    parser = argparse.ArgumentParser(
+        prog="python -m pipelines.run", description="Run the fine-tuning pipeline locally with kfp.local."
+    )
+    parser.add_argument(
+        "--param", action="append", default=[], metavar="NAME=VALUE", help="set a pipeline parameter (repeatable)"
+    )
+    parser.add_argument(
+        "--output-dir", type=Path, default=DEFAULT_OUTPUT_DIR, help="where the run's files go (default: %(default)s)"
+    )
     args = parser.parse_args(argv)
 
     from kfp import local
@@ -46,7 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     # The runtime image is not a python:* image, which kfp.local warns about;
     # here every step runs in this very environment, where the project is installed.
     warnings.filterwarnings("ignore", message=".*non-Python base image.*", category=RuntimeWarning)
-    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(output_dir / "artifacts"), raise_on_error=True)
+    local.init(
+        runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(output_dir / "artifacts"), raise_on_error=True
+    )
     print(f"running pipeline locally; outputs go to {output_dir}", flush=True)
     try:
         pipeline(**overrides)

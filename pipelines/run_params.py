@@ -25,7 +25,9 @@ def parse_params(pairs: list[str], declared: dict[str, str]) -> dict[str, Any]:
         if name not in declared:
             close = difflib.get_close_matches(name, declared, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
-            raise UserError(f"--param {name!r} is not a pipeline parameter{hint}; the parameters are: {', '.join(sorted(declared))}.")
+            raise UserError(
+                f"--param {name!r} is not a pipeline parameter{hint}; the parameters are: {', '.join(sorted(declared))}."
+            )
         values[name] = _parse_value(name, text, declared[name])
     return values
 
@@ -37,7 +39,9 @@ def _parse_json(name: str, text: str, kind: str) -> Any:
     except ValueError:
         value = None
     if not isinstance(value, expected):
-        raise UserError(f"--param {name}={text!r}: {name} is a JSON {'list' if kind == 'LIST' else 'object'}, e.g. --param '{name}={example}'.")
+        raise UserError(
+            f"--param {name}={text!r}: {name} is a JSON {'list' if kind == 'LIST' else 'object'}, e.g. --param '{name}={example}'."
+        )
     return value
 
 

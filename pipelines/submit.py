@@ -37,15 +37,37 @@ DEFAULT_EXPERIMENT = "llm-finetune"
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m pipelines.submit", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--host", required=True, help="the pipelines API URL, e.g. the data science pipelines route of the project")
+    parser.add_argument(
+        "--host", required=True, help="the pipelines API URL, e.g. the data science pipelines route of the project"
+    )
     parser.add_argument("--token", help=f"bearer token (default: ${TOKEN_ENV}, else the current kubeconfig context's)")
-    parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="set a pipeline parameter (repeatable)")
-    parser.add_argument("--schedule", metavar="CRON", help="create a recurring run: six cron fields, seconds first, e.g. '0 0 3 * * *' (03:00 daily, the server's time zone, usually UTC)")
-    parser.add_argument("--catchup", action="store_true", help="with --schedule: start the runs missed while the schedule was paused or the server down (default: only the latest)")
-    parser.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="experiment to file the run under, created if missing (default: %(default)s)")
-    parser.add_argument("--name", help="display name of the run or recurring run (default: the pipeline name and the time)")
-    parser.add_argument("--package", type=Path, default=DEFAULT_PACKAGE, help="compiled pipeline YAML (default: %(default)s)")
-    parser.add_argument("--ca-cert", help="CA bundle to verify the server's TLS certificate (e.g. a cluster's self-signed ingress CA)")
+    parser.add_argument(
+        "--param", action="append", default=[], metavar="NAME=VALUE", help="set a pipeline parameter (repeatable)"
+    )
+    parser.add_argument(
+        "--schedule",
+        metavar="CRON",
+        help="create a recurring run: six cron fields, seconds first, e.g. '0 0 3 * * *' (03:00 daily, the server's time zone, usually UTC)",
+    )
+    parser.add_argument(
+        "--catchup",
+        action="store_true",
+        help="with --schedule: start the runs missed while the schedule was paused or the server down (default: only the latest)",
+    )
+    parser.add_argument(
+        "--experiment",
+        default=DEFAULT_EXPERIMENT,
+        help="experiment to file the run under, created if missing (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--name", help="display name of the run or recurring run (default: the pipeline name and the time)"
+    )
+    parser.add_argument(
+        "--package", type=Path, default=DEFAULT_PACKAGE, help="compiled pipeline YAML (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--ca-cert", help="CA bundle to verify the server's TLS certificate (e.g. a cluster's self-signed ingress CA)"
+    )
     return parser
 
 
@@ -56,12 +78,22 @@ def main(argv: list[str] | None = None) -> int:
     package = _load_package(args.package)
     arguments = checked_arguments(args.param, package)
     token, source = resolve_token(args.token)
-    print(f"connecting to {args.host} " + (f"with the bearer token from {source}" if token else "without a bearer token (none given, none in $KFP_TOKEN or the kubeconfig)"), flush=True)
+    print(
+        f"connecting to {args.host} "
+        + (
+            f"with the bearer token from {source}"
+            if token
+            else "without a bearer token (none given, none in $KFP_TOKEN or the kubeconfig)"
+        ),
+        flush=True,
+    )
     client = connect(args.host, token, args.ca_cert)
     name = args.name or f"{package.name} {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S}"
     with _server_errors(args.host):
         if cron is None:
-            result = client.create_run_from_pipeline_package(str(args.package), arguments=arguments, run_name=name, experiment_name=args.experiment)
+            result = client.create_run_from_pipeline_package(
+                str(args.package), arguments=arguments, run_name=name, experiment_name=args.experiment
+            )
             print(f"started run {result.run_id} in experiment {args.experiment!r}", flush=True)
         else:
             experiment = client.create_experiment(args.experiment)
@@ -74,7 +106,10 @@ def main(argv: list[str] | None = None) -> int:
                 params=arguments,
                 pipeline_package_path=str(args.package),
             )
-            print(f"created recurring run {recurring.recurring_run_id} ({cron!r}, one at a time, catch-up {'on' if args.catchup else 'off'}) in experiment {args.experiment!r}", flush=True)
+            print(
+                f"created recurring run {recurring.recurring_run_id} ({cron!r}, one at a time, catch-up {'on' if args.catchup else 'off'}) in experiment {args.experiment!r}",
+                flush=True,
+            )
     return 0
 
 
@@ -82,11 +117,15 @@ def _load_package(path: Path):
     from kfp import components
 
     if not path.is_file():
-        raise UserError(f"The pipeline package {path} does not exist; compile it with `python -m pipelines.compile` or pass --package.")
+        raise UserError(
+            f"The pipeline package {path} does not exist; compile it with `python -m pipelines.compile` or pass --package."
+        )
     try:
         return components.load_component_from_file(str(path))
     except Exception as error:  # kfp raises several types for a file that is not a pipeline
-        raise UserError(f"{path} is not a compiled pipeline ({error}); recompile it with `python -m pipelines.compile`.") from None
+        raise UserError(
+            f"{path} is not a compiled pipeline ({error}); recompile it with `python -m pipelines.compile`."
+        ) from None
 
 
 def resolve_token(option: str | None) -> tuple[str | None, str]:
@@ -106,7 +145,9 @@ def kubeconfig_token() -> str | None:
     configuration = client.Configuration()
     try:
         # KUBECONFIG as set now (the library reads it once, at import); it may list several files.
-        config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or "~/.kube/config", client_configuration=configuration)
+        config.load_kube_config(
+            config_file=os.environ.get("KUBECONFIG") or "~/.kube/config", client_configuration=configuration
+        )
     except Exception:  # no kubeconfig, no current context, or a context without a token: fall back to none
         return None
     return configuration.api_key.get("authorization", "").removeprefix("Bearer ").strip() or None
@@ -121,7 +162,9 @@ def connect(host: str, token: str | None, ca_cert: str | None):
     import kfp
     import kfp_server_api
 
-    warnings.filterwarnings("ignore", message="This client only works with Kubeflow Pipeline v2", category=FutureWarning)
+    warnings.filterwarnings(
+        "ignore", message="This client only works with Kubeflow Pipeline v2", category=FutureWarning
+    )
 
     configuration = kfp_server_api.Configuration(host=host.rstrip("/"))
     if token:

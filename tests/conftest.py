@@ -37,7 +37,9 @@ def write_jsonl(path: Path, lines, *, gz: bool | None = None) -> Path:
     return path
 
 
-def run_module(module: str, *args, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+def run_module(
+    module: str, *args, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess:
     """Run ``python -m module args`` from the repository root in a real subprocess, capturing text output."""
     return subprocess.run(
         [sys.executable, "-m", module, *map(str, args)],
@@ -149,7 +151,10 @@ def gguf_models(smollm2_dir, tmp_path_factory) -> dict[str, Path]:
     from tests.gguf_models import ARCHITECTURES, build_tiny_model
 
     root = tmp_path_factory.mktemp("gguf-models")
-    return {"smollm2": smollm2_dir, **{kind: build_tiny_model(kind, smollm2_dir, root / kind) for kind in ARCHITECTURES}}
+    return {
+        "smollm2": smollm2_dir,
+        **{kind: build_tiny_model(kind, smollm2_dir, root / kind) for kind in ARCHITECTURES},
+    }
 
 
 @pytest.fixture(scope="session")
@@ -160,7 +165,9 @@ def reference_ggufs(gguf_models, tmp_path_factory) -> dict[tuple[str, str], Path
 
     root = tmp_path_factory.mktemp("gguf-reference")
     files = {(name, kind): root / f"{name}-{kind}.gguf" for name in gguf_models for kind in GGUF_COMPARED_TYPES}
-    reference_convert([(gguf_models[name], kind, path, PRE_TOKENIZER_OVERRIDES.get(name, "")) for (name, kind), path in files.items()])
+    reference_convert(
+        [(gguf_models[name], kind, path, PRE_TOKENIZER_OVERRIDES.get(name, "")) for (name, kind), path in files.items()]
+    )
     return files
 
 
@@ -173,7 +180,9 @@ def our_ggufs(gguf_models, tmp_path_factory) -> dict[tuple[str, str], Path]:
 
     root = tmp_path_factory.mktemp("gguf-ours")
     return {
-        (name, kind): convert(model_dir, root / f"{name}-{kind}.gguf", kind, MetadataOptions(), PRE_TOKENIZER_OVERRIDES.get(name, "")).path
+        (name, kind): convert(
+            model_dir, root / f"{name}-{kind}.gguf", kind, MetadataOptions(), PRE_TOKENIZER_OVERRIDES.get(name, "")
+        ).path
         for name, model_dir in gguf_models.items()
         for kind in GGUF_COMPARED_TYPES
     }

@@ -15,7 +15,6 @@ from typing import Any
 
 import jsonschema
 import yaml
-
 from conftest import REPO_ROOT
 
 
@@ -38,7 +37,11 @@ def _closed(schema: dict[str, Any]) -> dict[str, Any]:
     for key in SUBSCHEMA_LIST_KEYS:
         if key in schema:
             closed[key] = [_closed(sub) for sub in schema[key]]
-    if "properties" in closed and "additionalProperties" not in closed and not closed.get("x-kubernetes-preserve-unknown-fields"):
+    if (
+        "properties" in closed
+        and "additionalProperties" not in closed
+        and not closed.get("x-kubernetes-preserve-unknown-fields")
+    ):
         closed["additionalProperties"] = False
     return closed
 

@@ -44,7 +44,9 @@ class Repo:
     private: bool
     files: dict[str, bytes] = field(default_factory=dict)
     lfs_paths: set[str] = field(default_factory=set)
-    commits: list[dict] = field(default_factory=list)  # {"oid", "summary", "description", "operations": [{"key", "path"}]}
+    commits: list[dict] = field(
+        default_factory=list
+    )  # {"oid", "summary", "description", "operations": [{"key", "path"}]}
 
     @property
     def head(self) -> str:
@@ -87,7 +89,9 @@ class FakeHub(LocalServer):
 
     # --- the Hub --------------------------------------------------------------------------------
 
-    def _commit(self, repo: Repo, summary: str, description: str, operations: list[dict], added: dict[str, bytes], lfs: set[str]) -> str:
+    def _commit(
+        self, repo: Repo, summary: str, description: str, operations: list[dict], added: dict[str, bytes], lfs: set[str]
+    ) -> str:
         oid = hashlib.sha1(f"{len(repo.commits)}:{summary}:{sorted(added)}".encode()).hexdigest()
         repo.commits.append({"oid": oid, "summary": summary, "description": description, "operations": operations})
         return oid
@@ -129,7 +133,13 @@ class FakeHub(LocalServer):
 
             def _send(self, status: int, payload=None, headers: dict | None = None, raw: bytes | None = None) -> None:
                 if getattr(self, "lose_response", False):
-                    self.lose_response, status, payload, headers, raw = False, 503, {"error": "response lost"}, None, None
+                    self.lose_response, status, payload, headers, raw = (
+                        False,
+                        503,
+                        {"error": "response lost"},
+                        None,
+                        None,
+                    )
                 body = raw if raw is not None else (json.dumps(payload).encode() if payload is not None else b"")
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json" if raw is None else "application/octet-stream")
@@ -174,7 +184,9 @@ class FakeHub(LocalServer):
                 match = re.fullmatch(r"/(?:(datasets)/)?([^/]+/[^/]+?)\.git/info/lfs/objects/batch", path)
                 if match and method == "POST":
                     return self._lfs_batch(json.loads(body))
-                match = re.fullmatch(r"/api/(model|dataset)s/([^/]+/[^/]+)(?:/(revision|preupload|commit|tree)/([^/]+)(/.*)?)?", path)
+                match = re.fullmatch(
+                    r"/api/(model|dataset)s/([^/]+/[^/]+)(?:/(revision|preupload|commit|tree)/([^/]+)(/.*)?)?", path
+                )
                 if match:
                     repo_type, repo_id, action, revision, rest = match.groups()
                     return self._api(method, repo_type, repo_id, action, unquote(revision or "main"), rest, body)
@@ -191,7 +203,11 @@ class FakeHub(LocalServer):
                     return None
                 repo = hub.repos.get((repo_type, repo_id))
                 if repo is None or (repo.private and not self._authorised()):
-                    self._send(404 if self._authorised() else 401, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound"})
+                    self._send(
+                        404 if self._authorised() else 401,
+                        {"error": "Repository not found"},
+                        {"X-Error-Code": "RepoNotFound"},
+                    )
                     return None
                 return repo
 
@@ -203,8 +219,15 @@ class FakeHub(LocalServer):
                 repo_type = payload.get("type") or "model"
                 repo_id = f"{payload['organization']}/{payload['name']}"
                 if (repo_type, repo_id) in hub.repos:
-                    return self._send(409, {"error": "You already created this model repo", "url": f"{hub.url}/{repo_id}"})
-                hub.add_repo(repo_type, repo_id, {".gitattributes": b"*.gguf filter=lfs diff=lfs merge=lfs -text\n"}, private=payload.get("visibility") == "private" or bool(payload.get("private")))
+                    return self._send(
+                        409, {"error": "You already created this model repo", "url": f"{hub.url}/{repo_id}"}
+                    )
+                hub.add_repo(
+                    repo_type,
+                    repo_id,
+                    {".gitattributes": b"*.gguf filter=lfs diff=lfs merge=lfs -text\n"},
+                    private=payload.get("visibility") == "private" or bool(payload.get("private")),
+                )
                 return self._send(200, {"url": f"{hub.url}/{repo_id}", "name": repo_id})
 
             def _api(self, method, repo_type, repo_id, action, revision, rest, body) -> None:
@@ -213,12 +236,18 @@ class FakeHub(LocalServer):
                     return None
                 if action in (None, "revision") and method == "GET":
                     siblings = [{"rfilename": name} for name in sorted(repo.files)]
-                    return self._send(200, {"id": repo_id, "sha": repo.head, "private": repo.private, "siblings": siblings})
+                    return self._send(
+                        200, {"id": repo_id, "sha": repo.head, "private": repo.private, "siblings": siblings}
+                    )
                 if action == "tree" and method == "GET":
                     prefix = (rest or "").strip("/")
                     entries = [
                         {"type": "file", "path": name, "size": len(data), "oid": git_blob_sha(data)}
-                        | ({"lfs": {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 130}} if name in repo.lfs_paths else {})
+                        | (
+                            {"lfs": {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 130}}
+                            if name in repo.lfs_paths
+                            else {}
+                        )
                         for name, data in sorted(repo.files.items())
                         if not prefix or name.startswith(prefix + "/")
                     ]
@@ -242,7 +271,12 @@ class FakeHub(LocalServer):
                 remote_oid = repo.oid(item["path"]) if item["path"] in repo.files else None
                 if remote_oid is not None and (item["path"] in repo.lfs_paths) != lfs:
                     remote_oid = None
-                return {"path": item["path"], "uploadMode": "lfs" if lfs else "regular", "shouldIgnore": False, "oid": remote_oid}
+                return {
+                    "path": item["path"],
+                    "uploadMode": "lfs" if lfs else "regular",
+                    "shouldIgnore": False,
+                    "oid": remote_oid,
+                }
 
             def _lfs_batch(self, payload: dict) -> None:
                 if not self._authorised():
@@ -286,14 +320,18 @@ class FakeHub(LocalServer):
                         return self._send(400, {"error": f"fake hub: unsupported operation {key}"})
                 repo.files, repo.lfs_paths = files, lfs_paths
                 oid = hub._commit(repo, header["summary"], header.get("description", ""), operations, files, lfs_paths)
-                return self._send(200, {"commitUrl": f"{hub.url}/{repo_id}/commit/{oid}", "commitOid": oid, "pullRequestUrl": None})
+                return self._send(
+                    200, {"commitUrl": f"{hub.url}/{repo_id}/commit/{oid}", "commitOid": oid, "pullRequestUrl": None}
+                )
 
             def _resolve(self, repo_type: str, repo_id: str, filename: str) -> None:
                 repo = self._repo(repo_type, repo_id)
                 if repo is None:
                     return None
                 if filename not in repo.files:
-                    return self._send(404, {"error": "Entry not found"}, {"X-Error-Code": "EntryNotFound", "X-Repo-Commit": repo.head})
+                    return self._send(
+                        404, {"error": "Entry not found"}, {"X-Error-Code": "EntryNotFound", "X-Repo-Commit": repo.head}
+                    )
                 data = repo.files[filename]
                 etag = repo.oid(filename)
                 headers = {"X-Repo-Commit": repo.head, "ETag": f'"{etag}"'}

@@ -64,7 +64,13 @@ class FakeKfp(LocalServer):
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
                 parts = urlsplit(self.path)
-                received = Received(method, parts.path, parse_qs(parts.query), self.headers.get("Authorization", ""), json.loads(raw) if raw else None)
+                received = Received(
+                    method,
+                    parts.path,
+                    parse_qs(parts.query),
+                    self.headers.get("Authorization", ""),
+                    json.loads(raw) if raw else None,
+                )
                 fake.received.append(received)
                 if fake.token is not None and received.authorization != f"Bearer {fake.token}":
                     return self._send(401, {"error": "Unauthorized", "code": 16})
@@ -74,16 +80,30 @@ class FakeKfp(LocalServer):
                 if route == ("GET", "/apis/v2beta1/experiments"):
                     predicate = json.loads(received.query["filter"][0])["predicates"][0]
                     wanted = predicate.get("stringValue", predicate.get("string_value"))
-                    found = [{"experiment_id": eid, "display_name": name} for name, eid in fake.experiments.items() if name == wanted]
+                    found = [
+                        {"experiment_id": eid, "display_name": name}
+                        for name, eid in fake.experiments.items()
+                        if name == wanted
+                    ]
                     return self._send(200, {"experiments": found, "total_size": len(found)} if found else {})
                 if route == ("POST", "/apis/v2beta1/experiments"):
                     experiment_id = f"exp-{len(fake.experiments) + 1}"
                     fake.experiments[received.body["display_name"]] = experiment_id
-                    return self._send(200, {"experiment_id": experiment_id, "display_name": received.body["display_name"]})
+                    return self._send(
+                        200, {"experiment_id": experiment_id, "display_name": received.body["display_name"]}
+                    )
                 if route == ("POST", "/apis/v2beta1/runs"):
-                    return self._send(200, {"run_id": "run-1", "display_name": received.body["display_name"], "state": "PENDING"})
+                    return self._send(
+                        200, {"run_id": "run-1", "display_name": received.body["display_name"], "state": "PENDING"}
+                    )
                 if route == ("POST", "/apis/v2beta1/recurringruns"):
-                    return self._send(200, {"recurring_run_id": "rr-1", **{k: v for k, v in received.body.items() if k != "pipeline_spec"}})
+                    return self._send(
+                        200,
+                        {
+                            "recurring_run_id": "rr-1",
+                            **{k: v for k, v in received.body.items() if k != "pipeline_spec"},
+                        },
+                    )
                 return self._send(404, {"error": f"fake kfp: no route for {method} {parts.path}"})
 
         return Handler

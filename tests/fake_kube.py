@@ -33,7 +33,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 from urllib.parse import parse_qs, urlsplit
 
-SERVED = {"kubeflow.org/v1": {"pytorchjobs": "PyTorchJob", "notebooks": "Notebook"}, "trainer.kubeflow.org/v1alpha1": {"trainjobs": "TrainJob"}}
+SERVED = {
+    "kubeflow.org/v1": {"pytorchjobs": "PyTorchJob", "notebooks": "Notebook"},
+    "trainer.kubeflow.org/v1alpha1": {"trainjobs": "TrainJob"},
+}
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,12 @@ class FakeKube:
                     "kind": "Config",
                     "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
                     "users": [{"name": "launcher", "user": {"token": "not-a-secret"}}],
-                    "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "launcher", "namespace": self.namespace}}],
+                    "contexts": [
+                        {
+                            "name": "fake",
+                            "context": {"cluster": "fake", "user": "launcher", "namespace": self.namespace},
+                        }
+                    ],
                     "current-context": "fake",
                 }
             )
@@ -110,7 +118,17 @@ class FakeKube:
                     raise AssertionError(f"no {plural} was created within {timeout} s")
             return copy.deepcopy(next(iter(self.objects[plural].values())))
 
-    def set_condition(self, plural: str, name: str, kind: str, reason: str, message: str = "", *, drop: bool = False, expire: bool = False) -> None:
+    def set_condition(
+        self,
+        plural: str,
+        name: str,
+        kind: str,
+        reason: str,
+        message: str = "",
+        *,
+        drop: bool = False,
+        expire: bool = False,
+    ) -> None:
         """Make ``kind`` the job's true condition (earlier ones turn False), as the operators do.
 
         ``drop`` cuts every open stream in the same instant, so the launcher can
@@ -119,9 +137,15 @@ class FakeKube:
         """
         with self.changed:
             job = self.objects[plural][name]
-            conditions = [{**c, "status": "False"} for c in job.setdefault("status", {}).get("conditions", []) if c["type"] != kind]
+            conditions = [
+                {**c, "status": "False"}
+                for c in job.setdefault("status", {}).get("conditions", [])
+                if c["type"] != kind
+            ]
             now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-            conditions.append({"type": kind, "status": "True", "reason": reason, "message": message, "lastTransitionTime": now})
+            conditions.append(
+                {"type": kind, "status": "True", "reason": reason, "message": message, "lastTransitionTime": now}
+            )
             job["status"]["conditions"] = conditions
             self._stored(plural, "MODIFIED", job)
             if expire:
@@ -135,10 +159,16 @@ class FakeKube:
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": name, "namespace": self.namespace, "uid": str(uuid.uuid4()), "labels": labels},
-            "status": {"phase": "Pending", "conditions": [], "containerStatuses": [self._status(container, {"waiting": {"reason": "ContainerCreating"}}, 0)]},
+            "status": {
+                "phase": "Pending",
+                "conditions": [],
+                "containerStatuses": [self._status(container, {"waiting": {"reason": "ContainerCreating"}}, 0)],
+            },
         }
         if pending_reason:
-            pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": pending_reason}]
+            pod["status"]["conditions"] = [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": pending_reason}
+            ]
             pod["status"]["containerStatuses"] = []
         with self.changed:
             self._stored("pods", "ADDED", pod)
@@ -159,7 +189,13 @@ class FakeKube:
 
     def exit_container(self, pod: str, exit_code: int, reason: str = "") -> None:
         def end(status):
-            status["state"] = {"terminated": {"exitCode": exit_code, "reason": reason or ("Completed" if exit_code == 0 else "Error"), "finishedAt": rfc3339_nano(time.time())}}
+            status["state"] = {
+                "terminated": {
+                    "exitCode": exit_code,
+                    "reason": reason or ("Completed" if exit_code == 0 else "Error"),
+                    "finishedAt": rfc3339_nano(time.time()),
+                }
+            }
             status["ready"] = False
 
         self._change_container(pod, end, phase="Succeeded" if exit_code == 0 else "Failed")
@@ -201,12 +237,23 @@ class FakeKube:
             return sorted(self.objects.get(plural, {}))
 
     def requests_matching(self, method: str, path_part: str, **query: str) -> list[Request]:
-        return [r for r in list(self.requests) if r.method == method and path_part in r.path and all(r.query.get(k) == v for k, v in query.items())]
+        return [
+            r
+            for r in list(self.requests)
+            if r.method == method and path_part in r.path and all(r.query.get(k) == v for k, v in query.items())
+        ]
 
     # --- storage --------------------------------------------------------------------------------
     @staticmethod
     def _status(container: str, state: dict[str, Any], restarts: int) -> dict[str, Any]:
-        return {"name": container, "state": state, "restartCount": restarts, "ready": False, "image": "runtime:test", "imageID": "sha256:0"}
+        return {
+            "name": container,
+            "state": state,
+            "restartCount": restarts,
+            "ready": False,
+            "image": "runtime:test",
+            "imageID": "sha256:0",
+        }
 
     def _container(self, pod: str) -> dict[str, Any]:
         return self.objects["pods"][pod]["status"]["containerStatuses"][0]
@@ -238,7 +285,9 @@ class FakeKube:
         if parts[0] == "apis" and len(parts) >= 6 and parts[3] == "namespaces":
             group_version, plural = f"{parts[1]}/{parts[2]}", parts[5]
             if plural not in self.served.get(group_version, {}):
-                return 404, _status(404, "NotFound", f"the server could not find the requested resource ({plural}.{group_version})")
+                return 404, _status(
+                    404, "NotFound", f"the server could not find the requested resource ({plural}.{group_version})"
+                )
             return self._resource(method, plural, parts[6] if len(parts) > 6 else None, query, body)
         if parts[:2] == ["api", "v1"] and len(parts) >= 5 and parts[4] == "pods":
             if len(parts) == 7 and parts[6] == "log":
@@ -250,12 +299,25 @@ class FakeKube:
         if group_version not in self.served:
             return 404, _status(404, "NotFound", "the server could not find the requested resource")
         resources = [
-            {"name": plural, "singularName": kind.lower(), "namespaced": True, "kind": kind, "verbs": ["create", "delete", "get", "list", "watch"]}
+            {
+                "name": plural,
+                "singularName": kind.lower(),
+                "namespaced": True,
+                "kind": kind,
+                "verbs": ["create", "delete", "get", "list", "watch"],
+            }
             for plural, kind in self.served[group_version].items()
         ]
-        return 200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}
+        return 200, {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": group_version,
+            "resources": resources,
+        }
 
-    def _resource(self, method: str, plural: str, name: str | None, query: dict[str, str], body: Any) -> tuple[int, Any] | Iterator[str]:
+    def _resource(
+        self, method: str, plural: str, name: str | None, query: dict[str, str], body: Any
+    ) -> tuple[int, Any] | Iterator[str]:
         if method == "POST" and name is None:
             with self.changed:
                 if body["metadata"]["name"] in self.objects.get(plural, {}):
@@ -274,15 +336,26 @@ class FakeKube:
                 if item is None:
                     return 404, _status(404, "NotFound", f'{plural} "{name}" not found')
                 self._stored(plural, "DELETED", item)
-                for pod in [p for p in self.objects.get("pods", {}).values() if name in (p["metadata"].get("labels") or {}).values()]:
+                for pod in [
+                    p
+                    for p in self.objects.get("pods", {}).values()
+                    if name in (p["metadata"].get("labels") or {}).values()
+                ]:
                     self._stored("pods", "DELETED", pod)  # Foreground propagation: the job's pods go first
                 return 200, item
         if method == "GET" and query.get("watch") == "true":
             return self._watch(plural, query)
         if method == "GET":
             with self.changed:
-                items = [copy.deepcopy(item) for item in self.objects.get(plural, {}).values() if _selected(item, query)]
-                return 200, {"kind": "List", "apiVersion": "v1", "metadata": {"resourceVersion": str(self.resource_version)}, "items": items}
+                items = [
+                    copy.deepcopy(item) for item in self.objects.get(plural, {}).values() if _selected(item, query)
+                ]
+                return 200, {
+                    "kind": "List",
+                    "apiVersion": "v1",
+                    "metadata": {"resourceVersion": str(self.resource_version)},
+                    "items": items,
+                }
         return 405, _status(405, "MethodNotAllowed", f"{method} is not supported here")
 
     def _watch(self, plural: str, query: dict[str, str]) -> Iterator[str]:
@@ -296,10 +369,18 @@ class FakeKube:
                 return
         while True:
             with self.changed:
-                pending = [(rv, event, item) for rv, p, event, item in self.history if p == plural and rv > since and _selected(item, query)]
+                pending = [
+                    (rv, event, item)
+                    for rv, p, event, item in self.history
+                    if p == plural and rv > since and _selected(item, query)
+                ]
                 while not pending and self.drops == drops and time.monotonic() < deadline:
                     self.changed.wait(max(0.0, deadline - time.monotonic()))
-                    pending = [(rv, event, item) for rv, p, event, item in self.history if p == plural and rv > since and _selected(item, query)]
+                    pending = [
+                        (rv, event, item)
+                        for rv, p, event, item in self.history
+                        if p == plural and rv > since and _selected(item, query)
+                    ]
                 if self.drops != drops:
                     raise Dropped()
             if not pending and time.monotonic() >= deadline:
@@ -330,7 +411,11 @@ class FakeKube:
             with self.changed:
                 lines = self.logs.get((pod, run), [])
                 status = self.objects.get("pods", {}).get(pod, {}).get("status", {}).get("containerStatuses", [{}])[0]
-                ended = pod not in self.objects.get("pods", {}) or status.get("restartCount") != run or "terminated" in status.get("state", {})
+                ended = (
+                    pod not in self.objects.get("pods", {})
+                    or status.get("restartCount") != run
+                    or "terminated" in status.get("state", {})
+                )
                 if len(lines) == sent and not ended and self.drops == drops:
                     self.changed.wait(5)
                     continue
@@ -348,7 +433,14 @@ class FakeKube:
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
-    return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "reason": reason, "message": message}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "code": code,
+        "reason": reason,
+        "message": message,
+    }
 
 
 def _selected(item: dict[str, Any], query: dict[str, str]) -> bool:
@@ -374,7 +466,10 @@ def _handler_for(fake: FakeKube) -> type[BaseHTTPRequestHandler]:
         def _serve(self, method: str) -> None:
             url = urlsplit(self.path)
             # The Python client writes booleans as True/False; the API server parses them either way.
-            query = {key: values[-1].lower() if values[-1] in ("True", "False") else values[-1] for key, values in parse_qs(url.query).items()}
+            query = {
+                key: values[-1].lower() if values[-1] in ("True", "False") else values[-1]
+                for key, values in parse_qs(url.query).items()
+            }
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length)) if length else None
             answer = fake.handle(method, url.path, query, body)

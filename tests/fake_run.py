@@ -16,8 +16,16 @@ FINGERPRINT = "sha256:" + "ab" * 32
 GGUF = "practical-skills-q8_0.gguf"
 LORA_GGUF = "practical-skills-lora-f16.gguf"
 SAMPLES = [
-    {"question": "How many cups in a gallon?", "base": "A gallon is a unit.", "fine_tuned": "There are 16 cups in a US gallon."},
-    {"question": "What is the easiest loop knot to tie?", "base": "Knots are\nuseful.", "fine_tuned": "The overhand loop | quick and secure."},
+    {
+        "question": "How many cups in a gallon?",
+        "base": "A gallon is a unit.",
+        "fine_tuned": "There are 16 cups in a US gallon.",
+    },
+    {
+        "question": "What is the easiest loop knot to tie?",
+        "base": "Knots are\nuseful.",
+        "fine_tuned": "The overhand loop | quick and secure.",
+    },
 ]
 
 
@@ -31,19 +39,48 @@ def _bytes(path: Path, size: int, seed: int) -> None:
     path.write_bytes(bytes((i * 31 + seed) % 251 for i in range(size)))
 
 
-def make_run(workspace: Path, run_id: str = "run-1", *, fingerprint: str = FINGERPRINT, gate_passed: bool = True, model: str = "HuggingFaceTB/SmolLM3-3B") -> Path:
+def make_run(
+    workspace: Path,
+    run_id: str = "run-1",
+    *,
+    fingerprint: str = FINGERPRINT,
+    gate_passed: bool = True,
+    model: str = "HuggingFaceTB/SmolLM3-3B",
+) -> Path:
     """Write data, train, evaluate and export outputs of ``run_id`` under ``workspace``; return the run directory."""
-    data, train, evaluate, export = (stage_dir(str(workspace), run_id, stage) for stage in ("data", "train", "evaluate", "export"))
+    data, train, evaluate, export = (
+        stage_dir(str(workspace), run_id, stage) for stage in ("data", "train", "evaluate", "export")
+    )
     _json(data / "stats.json", {"fingerprint": fingerprint, "rows": {"train": 270, "eval": 30}})
     _json(
         train / "training_summary.json",
         {
-            "config": {"model": model, "method": "lora", "lora_r": 16, "lora_alpha": 32, "lora_dropout": 0.05,
-                       "lora_target_modules": "all-linear", "epochs": 3.0, "learning_rate": 0.0002, "max_length": 1024},
-            "world_size": 2, "devices": ["NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3"], "precision": "bf16",
-            "learning_rate": 0.0002, "global_step": 102, "epochs": 3.0, "train_examples": 270, "eval_examples": 30,
-            "tokens_seen": 412345, "train_runtime_s": 185.2, "non_padding_tokens_per_s": 2226.5,
-            "final_train_loss": 0.8123, "mean_train_loss": 1.1, "final_eval_loss": 0.9511, "ranks": [],
+            "config": {
+                "model": model,
+                "method": "lora",
+                "lora_r": 16,
+                "lora_alpha": 32,
+                "lora_dropout": 0.05,
+                "lora_target_modules": "all-linear",
+                "epochs": 3.0,
+                "learning_rate": 0.0002,
+                "max_length": 1024,
+            },
+            "world_size": 2,
+            "devices": ["NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3"],
+            "precision": "bf16",
+            "learning_rate": 0.0002,
+            "global_step": 102,
+            "epochs": 3.0,
+            "train_examples": 270,
+            "eval_examples": 30,
+            "tokens_seen": 412345,
+            "train_runtime_s": 185.2,
+            "non_padding_tokens_per_s": 2226.5,
+            "final_train_loss": 0.8123,
+            "mean_train_loss": 1.1,
+            "final_eval_loss": 0.9511,
+            "ranks": [],
         },
     )
     _json(train / "merged" / "config.json", {"architectures": ["LlamaForCausalLM"], "model_type": "llama"})
@@ -57,13 +94,17 @@ def make_run(workspace: Path, run_id: str = "run-1", *, fingerprint: str = FINGE
     _json(
         evaluate / "evaluation.json",
         {
-            "base_model": model, "fine_tuned_model": str(train / "merged"),
+            "base_model": model,
+            "fine_tuned_model": str(train / "merged"),
             "base": {"eval_loss": 2.3456, "perplexity": 10.44, "rouge_l": 0.1234, "eval_tokens": 5000},
             "fine_tuned": {"eval_loss": 0.9511, "perplexity": 2.59, "rouge_l": 0.4567, "eval_tokens": 5000},
             "deltas": {"eval_loss": 0.9511 - 2.3456, "perplexity": 2.59 - 10.44, "rouge_l": 0.4567 - 0.1234},
             "scored_rows": 30,
-            "gate": {"passed": gate_passed, "min_eval_loss_improvement": 0.0,
-                     "reason": "eval loss improved by 1.3945" if gate_passed else "eval loss got worse by 0.2"},
+            "gate": {
+                "passed": gate_passed,
+                "min_eval_loss_improvement": 0.0,
+                "reason": "eval loss improved by 1.3945" if gate_passed else "eval loss got worse by 0.2",
+            },
         },
     )
     _json(evaluate / "demo_outputs" / "sample_responses.json", SAMPLES)

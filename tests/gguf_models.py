@@ -31,20 +31,49 @@ EMBEDDING_SCALE = 5.0
 def build_tiny_model(kind: str, tokenizer_dir: Path, target: Path) -> Path:
     import torch
     from transformers import (
-        AutoTokenizer, GenerationConfig, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
-        Qwen3Config, Qwen3ForCausalLM, SmolLM3Config, SmolLM3ForCausalLM,
+        AutoTokenizer,
+        GenerationConfig,
+        MistralConfig,
+        MistralForCausalLM,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+        Qwen3Config,
+        Qwen3ForCausalLM,
+        SmolLM3Config,
+        SmolLM3ForCausalLM,
     )
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     common = dict(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=2048, initializer_range=0.1, bos_token_id=1, eos_token_id=2, pad_token_id=2,
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        initializer_range=0.1,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
     )
     specs = {
-        "smollm3": (SmolLM3Config, SmolLM3ForCausalLM, dict(num_hidden_layers=4, tie_word_embeddings=True), torch.bfloat16, None),
+        "smollm3": (
+            SmolLM3Config,
+            SmolLM3ForCausalLM,
+            dict(num_hidden_layers=4, tie_word_embeddings=True),
+            torch.bfloat16,
+            None,
+        ),
         "qwen2": (Qwen2Config, Qwen2ForCausalLM, dict(tie_word_embeddings=False), torch.float16, None),
         "qwen3": (Qwen3Config, Qwen3ForCausalLM, dict(head_dim=32, tie_word_embeddings=True), torch.bfloat16, None),
-        "mistral": (MistralConfig, MistralForCausalLM, dict(intermediate_size=80, sliding_window=None, tie_word_embeddings=False), torch.bfloat16, "3MB"),
+        "mistral": (
+            MistralConfig,
+            MistralForCausalLM,
+            dict(intermediate_size=80, sliding_window=None, tie_word_embeddings=False),
+            torch.bfloat16,
+            "3MB",
+        ),
     }
     config_class, model_class, extra, dtype, shard = specs[kind]
     torch.manual_seed(0)

@@ -35,7 +35,19 @@ def reference_dir() -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", f"{PACKAGE}=={wanted}", "--no-deps", "--no-binary", ":all:", "--quiet", "-d", scratch],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                f"{PACKAGE}=={wanted}",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                "--quiet",
+                "-d",
+                scratch,
+            ],
             check=True,
         )
         sdist = next(Path(scratch).glob("*.tar.gz"))
@@ -43,7 +55,12 @@ def reference_dir() -> Path:
         with tarfile.open(sdist) as archive:
             for member in archive.getmembers():
                 parts = member.name.split("/", 3)  # <pkg>-<ver>/vendor/llama.cpp/<path>
-                if len(parts) == 4 and parts[1:3] == ["vendor", "llama.cpp"] and parts[3].startswith(MEMBERS) and member.isfile():
+                if (
+                    len(parts) == 4
+                    and parts[1:3] == ["vendor", "llama.cpp"]
+                    and parts[3].startswith(MEMBERS)
+                    and member.isfile()
+                ):
                     member.name = parts[3]
                     archive.extract(member, building, filter="data")
         try:
@@ -88,4 +105,12 @@ def reference_convert(jobs: list[tuple[Path, str, Path, str]], timeout: float = 
 
 def reference_convert_cli(model_dir: Path, outtype: str, outfile: Path) -> list[str]:
     """The command line of one conversion by ``convert_hf_to_gguf.py`` itself (for the benchmark)."""
-    return [sys.executable, str(reference_dir() / "convert_hf_to_gguf.py"), str(model_dir), "--outfile", str(outfile), "--outtype", outtype]
+    return [
+        sys.executable,
+        str(reference_dir() / "convert_hf_to_gguf.py"),
+        str(model_dir),
+        "--outfile",
+        str(outfile),
+        "--outtype",
+        outtype,
+    ]

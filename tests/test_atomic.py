@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from conftest import PUBLISHED, REPO_ROOT, qa, read_stats, run_cli, snapshot, write_jsonl
 
 from components import atomic
 from components.atomic import STAGING_PREFIX, staging_dir, write_text_atomic
-from conftest import PUBLISHED, REPO_ROOT, qa, read_stats, run_cli, snapshot, write_jsonl
 
 
 def visible(directory: Path) -> set[str]:
@@ -110,7 +110,10 @@ def test_publish_replaces_an_earlier_set_wholly(tmp_path):
         for name in ("train", "stats"):
             stage.file(name).write_text(f"new {name}")
         stage.publish("train", "stats")
-    assert {name: (tmp_path / name).read_text() for name in ("train", "stats")} == {"train": "new train", "stats": "new stats"}
+    assert {name: (tmp_path / name).read_text() for name in ("train", "stats")} == {
+        "train": "new train",
+        "stats": "new stats",
+    }
     assert stagings(tmp_path) == []
 
 
@@ -196,7 +199,9 @@ def assert_consistent(output_dir: Path, new: dict[str, bytes], old: dict[str, by
     assert visible(output_dir) <= set(PUBLISHED), visible(output_dir)
     present = snapshot(output_dir)
     for name, data in present.items():
-        assert data == new[name] or (old is not None and data == old[name]), f"{name} is neither the old nor the new version"
+        assert data == new[name] or (old is not None and data == old[name]), (
+            f"{name} is neither the old nor the new version"
+        )
     if "stats.json" in present:
         assert set(present) == set(PUBLISHED)
         stats = read_stats(output_dir)
@@ -258,7 +263,12 @@ def test_kill_between_publishes_never_leaves_a_stale_completion_marker(tmp_path,
     for name, data in old.items():
         (out / name).write_bytes(data)
     cli = ["--input", str(new_src), "--output-dir", str(out), "--eval-fraction", "0.3"]
-    proc = subprocess.run([sys.executable, "-c", KILL_BEFORE_REPLACE, str(kill_before), *cli], cwd=REPO_ROOT, capture_output=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", KILL_BEFORE_REPLACE, str(kill_before), *cli],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        timeout=120,
+    )
     if kill_before < len(PUBLISHED):
         assert proc.returncode == -signal.SIGKILL, proc.stderr
         assert "stats.json" not in snapshot(out) or snapshot(out) == old

@@ -10,16 +10,24 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import REPO_ROOT, run_module
 
 from components.runtime_image import DEFAULT_IMAGE, IMAGE_ENV_VAR, runtime_image
-from conftest import REPO_ROOT, run_module
 from pipelines.compile import DEFAULT_OUTPUT
 from pipelines.workspace import MOUNT_PATH
 
 COMMITTED = REPO_ROOT / "compiled" / "fine_tune_pipeline.yaml"
 ROOT = None  # owner of the root DAG in the helpers below
 PVC_STUB_PREFIXES = ("exec-createpvc", "exec-deletepvc")  # kfp-kubernetes tasks the backend driver runs itself
-PVC_TASKS = {"resolve-storage-class", "createpvc", "use-existing-pvc", "workspace-pvc", "deletepvc", "deletepvc-2", "deletepvc-3"}
+PVC_TASKS = {
+    "resolve-storage-class",
+    "createpvc",
+    "use-existing-pvc",
+    "workspace-pvc",
+    "deletepvc",
+    "deletepvc-2",
+    "deletepvc-3",
+}
 CHANNEL = re.compile(r"inputs\.parameter_values\['([^']+)'\]")
 TOKEN_NAME = re.compile(r"(^|_)token($|_)", re.IGNORECASE)  # hf_token_secret, api_token; not max_new_tokens
 
@@ -43,7 +51,9 @@ def load(path: Path) -> tuple[dict, dict]:
 
 def executor_images(path: Path) -> dict[str, str]:
     pipeline, _ = load(path)
-    return {label: executor["container"]["image"] for label, executor in pipeline["deploymentSpec"]["executors"].items()}
+    return {
+        label: executor["container"]["image"] for label, executor in pipeline["deploymentSpec"]["executors"].items()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +88,9 @@ def find_task(spec, wanted):
 
 def parent_of(spec, component):
     """The (owner, task name, task) that runs DAG component ``component``."""
-    (found,) = [(owner, name, task) for owner, name, task in all_tasks(spec) if task["componentRef"]["name"] == component]
+    (found,) = [
+        (owner, name, task) for owner, name, task in all_tasks(spec) if task["componentRef"]["name"] == component
+    ]
     return found
 
 
@@ -91,7 +103,11 @@ def source(spec, owner, task, input_name):
         parent_owner, _, parent_task = parent_of(spec, owner)
         return source(spec, parent_owner, parent_task, binding["componentInputParameter"])
     if "taskOutputParameter" in binding:
-        return ("task", binding["taskOutputParameter"]["producerTask"], binding["taskOutputParameter"]["outputParameterKey"])
+        return (
+            "task",
+            binding["taskOutputParameter"]["producerTask"],
+            binding["taskOutputParameter"]["outputParameterKey"],
+        )
     return ("constant", binding["runtimeValue"]["constant"])
 
 
@@ -123,7 +139,11 @@ def outermost(spec, task_name):
 
 def workspace_tasks(spec):
     """Tasks that read or write the workspace: those given a workspace_root."""
-    return {name: (owner, task) for owner, name, task in all_tasks(spec) if "workspace_root" in task.get("inputs", {}).get("parameters", {})}
+    return {
+        name: (owner, task)
+        for owner, name, task in all_tasks(spec)
+        if "workspace_root" in task.get("inputs", {}).get("parameters", {})
+    }
 
 
 def test_committed_yaml_is_fresh():
@@ -172,7 +192,10 @@ def test_image_flag_sets_every_runtime_executor(tmp_path):
     assert {images[label] for label in images if not is_pvc_stub(label)} == {"registry.example.com/me/ft:1.2"}
     pipeline, _ = load(out)
     owner, train = find_task(pipeline, "train-model")
-    assert source(pipeline, owner, train, "image") == ("constant", "registry.example.com/me/ft:1.2")  # the training pods' image too
+    assert source(pipeline, owner, train, "image") == (
+        "constant",
+        "registry.example.com/me/ft:1.2",
+    )  # the training pods' image too
 
 
 def test_image_env_var_and_flag_precedence(tmp_path):
@@ -180,12 +203,22 @@ def test_image_env_var_and_flag_precedence(tmp_path):
     by_env = tmp_path / "env.yaml"
     result = compile_cli("--output", by_env, env={IMAGE_ENV_VAR: "registry.example.com/env/ft:2"})
     assert result.returncode == 0, result.stderr
-    assert {img for label, img in executor_images(by_env).items() if not is_pvc_stub(label)} == {"registry.example.com/env/ft:2"}
+    assert {img for label, img in executor_images(by_env).items() if not is_pvc_stub(label)} == {
+        "registry.example.com/env/ft:2"
+    }
 
     both = tmp_path / "both.yaml"
-    result = compile_cli("--image", "registry.example.com/flag/ft:3", "--output", both, env={IMAGE_ENV_VAR: "registry.example.com/env/ft:2"})
+    result = compile_cli(
+        "--image",
+        "registry.example.com/flag/ft:3",
+        "--output",
+        both,
+        env={IMAGE_ENV_VAR: "registry.example.com/env/ft:2"},
+    )
     assert result.returncode == 0, result.stderr
-    assert {img for label, img in executor_images(both).items() if not is_pvc_stub(label)} == {"registry.example.com/flag/ft:3"}
+    assert {img for label, img in executor_images(both).items() if not is_pvc_stub(label)} == {
+        "registry.example.com/flag/ft:3"
+    }
 
 
 def test_runtime_image_default_and_blank_env(monkeypatch):
@@ -202,8 +235,14 @@ def test_every_executor_uses_the_runtime_image(spec):
     """One image for every step: a step in another image would run different code or lack the project.
     Only the kfp-kubernetes PVC stubs, which the backend handles without a container, differ."""
     executors = spec["deploymentSpec"]["executors"]
-    stubs = {label for label, e in executors.items() if "command" not in e["container"] and e["container"]["image"].startswith("argostub/")}
-    assert stubs == {label for label in executors if is_pvc_stub(label)} and len(stubs) == 4  # create, and delete on each of 3 paths
+    stubs = {
+        label
+        for label, e in executors.items()
+        if "command" not in e["container"] and e["container"]["image"].startswith("argostub/")
+    }
+    assert (
+        stubs == {label for label in executors if is_pvc_stub(label)} and len(stubs) == 4
+    )  # create, and delete on each of 3 paths
     assert {e["container"]["image"] for label, e in executors.items() if label not in stubs} == {DEFAULT_IMAGE}
     assert len(executors) - len(stubs) >= 5
 
@@ -229,7 +268,12 @@ def test_hub_token_comes_only_from_the_secret(tmp_path, platform):
     assert "hf_" not in COMMITTED.read_text().replace("hf_token", "")  # no token-looking string at all
     pipeline, _ = load(COMMITTED)
     assert not [name for name in pipeline["root"]["inputDefinitions"]["parameters"] if TOKEN_NAME.search(name)]
-    token_inputs = [(name, task) for owner, name, task in all_tasks(pipeline) for key in task.get("inputs", {}).get("parameters", {}) if TOKEN_NAME.search(key)]
+    token_inputs = [
+        (name, task)
+        for owner, name, task in all_tasks(pipeline)
+        for key in task.get("inputs", {}).get("parameters", {})
+        if TOKEN_NAME.search(key)
+    ]
     assert [(name, source(pipeline, *find_task(pipeline, name), "hf_token_secret")) for name, _ in token_inputs] == [
         ("train-model", ("constant", "hf-token"))  # the Secret's name, for the training pods
     ]
@@ -237,24 +281,74 @@ def test_hub_token_comes_only_from_the_secret(tmp_path, platform):
     for label in ("exec-prepare-dataset", "exec-check-data-changed", "exec-evaluate-model", "exec-publish-model"):
         secrets = platform["deploymentSpec"]["executors"][label]["secretAsEnv"]
         hub = [secret for secret in secrets if secret["secretName"] == "hf-token"]
-        assert hub == [{**hub[0], "keyToEnv": [{"envVar": "HF_TOKEN", "secretKey": "HF_TOKEN"}], "optional": True}], label
+        assert hub == [{**hub[0], "keyToEnv": [{"envVar": "HF_TOKEN", "secretKey": "HF_TOKEN"}], "optional": True}], (
+            label
+        )
 
 
 def test_every_parameter_has_default_and_description(spec):
     """The run form shows these; a parameter without a default blocks one-click runs, one without a description is a guess."""
     parameters = spec["root"]["inputDefinitions"]["parameters"]
     assert set(parameters) == {
-        "dataset_uri", "eval_fraction", "split_seed", "max_reject_fraction", "system_prompt", "force",
-        "base_model", "method", "epochs", "max_steps", "learning_rate", "scale_lr", "warmup_ratio", "weight_decay",
-        "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "per_device_batch_size", "gradient_accumulation_steps",
-        "max_length", "packing", "loss_on", "gradient_checkpointing", "save_steps", "save_total_limit", "logging_steps",
-        "eval_steps", "seed", "training_backend", "training_nodes", "gpus_per_node", "training_cpu", "training_memory",
-        "training_shm_size", "node_selector", "tolerations", "training_timeout_minutes", "training_backoff_limit",
-        "trainjob_runtime", "extra_questions", "eval_max_new_tokens", "eval_score_rows", "eval_batch_size",
-        "min_eval_loss_improvement", "model_name", "gguf_outtype", "gguf_lora_adapter", "gguf_thresholds",
-        "hub_repo_id", "hub_private", "publish_merged", "publish_adapter", "model_license",
-        "pvc_name", "pvc_size", "pvc_storage_class", "keep_pvc",
-    }  # fmt: skip
+        "dataset_uri",
+        "eval_fraction",
+        "split_seed",
+        "max_reject_fraction",
+        "system_prompt",
+        "force",
+        "base_model",
+        "method",
+        "epochs",
+        "max_steps",
+        "learning_rate",
+        "scale_lr",
+        "warmup_ratio",
+        "weight_decay",
+        "lora_r",
+        "lora_alpha",
+        "lora_dropout",
+        "lora_target_modules",
+        "per_device_batch_size",
+        "gradient_accumulation_steps",
+        "max_length",
+        "packing",
+        "loss_on",
+        "gradient_checkpointing",
+        "save_steps",
+        "save_total_limit",
+        "logging_steps",
+        "eval_steps",
+        "seed",
+        "training_backend",
+        "training_nodes",
+        "gpus_per_node",
+        "training_cpu",
+        "training_memory",
+        "training_shm_size",
+        "node_selector",
+        "tolerations",
+        "training_timeout_minutes",
+        "training_backoff_limit",
+        "trainjob_runtime",
+        "extra_questions",
+        "eval_max_new_tokens",
+        "eval_score_rows",
+        "eval_batch_size",
+        "min_eval_loss_improvement",
+        "model_name",
+        "gguf_outtype",
+        "gguf_lora_adapter",
+        "gguf_thresholds",
+        "hub_repo_id",
+        "hub_private",
+        "publish_merged",
+        "publish_adapter",
+        "model_license",
+        "pvc_name",
+        "pvc_size",
+        "pvc_storage_class",
+        "keep_pvc",
+    }
     for name, definition in parameters.items():
         assert "defaultValue" in definition, name
         assert definition.get("isOptional") is True, name
@@ -332,18 +426,26 @@ def test_stages_run_in_order_under_their_decisions(spec):
     """Training runs only on changed data (or force); export and publish only after a passed quality gate;
     each skip leaves a node in the run graph that says why."""
     expected = {
-        "prepare-dataset": set(), "check-data-changed": set(),
-        "train-model": {"data_changed"}, "evaluate-model": {"data_changed"},
-        "export-gguf": {"data_changed", "gate_passed"}, "publish-model": {"data_changed", "gate_passed"},
-        "report-skipped": {"data_changed", "!gate_passed"}, "report-skipped-2": {"!data_changed"},
-    }  # fmt: skip
+        "prepare-dataset": set(),
+        "check-data-changed": set(),
+        "train-model": {"data_changed"},
+        "evaluate-model": {"data_changed"},
+        "export-gguf": {"data_changed", "gate_passed"},
+        "publish-model": {"data_changed", "gate_passed"},
+        "report-skipped": {"data_changed", "!gate_passed"},
+        "report-skipped-2": {"!data_changed"},
+    }
     for name, path in expected.items():
         assert guards(spec, name) == {PATHS[step] for step in path}, name
     owner, check = find_task(spec, "check-data-changed")
     assert source(spec, owner, check, "fingerprint") == ("task", "prepare-dataset", "fingerprint")
     assert source(spec, owner, check, "force") == ("param", "force")
     owner, evaluate = find_task(spec, "evaluate-model")
-    assert source(spec, owner, evaluate, "base_model") == ("task", "train-model", "base_model")  # compared with what was trained
+    assert source(spec, owner, evaluate, "base_model") == (
+        "task",
+        "train-model",
+        "base_model",
+    )  # compared with what was trained
     assert source(spec, owner, evaluate, "train_dir") == ("task", "train-model", "train_dir")
     owner, publish = find_task(spec, "publish-model")
     assert "export-gguf" in publish["dependentTasks"]
@@ -392,7 +494,10 @@ def test_every_stage_option_defaults_to_its_dataclass(spec):
 def test_evaluation_gets_a_gpu_in_the_cluster(spec, platform):
     """Generating with two models is GPU work; GPU nodes are usually tainted, so the step tolerates the taint."""
     resources = spec["deploymentSpec"]["executors"]["exec-evaluate-model"]["container"]["resources"]
-    assert resources["accelerator"]["resourceType"] == "nvidia.com/gpu" and resources["accelerator"]["resourceCount"] == "1"
+    assert (
+        resources["accelerator"]["resourceType"] == "nvidia.com/gpu"
+        and resources["accelerator"]["resourceCount"] == "1"
+    )
     (toleration,) = platform["deploymentSpec"]["executors"]["exec-evaluate-model"]["tolerations"]
     assert toleration == {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
@@ -416,7 +521,11 @@ def test_workspace_stages_mount_the_pvc(spec, platform):
 def pvc_source(spec, owner, binding):
     """Where a mount's PVC name comes from: a task output directly, or one passed into a condition branch."""
     if "taskOutputParameter" in binding:
-        return ("task", binding["taskOutputParameter"]["producerTask"], binding["taskOutputParameter"]["outputParameterKey"])
+        return (
+            "task",
+            binding["taskOutputParameter"]["producerTask"],
+            binding["taskOutputParameter"]["outputParameterKey"],
+        )
     parent_owner, _, parent_task = parent_of(spec, owner)
     return source(spec, parent_owner, parent_task, binding["componentInputParameter"])
 

@@ -15,6 +15,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, GenerationConfig
 
+from components.dataprep.schema import OUTPUT_SCHEMA
 from components.errors import UserError
 from components.evaluation.gate import decide
 from components.evaluation.generation import end_of_turn_id, generate_answers, stop_token_ids
@@ -23,7 +24,6 @@ from components.evaluation.models import load_model, load_tokenizer
 from components.evaluation.options import DEFAULT_QUESTIONS, EvaluateOptions, build_parser, parse_options
 from components.evaluation.reference import reference_rows, rouge_l
 from components.evaluation.report import render_html, render_markdown
-from components.dataprep.schema import OUTPUT_SCHEMA
 from trainer.data import load_split, split_path
 
 
@@ -41,7 +41,9 @@ def held_out(data_dir, tokenizer, max_length):
     return usable_conversations(load_split(data_dir, "eval"), split_path(data_dir, "eval"), tokenizer, max_length)
 
 
-def test_held_out_loss_is_the_training_loss_averaged_over_every_assistant_token(tiny_model, tokenizer, prepared_data_dir):
+def test_held_out_loss_is_the_training_loss_averaged_over_every_assistant_token(
+    tiny_model, tokenizer, prepared_data_dir
+):
     """Each conversation scored alone, as the model scores labels that are -100 outside the assistant turns, then token-weighted."""
     conversations = held_out(prepared_data_dir, tokenizer, max_length=96)
     total_nll, total_tokens = 0.0, 0
@@ -76,9 +78,14 @@ def test_an_empty_eval_split_names_the_file_and_the_eval_fraction(tokenizer, tmp
 def test_conversations_truncated_before_the_answer_are_not_usable(tokenizer, tmp_path):
     """The default system prompt and a long question fill max_length: no assistant token is left to score."""
     long_question = {"role": "user", "content": "Tell me about knots. " * 20}
-    write_eval_split(tmp_path, [{"id": 1, "messages": [long_question, {"role": "assistant", "content": "Use a bowline."}]}])
+    write_eval_split(
+        tmp_path, [{"id": 1, "messages": [long_question, {"role": "assistant", "content": "Use a bowline."}]}]
+    )
     assert held_out(tmp_path, tokenizer, max_length=1024)
-    with pytest.raises(UserError, match=r"none of the 1 rows of .*eval\.parquet has an assistant token within the first 64 tokens.*--max-length"):
+    with pytest.raises(
+        UserError,
+        match=r"none of the 1 rows of .*eval\.parquet has an assistant token within the first 64 tokens.*--max-length",
+    ):
         held_out(tmp_path, tokenizer, max_length=64)
 
 
@@ -135,7 +142,13 @@ def test_rouge_l_is_the_longest_common_subsequence_f_measure():
         (2.5, 2.0, 0.0, True, "improved by 0.5000 (base 2.5000, fine-tuned 2.0000), which meets"),
         (2.0, 2.1, 0.0, False, "got worse by 0.1000 (base 2.0000, fine-tuned 2.1000), which falls short of"),
         (2.5, 2.0, 0.5, True, "which meets the required minimum improvement of 0.5000"),
-        (2.5, 2.2, 0.5, False, "improved by 0.3000 (base 2.5000, fine-tuned 2.2000), which falls short of the required minimum improvement of 0.5000"),
+        (
+            2.5,
+            2.2,
+            0.5,
+            False,
+            "improved by 0.3000 (base 2.5000, fine-tuned 2.2000), which falls short of the required minimum improvement of 0.5000",
+        ),
         (2.0, 2.3, -0.5, True, "got worse by 0.3000"),
         (2.0, math.nan, -100.0, False, "not a finite number"),
     ],
@@ -156,12 +169,18 @@ def evaluation_for(passed: bool) -> dict:
         "fine_tuned": {**entry, "eval_loss": 1.5, "perplexity": math.exp(1.5)},
         "deltas": {"eval_loss": -0.5, "perplexity": math.exp(1.5) - math.exp(2.0), "rouge_l": 0.0},
         "scored_rows": 3,
-        "gate": {"passed": passed, "min_eval_loss_improvement": 0.0, "reason": decide(2.0, 1.5 if passed else 2.5, 0.0).reason},
+        "gate": {
+            "passed": passed,
+            "min_eval_loss_improvement": 0.0,
+            "reason": decide(2.0, 1.5 if passed else 2.5, 0.0).reason,
+        },
     }
 
 
 def test_reports_escape_model_output_and_show_the_gate_first():
-    samples = [{"question": "Is <b>bold</b> & safe?", "base": "<script>alert(1)</script>", "fine_tuned": "line one\nline two"}]
+    samples = [
+        {"question": "Is <b>bold</b> & safe?", "base": "<script>alert(1)</script>", "fine_tuned": "line one\nline two"}
+    ]
     html = render_html(evaluation_for(False), samples, None, b"\x89PNG\r\n\x1a\n")
     markdown = render_markdown(evaluation_for(False), samples, None, "loss_curve.png")
     for text in (html, markdown):
@@ -179,9 +198,24 @@ def test_command_line_is_generated_from_the_options():
     flags = {action.option_strings[0] for action in build_parser()._actions if action.option_strings[1:2] != ["--help"]}
     assert flags == {"--" + name.replace("_", "-") for name in EvaluateOptions.__dataclass_fields__}
     options = parse_options(
-        ["--base-model", "b", "--fine-tuned-model", "t/merged", "--data-dir", "d", "--train-dir", "t", "--output-dir", "o",
-         "--extra-questions", "How do I tie a bowline?", DEFAULT_QUESTIONS[0], "--min-eval-loss-improvement", "0.05"]
-    )  # fmt: skip
+        [
+            "--base-model",
+            "b",
+            "--fine-tuned-model",
+            "t/merged",
+            "--data-dir",
+            "d",
+            "--train-dir",
+            "t",
+            "--output-dir",
+            "o",
+            "--extra-questions",
+            "How do I tie a bowline?",
+            DEFAULT_QUESTIONS[0],
+            "--min-eval-loss-improvement",
+            "0.05",
+        ]
+    )
     assert options.questions == [*DEFAULT_QUESTIONS, "How do I tie a bowline?"]
     assert options.min_eval_loss_improvement == 0.05 and options.max_new_tokens == EvaluateOptions.max_new_tokens
 
@@ -210,8 +244,13 @@ def test_component_returns_the_gate_as_parameters_the_dag_can_branch_on(tmp_path
     compiler.Compiler().compile(evaluate_model, str(tmp_path / "component.yaml"))
     spec = yaml.safe_load((tmp_path / "component.yaml").read_text())["components"]["comp-evaluate-model"]
     outputs = spec["outputDefinitions"]
-    assert outputs["parameters"] == {"gate_passed": {"parameterType": "BOOLEAN"}, "gate_reason": {"parameterType": "STRING"}}
+    assert outputs["parameters"] == {
+        "gate_passed": {"parameterType": "BOOLEAN"},
+        "gate_reason": {"parameterType": "STRING"},
+    }
     assert {name: artifact["artifactType"]["schemaTitle"] for name, artifact in outputs["artifacts"].items()} == {
-        "metrics": "system.Metrics", "report_html": "system.HTML", "report_markdown": "system.Markdown",
-    }  # fmt: skip
+        "metrics": "system.Metrics",
+        "report_html": "system.HTML",
+        "report_markdown": "system.Markdown",
+    }
     assert spec["inputDefinitions"]["parameters"]["extra_questions"] == {"parameterType": "LIST"}

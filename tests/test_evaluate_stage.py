@@ -18,12 +18,12 @@ from html import escape
 from pathlib import Path
 
 import pytest
+from conftest import REPO_ROOT, run_module
 from kfp import dsl
 
 from components.dataprep.prepare import PrepareOptions, prepare
 from components.evaluation.options import DEFAULT_QUESTIONS
 from components.steps import evaluate_model
-from conftest import REPO_ROOT, run_module
 
 pytestmark = pytest.mark.slow
 
@@ -31,10 +31,17 @@ EXTRA_QUESTION = "How do I tie a bowline?"
 QUESTIONS = [*DEFAULT_QUESTIONS, EXTRA_QUESTION]
 SCORED_ROWS, MAX_NEW_TOKENS = 2, 24
 METRIC_NAMES = {
-    "base_eval_loss", "fine_tuned_eval_loss", "eval_loss_delta",
-    "base_perplexity", "fine_tuned_perplexity", "perplexity_delta",
-    "base_rouge_l", "fine_tuned_rouge_l", "rouge_l_delta", "gate_passed",
-}  # fmt: skip
+    "base_eval_loss",
+    "fine_tuned_eval_loss",
+    "eval_loss_delta",
+    "base_perplexity",
+    "fine_tuned_perplexity",
+    "perplexity_delta",
+    "base_rouge_l",
+    "fine_tuned_rouge_l",
+    "rouge_l_delta",
+    "gate_passed",
+}
 
 
 def prepared(records: list[str], target: Path, eval_fraction: float) -> Path:
@@ -46,7 +53,11 @@ def prepared(records: list[str], target: Path, eval_fraction: float) -> Path:
 
 @pytest.fixture(scope="module")
 def bundled_records() -> list[str]:
-    return (REPO_ROOT / "components" / "sample_data" / "practical_skills.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    return (
+        (REPO_ROOT / "components" / "sample_data" / "practical_skills.jsonl")
+        .read_text(encoding="utf-8")
+        .splitlines(keepends=True)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -59,28 +70,70 @@ def train_dir(smollm2_dir, data_dir, tmp_path_factory) -> Path:
     """A real LoRA fine-tune of SmolLM2 by the training stage: two optimizer steps on 64-token sequences."""
     output = tmp_path_factory.mktemp("train") / "train"
     result = run_module(
-        "trainer", "--model", smollm2_dir, "--data-dir", data_dir, "--output-dir", output, "--max-steps", 2,
-        "--max-length", 64, "--per-device-batch-size", 2, "--learning-rate", "1e-3", "--logging-steps", 1,
+        "trainer",
+        "--model",
+        smollm2_dir,
+        "--data-dir",
+        data_dir,
+        "--output-dir",
+        output,
+        "--max-steps",
+        2,
+        "--max-length",
+        64,
+        "--per-device-batch-size",
+        2,
+        "--learning-rate",
+        "1e-3",
+        "--logging-steps",
+        1,
         timeout=900,
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return output
 
 
-def evaluate_cli(base: Path, fine_tuned: Path, data_dir: Path, train_dir: Path, output_dir: Path, *extra) -> subprocess.CompletedProcess:
+def evaluate_cli(
+    base: Path, fine_tuned: Path, data_dir: Path, train_dir: Path, output_dir: Path, *extra
+) -> subprocess.CompletedProcess:
     return run_module(
-        "components.evaluate_model", "--base-model", base, "--fine-tuned-model", fine_tuned,
-        "--data-dir", data_dir, "--train-dir", train_dir, "--output-dir", output_dir,
-        "--score-rows", SCORED_ROWS, "--max-new-tokens", MAX_NEW_TOKENS, "--batch-size", 8, *extra,
+        "components.evaluate_model",
+        "--base-model",
+        base,
+        "--fine-tuned-model",
+        fine_tuned,
+        "--data-dir",
+        data_dir,
+        "--train-dir",
+        train_dir,
+        "--output-dir",
+        output_dir,
+        "--score-rows",
+        SCORED_ROWS,
+        "--max-new-tokens",
+        MAX_NEW_TOKENS,
+        "--batch-size",
+        8,
+        *extra,
         timeout=900,
-    )  # fmt: skip
+    )
 
 
 @pytest.fixture(scope="module")
 def cli_run(smollm2_dir, data_dir, train_dir, tmp_path_factory):
     """One CLI evaluation with a threshold any fine-tune meets: the gate passes."""
     output_dir = tmp_path_factory.mktemp("evaluate") / "evaluate"
-    result = evaluate_cli(smollm2_dir, train_dir / "merged", data_dir, train_dir, output_dir, "--extra-questions", EXTRA_QUESTION, "--min-eval-loss-improvement", -10)
+    result = evaluate_cli(
+        smollm2_dir,
+        train_dir / "merged",
+        data_dir,
+        train_dir,
+        output_dir,
+        "--extra-questions",
+        EXTRA_QUESTION,
+        "--min-eval-loss-improvement",
+        -10,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return output_dir, result
 
@@ -101,7 +154,9 @@ def test_metrics_are_finite_and_the_deltas_are_the_differences(cli_run, train_di
         assert entry["perplexity"] == pytest.approx(math.exp(entry["eval_loss"]), rel=1e-12)
         assert 0.0 <= entry["rouge_l"] <= 1.0
     assert evaluation["base"]["eval_tokens"] == evaluation["fine_tuned"]["eval_tokens"] > 0
-    assert evaluation["deltas"] == {key: evaluation["fine_tuned"][key] - evaluation["base"][key] for key in ("eval_loss", "perplexity", "rouge_l")}
+    assert evaluation["deltas"] == {
+        key: evaluation["fine_tuned"][key] - evaluation["base"][key] for key in ("eval_loss", "perplexity", "rouge_l")
+    }
     # LoRA changed the model, so the losses differ; and the fine-tuned loss is the one the trainer
     # measured at its end on the same split and truncation (it averages per-batch means, hence the tolerance).
     assert evaluation["deltas"]["eval_loss"] != 0.0
@@ -114,7 +169,10 @@ def test_passing_gate_is_recorded_with_its_numbers(cli_run):
     evaluation = read_json(output_dir / "evaluation.json")
     gate = evaluation["gate"]
     assert gate["passed"] is True and gate["min_eval_loss_improvement"] == -10.0
-    assert f"base {evaluation['base']['eval_loss']:.4f}, fine-tuned {evaluation['fine_tuned']['eval_loss']:.4f}" in gate["reason"]
+    assert (
+        f"base {evaluation['base']['eval_loss']:.4f}, fine-tuned {evaluation['fine_tuned']['eval_loss']:.4f}"
+        in gate["reason"]
+    )
     assert "which meets the required minimum improvement of -10.0000" in gate["reason"]
     assert f"quality gate passed: {gate['reason']}" in result.stdout
 
@@ -124,7 +182,11 @@ def test_every_question_has_two_answers_in_the_samples_and_both_reports(cli_run)
     samples = read_json(output_dir / "demo_outputs" / "sample_responses.json")
     assert [sample["question"] for sample in samples] == QUESTIONS
     assert all(sample["base"].strip() and sample["fine_tuned"].strip() for sample in samples), samples
-    assert all("<|im_end|>" not in answer and "<|im_start|>" not in answer for sample in samples for answer in (sample["base"], sample["fine_tuned"]))
+    assert all(
+        "<|im_end|>" not in answer and "<|im_start|>" not in answer
+        for sample in samples
+        for answer in (sample["base"], sample["fine_tuned"])
+    )
 
     markdown = (output_dir / "report.md").read_text(encoding="utf-8")
     html = (output_dir / "report.html").read_text(encoding="utf-8")
@@ -143,15 +205,19 @@ def test_reports_show_the_training_loss_curve(cli_run, train_dir):
     output_dir, _ = cli_run
     png = (train_dir / "loss_curve.png").read_bytes()
     assert (output_dir / "loss_curve.png").read_bytes() == png
-    assert "![Training and eval loss per step](loss_curve.png)" in (output_dir / "report.md").read_text(encoding="utf-8")
+    assert "![Training and eval loss per step](loss_curve.png)" in (output_dir / "report.md").read_text(
+        encoding="utf-8"
+    )
     html = (output_dir / "report.html").read_text(encoding="utf-8")
     embedded = html.split('src="data:image/png;base64,', 1)[1].split('"', 1)[0]
     assert base64.b64decode(embedded) == png
-    assert "src=\"http" not in html and "href=" not in html  # nothing for the UI to fetch
+    assert 'src="http' not in html and "href=" not in html  # nothing for the UI to fetch
     assert not list(output_dir.glob(".staging-*"))
 
 
-def test_failed_gate_is_a_result_not_an_error_and_fills_the_kfp_artifacts(smollm2_dir, data_dir, train_dir, tmp_path, capsys):
+def test_failed_gate_is_a_result_not_an_error_and_fills_the_kfp_artifacts(
+    smollm2_dir, data_dir, train_dir, tmp_path, capsys
+):
     """The component's body with a threshold no two-step fine-tune meets: it returns the decision and the UI shows why.
 
     ``python_func`` is the body KFP runs in the pod; real KFP artifact objects with local URIs.
@@ -161,10 +227,20 @@ def test_failed_gate_is_a_result_not_an_error_and_fills_the_kfp_artifacts(smollm
     html, markdown = dsl.HTML(uri=str(tmp_path / "report_html")), dsl.Markdown(uri=str(tmp_path / "report_markdown"))
     # Short answers and one scored row: this run is about the gate and the artifacts.
     outputs = evaluate_model.python_func(
-        workspace_root=str(tmp_path / "workspace"), run_id="run-1", base_model=str(smollm2_dir), train_dir=str(train_dir), data_dir=str(data_dir),
-        extra_questions=[], max_new_tokens=8, score_rows=1, min_eval_loss_improvement=10.0, batch_size=8,
-        metrics=metrics, report_html=html, report_markdown=markdown,
-    )  # fmt: skip
+        workspace_root=str(tmp_path / "workspace"),
+        run_id="run-1",
+        base_model=str(smollm2_dir),
+        train_dir=str(train_dir),
+        data_dir=str(data_dir),
+        extra_questions=[],
+        max_new_tokens=8,
+        score_rows=1,
+        min_eval_loss_improvement=10.0,
+        batch_size=8,
+        metrics=metrics,
+        report_html=html,
+        report_markdown=markdown,
+    )
     assert outputs.gate_passed is False
     reason = outputs.gate_reason
     assert "which falls short of the required minimum improvement of 10.0000" in reason
@@ -184,7 +260,9 @@ def test_failed_gate_is_a_result_not_an_error_and_fills_the_kfp_artifacts(smollm
     assert html_text == (eval_dir / "report.html").read_text(encoding="utf-8")
     assert "Quality gate failed: the model is not exported or published." in html_text and escape(reason) in html_text
     assert "Quality gate failed" in markdown_text and "](data:image/png;base64," in markdown_text
-    assert [sample["question"] for sample in read_json(eval_dir / "demo_outputs" / "sample_responses.json")] == list(DEFAULT_QUESTIONS)
+    assert [sample["question"] for sample in read_json(eval_dir / "demo_outputs" / "sample_responses.json")] == list(
+        DEFAULT_QUESTIONS
+    )
     assert html.metadata["workspace_path"] == str(eval_dir / "report.html")
 
 
@@ -192,7 +270,11 @@ def test_failed_gate_is_a_result_not_an_error_and_fills_the_kfp_artifacts(smollm
     ("eval_fraction", "extra", "message"),
     [
         (0.0, [], r"eval\.parquet has no rows, so there is nothing to compare .* with an eval_fraction above 0"),
-        (0.25, ["--max-length", 16], r"none of the \d+ rows of .*eval\.parquet has an assistant token within the first 16 tokens"),
+        (
+            0.25,
+            ["--max-length", 16],
+            r"none of the \d+ rows of .*eval\.parquet has an assistant token within the first 16 tokens",
+        ),
     ],
 )
 def test_no_usable_eval_rows_is_a_clear_error(smollm2_dir, bundled_records, tmp_path, eval_fraction, extra, message):

@@ -61,7 +61,9 @@ def test_truncated_safetensors(gguf_models, tmp_path):
     weights = model / "model.safetensors"
     with open(weights, "r+b") as handle:
         handle.truncate(weights.stat().st_size - 1000)
-    assert_user_error(convert_cli(model, tmp_path / "x.gguf"), "model.safetensors is truncated", "download the checkpoint again")
+    assert_user_error(
+        convert_cli(model, tmp_path / "x.gguf"), "model.safetensors is truncated", "download the checkpoint again"
+    )
     assert no_gguf_left(tmp_path)
 
 
@@ -78,7 +80,9 @@ def test_vocab_size_mismatch_with_embeddings(gguf_models, tmp_path):
     config = json.loads((model / "config.json").read_text())
     config["vocab_size"] += 64
     (model / "config.json").write_text(json.dumps(config))
-    assert_user_error(convert_cli(model, tmp_path / "x.gguf"), "Vocabulary size mismatch", "embedding matrix has 49152 rows")
+    assert_user_error(
+        convert_cli(model, tmp_path / "x.gguf"), "Vocabulary size mismatch", "embedding matrix has 49152 rows"
+    )
 
 
 def test_unknown_architecture_lists_the_supported_ones(gguf_models, tmp_path):
@@ -88,7 +92,12 @@ def test_unknown_architecture_lists_the_supported_ones(gguf_models, tmp_path):
     (model / "config.json").write_text(json.dumps(config))
     env = {key: value for key, value in os.environ.items() if key != "LLAMA_CPP_DIR"}
     result = convert_cli(model, tmp_path / "x.gguf", env=env)
-    assert_user_error(result, "'GraniteForCausalLM' is not supported", "LlamaForCausalLM, MistralForCausalLM, SmolLM3ForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM", "LLAMA_CPP_DIR")
+    assert_user_error(
+        result,
+        "'GraniteForCausalLM' is not supported",
+        "LlamaForCausalLM, MistralForCausalLM, SmolLM3ForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM",
+        "LLAMA_CPP_DIR",
+    )
 
 
 @pytest.mark.slow
@@ -102,13 +111,29 @@ def test_unknown_architecture_is_delegated_to_llama_cpp(smollm2_dir, tmp_path):
 
     tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
     torch.manual_seed(0)
-    model = GraniteForCausalLM(GraniteConfig(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=512, bos_token_id=1, eos_token_id=2, pad_token_id=2,
-    ))
+    model = GraniteForCausalLM(
+        GraniteConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=512,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=2,
+        )
+    )
     model.save_pretrained(tmp_path / "granite")
     tokenizer.save_pretrained(tmp_path / "granite")
-    result = convert_cli(tmp_path / "granite", tmp_path / "out" / "granite.gguf", "--outtype", "f16", env={**os.environ, "LLAMA_CPP_DIR": str(reference_dir())})
+    result = convert_cli(
+        tmp_path / "granite",
+        tmp_path / "out" / "granite.gguf",
+        "--outtype",
+        "f16",
+        env={**os.environ, "LLAMA_CPP_DIR": str(reference_dir())},
+    )
     assert result.returncode == 0, result.stderr
     assert "converting with" in result.stderr and "convert_hf_to_gguf.py" in result.stderr
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["granite.gguf"]
@@ -132,7 +157,12 @@ def test_unknown_tokenizer_names_the_override(gguf_models, tmp_path):
     """The tiny Qwen2 model's tokenizer (SmolLM2 vocabulary, Qwen pre-tokenizer) is in no table."""
     result = convert_cli(gguf_models["qwen2"], tmp_path / "x.gguf")
     assert_user_error(result, "not one of the known families", "--pre-tokenizer NAME")
-    assert convert_cli(gguf_models["qwen2"], tmp_path / "x.gguf", "--pre-tokenizer", "qwen2", "--outtype", "f16").returncode == 0
+    assert (
+        convert_cli(
+            gguf_models["qwen2"], tmp_path / "x.gguf", "--pre-tokenizer", "qwen2", "--outtype", "f16"
+        ).returncode
+        == 0
+    )
 
 
 def test_bad_outtype_is_refused(gguf_models, tmp_path):
@@ -162,7 +192,16 @@ def test_k_quants_without_llama_cpp_name_the_extra(gguf_models, tmp_path):
 def test_interrupted_write_leaves_no_finished_looking_file(smollm2_dir, tmp_path):
     """SIGKILL in the middle of writing: only a hidden .partial remains, and the next run removes it."""
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "gguf_export", str(smollm2_dir), "--outfile", str(out / "smollm2.gguf"), "--outtype", "f32"]
+    command = [
+        sys.executable,
+        "-m",
+        "gguf_export",
+        str(smollm2_dir),
+        "--outfile",
+        str(out / "smollm2.gguf"),
+        "--outtype",
+        "f32",
+    ]
     process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import REPO_ROOT
 
 from components.export_gguf import run_in_pipeline
-from conftest import REPO_ROOT
 from tests.gguf_files import read_gguf
 
 RANDOM_WEIGHTS = {"float_min_top1": 0.97}  # see tests/test_gguf_verify.py
@@ -35,7 +35,11 @@ class Artifact:
 
 
 def artifacts(tmp_path: Path) -> tuple[Artifact, Artifact, Artifact]:
-    return Artifact(str(tmp_path / "artifacts" / "gguf")), Artifact(str(tmp_path / "artifacts" / "metrics")), Artifact(str(tmp_path / "artifacts" / "report.md"))
+    return (
+        Artifact(str(tmp_path / "artifacts" / "gguf")),
+        Artifact(str(tmp_path / "artifacts" / "metrics")),
+        Artifact(str(tmp_path / "artifacts" / "report.md")),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -69,11 +73,18 @@ def train_dir(gguf_models, tmp_path_factory) -> Path:
 def test_export_stage_writes_verified_files(train_dir, tmp_path):
     export_dir = tmp_path / "export"
     gguf, metrics, report = artifacts(tmp_path)
-    primary = run_in_pipeline(str(train_dir), str(export_dir), "q8_0,f16", "tiny-mistral", True, RANDOM_WEIGHTS, gguf, metrics, report)
+    primary = run_in_pipeline(
+        str(train_dir), str(export_dir), "q8_0,f16", "tiny-mistral", True, RANDOM_WEIGHTS, gguf, metrics, report
+    )
 
     assert primary == str(export_dir / "tiny-mistral-q8_0.gguf")
     assert sorted(p.name for p in export_dir.iterdir()) == [
-        "Modelfile", "tiny-mistral-f16.gguf", "tiny-mistral-lora-q8_0.gguf", "tiny-mistral-q8_0.gguf", "verification.json", "verification.md",
+        "Modelfile",
+        "tiny-mistral-f16.gguf",
+        "tiny-mistral-lora-q8_0.gguf",
+        "tiny-mistral-q8_0.gguf",
+        "verification.json",
+        "verification.md",
     ]
     body = json.loads((export_dir / "verification.json").read_text())
     assert body["passed"] is True
@@ -84,7 +95,9 @@ def test_export_stage_writes_verified_files(train_dir, tmp_path):
     assert "FROM ./tiny-mistral-q8_0.gguf" in (export_dir / "Modelfile").read_text()
     assert read_gguf(export_dir / "tiny-mistral-lora-q8_0.gguf").metadata["general.type"] == "adapter"
 
-    assert Path(gguf.path).read_bytes()[:4] == b"GGUF" and Path(gguf.path).stat().st_size == Path(primary).stat().st_size
+    assert (
+        Path(gguf.path).read_bytes()[:4] == b"GGUF" and Path(gguf.path).stat().st_size == Path(primary).stat().st_size
+    )
     assert gguf.metadata["outtype"] == "q8_0" and gguf.metadata["verification_passed"] is True
     assert gguf.metadata["files"] == ["tiny-mistral-q8_0.gguf", "tiny-mistral-f16.gguf", "tiny-mistral-lora-q8_0.gguf"]
     assert metrics.metrics["verification_passed"] == 1.0
@@ -127,7 +140,9 @@ def test_failed_verification_fails_the_step_after_writing_the_report(train_dir, 
     export_dir = tmp_path / "export"
     gguf, metrics, report = artifacts(tmp_path)
     with pytest.raises(SystemExit) as exit_info:
-        run_in_pipeline(str(train_dir), str(export_dir), "q8_0", "tiny", False, {"quant_max_nmse": 1e-9}, gguf, metrics, report)
+        run_in_pipeline(
+            str(train_dir), str(export_dir), "q8_0", "tiny", False, {"quant_max_nmse": 1e-9}, gguf, metrics, report
+        )
     assert exit_info.value.code == 2
     assert "GGUF verification failed" in capsys.readouterr().err
     body = json.loads((export_dir / "verification.json").read_text())
@@ -147,10 +162,14 @@ def test_bad_parameters_are_clear_errors(train_dir, tmp_path, capsys):
     ]
     for (outtype, name, lora, thresholds), message in cases:
         with pytest.raises(SystemExit):
-            run_in_pipeline(str(train_dir), str(tmp_path / "export"), outtype, name, lora, thresholds, gguf, metrics, report)
+            run_in_pipeline(
+                str(train_dir), str(tmp_path / "export"), outtype, name, lora, thresholds, gguf, metrics, report
+            )
         assert message in " ".join(capsys.readouterr().err.split())
     with pytest.raises(SystemExit):
-        run_in_pipeline(str(tmp_path / "nowhere"), str(tmp_path / "export"), "q8_0", "tiny", False, {}, gguf, metrics, report)
+        run_in_pipeline(
+            str(tmp_path / "nowhere"), str(tmp_path / "export"), "q8_0", "tiny", False, {}, gguf, metrics, report
+        )
     assert "holds no merged checkpoint" in " ".join(capsys.readouterr().err.split())
 
 
@@ -171,7 +190,12 @@ def test_k_quant_through_llama_cpps_quantizer(smollm2_dir, tmp_path):
     kinds = {GGMLQuantizationType(kind).name for _, _, kind, _ in parsed.tensors}
     # SmolLM2's rows (576) are not a multiple of 256, so llama.cpp's recipe falls back to legacy 4/5/8-bit blocks.
     assert kinds - {"F32"} and kinds <= {"F32", "Q4_K", "Q5_K", "Q6_K", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"}, kinds
-    report = verify(result.path, TransformersReference(smollm2_dir, 200), "q4_k_m", Thresholds(quant_min_top1=0.8, quant_max_nmse=0.1))
+    report = verify(
+        result.path,
+        TransformersReference(smollm2_dir, 200),
+        "q4_k_m",
+        Thresholds(quant_min_top1=0.8, quant_max_nmse=0.1),
+    )
     assert report.passed, report.failures()
 
 
@@ -183,7 +207,18 @@ def test_k_quant_through_llama_cpps_quantizer(smollm2_dir, tmp_path):
 )
 def test_cli_names_the_adapter_by_the_type_it_holds(train_dir, tmp_path, outfile, outtype, expected):
     """--lora-dir without --lora-outfile: the adapter file says its own type (4-bit models get an f16 adapter)."""
-    command = [sys.executable, "-m", "gguf_export", str(train_dir / "merged"), "--outfile", str(tmp_path / outfile), "--outtype", outtype, "--lora-dir", str(train_dir / "adapter")]
+    command = [
+        sys.executable,
+        "-m",
+        "gguf_export",
+        str(train_dir / "merged"),
+        "--outfile",
+        str(tmp_path / outfile),
+        "--outtype",
+        outtype,
+        "--lora-dir",
+        str(train_dir / "adapter"),
+    ]
     result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert sorted(path.name for path in tmp_path.iterdir()) == sorted([outfile, expected])

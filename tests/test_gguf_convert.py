@@ -37,7 +37,9 @@ def test_metadata_matches_llama_cpp(model, our_ggufs, reference_ggufs):
     for outtype in GGUF_COMPARED_TYPES:
         ours = read_gguf(our_ggufs[model, outtype]).metadata
         theirs = read_gguf(reference_ggufs[model, outtype]).metadata
-        assert {k: v for k, v in ours.items() if k not in OUR_EXTRA_KEYS} == {k: v for k, v in theirs.items() if k not in OUR_EXTRA_KEYS}, outtype
+        assert {k: v for k, v in ours.items() if k not in OUR_EXTRA_KEYS} == {
+            k: v for k, v in theirs.items() if k not in OUR_EXTRA_KEYS
+        }, outtype
     # The keys that may differ carry what the Hugging Face tokenizer does: SmolLM2's adds neither BOS nor EOS.
     assert ours["tokenizer.ggml.add_bos_token"] is False and ours["tokenizer.ggml.add_eos_token"] is False
     assert ours["tokenizer.ggml.eot_token_id"] == 2  # <|im_end|>, the end of a ChatML turn
@@ -45,7 +47,9 @@ def test_metadata_matches_llama_cpp(model, our_ggufs, reference_ggufs):
 
 def test_fallback_types_are_llama_cpps(our_ggufs):
     """1-D tensors and norms stay F32; rows that are not a multiple of 32 fall back to F16 (Mistral's ffn_down: 80)."""
-    types = {name: GGMLQuantizationType(kind).name for name, _, kind, _ in read_gguf(our_ggufs["mistral", "q8_0"]).tensors}
+    types = {
+        name: GGMLQuantizationType(kind).name for name, _, kind, _ in read_gguf(our_ggufs["mistral", "q8_0"]).tensors
+    }
     assert types["blk.0.ffn_down.weight"] == "F16"
     assert types["blk.0.ffn_up.weight"] == "Q8_0"
     assert types["blk.0.attn_norm.weight"] == "F32"
@@ -86,7 +90,9 @@ def test_metadata_options_are_written(gguf_models, tmp_path):
     from gguf_export.convert import convert
     from gguf_export.metadata import MetadataOptions
 
-    options = MetadataOptions("knots-helper", "HuggingFaceTB/SmolLM2-135M-Instruct", "knots", "apache-2.0", "acme/knots-helper")
+    options = MetadataOptions(
+        "knots-helper", "HuggingFaceTB/SmolLM2-135M-Instruct", "knots", "apache-2.0", "acme/knots-helper"
+    )
     values = read_gguf(convert(gguf_models["qwen3"], tmp_path / "x.gguf", "f16", options).path).metadata
     assert values["general.name"] == "knots-helper"
     assert values["general.finetune"] == "knots"

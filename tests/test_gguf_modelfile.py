@@ -68,7 +68,13 @@ def go_renderer(tmp_path_factory) -> Path:
         go = shutil.which("go")
     build = tmp_path_factory.mktemp("go-renderer")
     (build / "main.go").write_text(RENDERER)
-    env = {**os.environ, "GOCACHE": str(cache_root() / "go-build"), "GOTOOLCHAIN": "local", "GOFLAGS": "", "CGO_ENABLED": "0"}
+    env = {
+        **os.environ,
+        "GOCACHE": str(cache_root() / "go-build"),
+        "GOTOOLCHAIN": "local",
+        "GOFLAGS": "",
+        "CGO_ENABLED": "0",
+    }
     subprocess.run([go, "build", "-o", str(build / "render"), "main.go"], cwd=build, env=env, check=True, timeout=600)
     return build / "render"
 
@@ -88,7 +94,13 @@ def render_go(renderer: Path, template: str, messages: list[dict], system: str |
     if system and messages[0]["role"] != "system":
         messages = [{"role": "system", "content": system}, *messages]
     ollama_messages = [{"Role": m["role"], "Content": m["content"]} for m in messages]
-    result = subprocess.run([str(renderer), template], input=json.dumps({"Messages": ollama_messages}), capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [str(renderer), template],
+        input=json.dumps({"Messages": ollama_messages}),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return result.stdout
 
 
@@ -113,7 +125,12 @@ def test_llama3_modelfile_renders_like_the_jinja_template(go_renderer, smollm2_d
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
-    tokenizer.add_special_tokens({"bos_token": "<|begin_of_text|>", "additional_special_tokens": ["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]})
+    tokenizer.add_special_tokens(
+        {
+            "bos_token": "<|begin_of_text|>",
+            "additional_special_tokens": ["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
+        }
+    )
     tokenizer.chat_template = LLAMA3_JINJA
     tokenizer.save_pretrained(tmp_path)
     parsed = parse_modelfile(modelfile_text("llama.gguf", LLAMA3_JINJA, tmp_path, 131072))
@@ -125,7 +142,12 @@ def test_llama3_modelfile_renders_like_the_jinja_template(go_renderer, smollm2_d
 
 
 def test_mistral_falls_back_to_the_embedded_template(smollm2_dir):
-    text = modelfile_text("m.gguf", "{{ bos_token }}{% for m in messages %}[INST] {{ m['content'] }} [/INST]{% endfor %}", smollm2_dir, 32768)
+    text = modelfile_text(
+        "m.gguf",
+        "{{ bos_token }}{% for m in messages %}[INST] {{ m['content'] }} [/INST]{% endfor %}",
+        smollm2_dir,
+        32768,
+    )
     assert "TEMPLATE" not in text.replace("# TEMPLATE omitted", "")
     assert 'PARAMETER stop "[INST]"' in text and "FROM ./m.gguf" in text
 

@@ -37,7 +37,16 @@ def test_every_type_passes_verification(model, gguf_models, our_ggufs):
         assert report.passed, (outtype, report.failures())
         assert report.metrics["positions"] >= 200
         names = {check.name for check in report.checks}
-        assert {"vocabulary", "chat_template", "plain_tokens", "chat_tokens", "top1_agreement", "nmse", "end_of_turn", "reply_stops"} <= names
+        assert {
+            "vocabulary",
+            "chat_template",
+            "plain_tokens",
+            "chat_tokens",
+            "top1_agreement",
+            "nmse",
+            "end_of_turn",
+            "reply_stops",
+        } <= names
         if (model, outtype) == ("smollm2", "f16"):
             # The real chat model answers and stops at <|im_end|> in llama.cpp exactly as in transformers.
             assert report.metrics["reply_stopped"] and report.metrics["reply_equals_transformers"]
@@ -52,7 +61,7 @@ def test_corrupted_weights_fail_verification(gguf_models, our_ggufs, tmp_path):
     broken = tmp_path / "broken.gguf"
     shutil.copyfile(our_ggufs["qwen3", "f16"], broken)
     parsed = read_gguf(broken)
-    header_size = (broken.stat().st_size - len(parsed.data))
+    header_size = broken.stat().st_size - len(parsed.data)
     entries = {name: offset for name, _, _, offset in parsed.tensors}
     offsets = sorted(entries.values()) + [len(parsed.data)]
     start = entries["blk.0.attn_q.weight"]
@@ -71,7 +80,9 @@ def test_corrupted_weights_fail_verification(gguf_models, our_ggufs, tmp_path):
 
 def test_wrong_pre_tokenizer_fails_verification(gguf_models, tmp_path):
     """Forcing Llama 3's pre-tokenizer onto SmolLM's vocabulary splits digits differently: caught."""
-    path = convert(gguf_models["smollm3"], tmp_path / "wrong-pre.gguf", "f16", MetadataOptions(), pre_tokenizer="llama-bpe").path
+    path = convert(
+        gguf_models["smollm3"], tmp_path / "wrong-pre.gguf", "f16", MetadataOptions(), pre_tokenizer="llama-bpe"
+    ).path
     report = verify(path, TransformersReference(gguf_models["smollm3"], 200), "f16", Thresholds(), arch="smollm3")
     assert not report.passed
     assert any(failure.startswith("plain_tokens") for failure in report.failures())

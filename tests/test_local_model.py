@@ -11,11 +11,18 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import REPO_ROOT, run_module
 
 from components.errors import UserError
-from conftest import REPO_ROOT, run_module
 from pipelines import local_model
-from pipelines.local_model import CACHE_ENV_VAR, CLUSTER_BASE_MODEL, LOCAL_MODEL_NAME, bundled_gguf, cache_root, local_base_model
+from pipelines.local_model import (
+    CACHE_ENV_VAR,
+    CLUSTER_BASE_MODEL,
+    LOCAL_MODEL_NAME,
+    bundled_gguf,
+    cache_root,
+    local_base_model,
+)
 
 slow = pytest.mark.slow
 
@@ -71,9 +78,16 @@ def checkpoint(built) -> Path:
 @pytest.fixture(scope="module")
 def generated(checkpoint, tmp_path_factory):
     """Greedy answer of the checkpoint, loaded with transformers fully offline and an empty HF cache."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HOME=str(tmp_path_factory.mktemp("empty-hf-home")))
+    env = dict(
+        os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HOME=str(tmp_path_factory.mktemp("empty-hf-home"))
+    )
     result = subprocess.run(
-        [sys.executable, "-c", GENERATE, str(checkpoint)], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600
+        [sys.executable, "-c", GENERATE, str(checkpoint)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -142,7 +156,11 @@ def test_checkpoint_files(checkpoint):
     assert config["vocab_size"] == 49152
 
     assert {"tokenizer.json", "tokenizer_config.json"} <= names
-    template = (checkpoint / "chat_template.jinja").read_text() if "chat_template.jinja" in names else json.loads((checkpoint / "tokenizer_config.json").read_text())["chat_template"]
+    template = (
+        (checkpoint / "chat_template.jinja").read_text()
+        if "chat_template.jinja" in names
+        else json.loads((checkpoint / "tokenizer_config.json").read_text())["chat_template"]
+    )
     assert "<|im_start|>" in template and "add_generation_prompt" in template
 
     generation = json.loads((checkpoint / "generation_config.json").read_text())

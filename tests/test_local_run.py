@@ -22,19 +22,34 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import REPO_ROOT, read_split, read_stats, run_module, write_jsonl
 
 from components.publish.record import DRY_RUN_NAME, RECORDS_DIR
-from conftest import REPO_ROOT, read_split, read_stats, run_module, write_jsonl
 
 pytestmark = pytest.mark.slow
 
 BUNDLED_RECORDS = 324  # lines of components/sample_data/practical_skills.jsonl, all valid, no duplicates
 DATA_PARAMS = ("--param", "split_seed=7", "--param", "system_prompt=Answer briefly.")
 SHORT_TRAINING = (
-    "--param", "max_steps=2", "--param", "max_length=256", "--param", "per_device_batch_size=1",
-    "--param", "logging_steps=1", "--param", "save_steps=1",
-)  # fmt: skip
-SHORT_EVALUATION = ("--param", "eval_score_rows=2", "--param", "eval_max_new_tokens=24", "--param", 'extra_questions=["What is a bowline?"]')
+    "--param",
+    "max_steps=2",
+    "--param",
+    "max_length=256",
+    "--param",
+    "per_device_batch_size=1",
+    "--param",
+    "logging_steps=1",
+    "--param",
+    "save_steps=1",
+)
+SHORT_EVALUATION = (
+    "--param",
+    "eval_score_rows=2",
+    "--param",
+    "eval_max_new_tokens=24",
+    "--param",
+    'extra_questions=["What is a bowline?"]',
+)
 # Two steps of a LoRA barely move a model: let the first run's gate pass whatever they did.
 LENIENT_GATE = ("--param", "min_eval_loss_improvement=-100")
 STAGES = ("data", "train", "evaluate", "export", "publish")
@@ -65,9 +80,18 @@ def runs(tmp_path_factory, tiny_model_dir):
     arguments = [
         (*DATA_PARAMS, *SHORT_TRAINING, *SHORT_EVALUATION, *LENIENT_GATE),
         (*DATA_PARAMS, *SHORT_TRAINING, *SHORT_EVALUATION),
-        (*DATA_PARAMS, *SHORT_TRAINING, *SHORT_EVALUATION, "--param", "force=true", "--param", f"base_model={tiny_model_dir}",
-         "--param", "min_eval_loss_improvement=100"),
-    ]  # fmt: skip
+        (
+            *DATA_PARAMS,
+            *SHORT_TRAINING,
+            *SHORT_EVALUATION,
+            "--param",
+            "force=true",
+            "--param",
+            f"base_model={tiny_model_dir}",
+            "--param",
+            "min_eval_loss_improvement=100",
+        ),
+    ]
     done, seen = [], set()
     for args in arguments:
         result = run_pipeline("--output-dir", output_dir, *args)
@@ -87,17 +111,29 @@ def test_whole_pipeline_runs_locally_and_says_where_outputs_went(runs):
     output_dir, [(result, run_dir), *_] = runs
     succeeded(result)
     assert executed(result) == [
-        "validate-parameters", "prepare-dataset", "check-data-changed", "train-model", "evaluate-model", "export-gguf", "publish-model",
-    ]  # fmt: skip
+        "validate-parameters",
+        "prepare-dataset",
+        "check-data-changed",
+        "train-model",
+        "evaluate-model",
+        "export-gguf",
+        "publish-model",
+    ]
     assert f"running pipeline locally; outputs go to {output_dir}" in result.stdout
-    listed = [Path(line.strip()) for line in result.stdout.split("pipeline finished; outputs:")[1].splitlines() if line.strip()]
+    listed = [
+        Path(line.strip())
+        for line in result.stdout.split("pipeline finished; outputs:")[1].splitlines()
+        if line.strip()
+    ]
     assert all(path.is_file() and output_dir in path.parents for path in listed)
     for stage in STAGES:
         assert any(run_dir / stage in path.parents for path in listed), stage
 
     summary = json.loads((run_dir / "train" / "training_summary.json").read_text())
     assert summary["world_size"] == 2 and summary["global_step"] == 2
-    assert summary["config"]["model"].endswith("SmolLM2-135M-Instruct")  # the empty base_model resolved to the local model
+    assert summary["config"]["model"].endswith(
+        "SmolLM2-135M-Instruct"
+    )  # the empty base_model resolved to the local model
 
 
 def test_data_parameters_reach_the_data_stage(runs):
@@ -122,7 +158,9 @@ def test_evaluation_compares_both_models_on_every_question(runs):
     samples = json.loads((run_dir / "evaluate" / "demo_outputs" / "sample_responses.json").read_text())
     assert len(samples) == 6 and samples[-1]["question"] == "What is a bowline?"
     assert all(sample["base"].strip() and sample["fine_tuned"].strip() for sample in samples)
-    first_run_html = sorted((output_dir / "artifacts").glob("*/evaluate-model/report_html"))[0]  # artifact dirs are named by start time
+    first_run_html = sorted((output_dir / "artifacts").glob("*/evaluate-model/report_html"))[
+        0
+    ]  # artifact dirs are named by start time
     assert "What is a bowline?" in first_run_html.read_text()
 
 
@@ -157,7 +195,9 @@ def test_unchanged_data_skips_training_export_and_publish(runs):
     succeeded(second)
     assert executed(second) == ["validate-parameters", "prepare-dataset", "check-data-changed", "report-skipped-2"]
     assert "data unchanged: training is skipped" in second.stdout
-    assert "skipped: training, evaluation, export and publish. Why: the prepared data has the fingerprint" in second.stdout
+    assert (
+        "skipped: training, evaluation, export and publish. Why: the prepared data has the fingerprint" in second.stdout
+    )
     assert sorted(path.name for path in second_dir.iterdir()) == ["data"]
     # The runs share the workspace without touching each other's files.
     assert read_stats(second_dir / "data")["fingerprint"] == read_stats(first_dir / "data")["fingerprint"]
@@ -168,7 +208,14 @@ def test_force_trains_again_and_a_failed_gate_skips_export_and_publish(runs):
     """force retrains on unchanged data; a fine-tune that misses the quality gate is evaluated but never exported."""
     output_dir, [(first, first_dir), _, (third, third_dir)] = runs
     succeeded(third)
-    assert executed(third) == ["validate-parameters", "prepare-dataset", "check-data-changed", "train-model", "evaluate-model", "report-skipped"]
+    assert executed(third) == [
+        "validate-parameters",
+        "prepare-dataset",
+        "check-data-changed",
+        "train-model",
+        "evaluate-model",
+        "report-skipped",
+    ]
     assert "force is set" in third.stdout
     gate = json.loads((third_dir / "evaluate" / "evaluation.json").read_text())["gate"]
     assert squash(f"skipped: export and publish. Why: {gate['reason']}") in squash(third.stdout)
@@ -182,7 +229,7 @@ def test_bad_dataset_fails_with_the_data_stage_paragraph(tmp_path):
     """A user's garbage file is a user mistake: the run fails (non-zero), the step's one "error:" paragraph
     says what was wrong and where the rejects are, the runner adds which step failed, and there is no traceback."""
     garbage = tmp_path / "garbage.jsonl"
-    garbage.write_text("this is not json\n{\"half\": \nstill not json\n")
+    garbage.write_text('this is not json\n{"half": \nstill not json\n')
     out = tmp_path / "out"
     result = run_pipeline("--output-dir", out, "--param", f"dataset_uri={garbage}", timeout=300)
     assert result.returncode == 1
@@ -213,14 +260,18 @@ def test_url_of_an_unsupported_scheme_is_refused_with_the_fix(tmp_path):
     """https://, s3:// and hf://datasets/ are fetched (tests/test_sources.py); any other scheme is told which ones work."""
     result = run_pipeline("--output-dir", tmp_path / "out", "--param", "dataset_uri=ftp://host/data.jsonl", timeout=300)
     assert result.returncode == 1
-    assert squash("error: dataset_uri 'ftp://host/data.jsonl' uses the scheme 'ftp', which this pipeline cannot fetch.") in squash(result.stdout)
+    assert squash(
+        "error: dataset_uri 'ftp://host/data.jsonl' uses the scheme 'ftp', which this pipeline cannot fetch."
+    ) in squash(result.stdout)
     assert "Traceback" not in result.stdout + result.stderr
 
 
 def test_a_bad_training_option_fails_before_any_data_is_prepared(tmp_path):
     """Run-form mistakes in later stages are caught by the first step, in seconds, not after hours of training."""
     data = write_jsonl(tmp_path / "data.jsonl", [{"prompt": f"q{i}", "completion": f"a{i}"} for i in range(20)])
-    result = run_pipeline("--output-dir", tmp_path / "out", "--param", f"dataset_uri={data}", "--param", "gguf_outtype=q3", timeout=300)
+    result = run_pipeline(
+        "--output-dir", tmp_path / "out", "--param", f"dataset_uri={data}", "--param", "gguf_outtype=q3", timeout=300
+    )
     assert result.returncode == 2
     assert "parameter 'gguf_outtype'" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "out").exists()

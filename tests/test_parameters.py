@@ -5,9 +5,9 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+from conftest import run_module
 
 from components.errors import UserError
-from conftest import run_module
 from pipelines import run, run_params
 from pipelines.fine_tune import fine_tune_pipeline
 from pipelines.parameters import CHECKS, check_in_pipeline, problems, validate
@@ -32,7 +32,9 @@ BAD = {
 
 
 def cases(table):
-    return [pytest.param(name, value, id=f"{name}={value!r}"[:60]) for name, values in table.items() for value in values]
+    return [
+        pytest.param(name, value, id=f"{name}={value!r}"[:60]) for name, values in table.items() for value in values
+    ]
 
 
 def run_cli(*args, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -72,7 +74,14 @@ def test_messages_show_the_value_and_the_rule():
 
 def test_every_problem_is_reported_at_once():
     """A run form with several mistakes must list all of them, not one per failed attempt."""
-    bad = {"eval_fraction": 1.0, "split_seed": -3, "max_reject_fraction": 7.0, "pvc_name": "X", "pvc_size": "0", "pvc_storage_class": "A"}
+    bad = {
+        "eval_fraction": 1.0,
+        "split_seed": -3,
+        "max_reject_fraction": 7.0,
+        "pvc_name": "X",
+        "pvc_size": "0",
+        "pvc_storage_class": "A",
+    }
     with pytest.raises(UserError) as raised:
         validate({**bad, "dataset_uri": "whatever", "keep_pvc": True})
     message = str(raised.value)
@@ -84,15 +93,43 @@ def test_every_problem_is_reported_at_once():
 
 # One invalid value for every run parameter the first step checks beyond CHECKS: the stages' own checks.
 BAD_STAGE_OPTIONS = {
-    "method": "qlora4", "epochs": 0.0, "max_steps": 0, "learning_rate": -1e-4, "warmup_ratio": 1.5, "weight_decay": -0.1,
-    "lora_r": 0, "lora_alpha": -2, "lora_dropout": 1.0, "per_device_batch_size": 0, "gradient_accumulation_steps": 0,
-    "max_length": 0, "loss_on": "prompt", "save_steps": 0, "save_total_limit": 1, "logging_steps": 0, "eval_steps": -1,
-    "training_backend": "slurm", "training_nodes": 0, "gpus_per_node": -1, "training_cpu": "eight", "training_memory": "48GB",
-    "training_shm_size": "0", "node_selector": "gpu", "tolerations": "nvidia.com/gpu:Sometimes", "training_timeout_minutes": 0.0,
-    "training_backoff_limit": -1, "extra_questions": ["  "], "eval_max_new_tokens": 0, "eval_score_rows": 0, "eval_batch_size": 0,
-    "min_eval_loss_improvement": float("nan"), "model_name": "my model", "gguf_outtype": "q3", "gguf_thresholds": {"top1": 0.5},
+    "method": "qlora4",
+    "epochs": 0.0,
+    "max_steps": 0,
+    "learning_rate": -1e-4,
+    "warmup_ratio": 1.5,
+    "weight_decay": -0.1,
+    "lora_r": 0,
+    "lora_alpha": -2,
+    "lora_dropout": 1.0,
+    "per_device_batch_size": 0,
+    "gradient_accumulation_steps": 0,
+    "max_length": 0,
+    "loss_on": "prompt",
+    "save_steps": 0,
+    "save_total_limit": 1,
+    "logging_steps": 0,
+    "eval_steps": -1,
+    "training_backend": "slurm",
+    "training_nodes": 0,
+    "gpus_per_node": -1,
+    "training_cpu": "eight",
+    "training_memory": "48GB",
+    "training_shm_size": "0",
+    "node_selector": "gpu",
+    "tolerations": "nvidia.com/gpu:Sometimes",
+    "training_timeout_minutes": 0.0,
+    "training_backoff_limit": -1,
+    "extra_questions": ["  "],
+    "eval_max_new_tokens": 0,
+    "eval_score_rows": 0,
+    "eval_batch_size": 0,
+    "min_eval_loss_improvement": float("nan"),
+    "model_name": "my model",
+    "gguf_outtype": "q3",
+    "gguf_thresholds": {"top1": 0.5},
     "hub_repo_id": "no-owner",
-}  # fmt: skip
+}
 
 
 def test_checks_cover_real_parameters_and_reach_the_pipeline_task():
@@ -142,7 +179,13 @@ def test_parse_params_types_values():
         ["keep_pvc=TRUE", "split_seed=7", "eval_fraction=0.25", "dataset_uri=data/a=b.jsonl", "system_prompt="],
         declared,
     )
-    assert parsed == {"keep_pvc": True, "split_seed": 7, "eval_fraction": 0.25, "dataset_uri": "data/a=b.jsonl", "system_prompt": ""}
+    assert parsed == {
+        "keep_pvc": True,
+        "split_seed": 7,
+        "eval_fraction": 0.25,
+        "dataset_uri": "data/a=b.jsonl",
+        "system_prompt": "",
+    }
     assert type(parsed["split_seed"]) is int and type(parsed["eval_fraction"]) is float
     assert run_params.parse_params(["keep_pvc= false "], declared) == {"keep_pvc": False}
 
@@ -175,7 +218,10 @@ def test_cli_lists_every_bad_parameter(tmp_path):
     "param,expected",
     [
         ("eval_fraction", "--param 'eval_fraction' is not NAME=VALUE, e.g. --param eval_fraction=0.2."),
-        ("evil_fraction=0.2", "--param 'evil_fraction' is not a pipeline parameter (did you mean eval_fraction?); the parameters are: base_model, dataset_uri,"),
+        (
+            "evil_fraction=0.2",
+            "--param 'evil_fraction' is not a pipeline parameter (did you mean eval_fraction?); the parameters are: base_model, dataset_uri,",
+        ),
         ("split_seed=abc", "--param split_seed='abc': split_seed must be a whole number."),
         ("split_seed=1.5", "--param split_seed='1.5': split_seed must be a whole number."),
         ("eval_fraction=ten", "--param eval_fraction='ten': eval_fraction must be a number."),

@@ -11,10 +11,10 @@ import gzip
 import json
 
 import pytest
+from conftest import PUBLISHED, all_rows, qa, read_rejects, read_split, read_stats, run_cli, snapshot, write_jsonl
 
 from components.dataprep.prepare import PrepareOptions, prepare
 from components.errors import UserError
-from conftest import PUBLISHED, all_rows, qa, read_rejects, read_split, read_stats, run_cli, snapshot, write_jsonl
 
 NO_EVAL = PrepareOptions(eval_fraction=0.0)
 
@@ -69,7 +69,9 @@ def test_gzip_gives_the_same_result_as_plain(tmp_path):
     assert read_rejects(tmp_path / "packed")[0]["source"] == str(packed)
     plain_stats, packed_stats = read_stats(tmp_path / "plain"), read_stats(tmp_path / "packed")
     assert packed_stats["fingerprint"] == plain_stats["fingerprint"]
-    assert {k: v for k, v in packed_stats.items() if k != "inputs"} == {k: v for k, v in plain_stats.items() if k != "inputs"}
+    assert {k: v for k, v in packed_stats.items() if k != "inputs"} == {
+        k: v for k, v in plain_stats.items() if k != "inputs"
+    }
 
 
 def test_glob_combines_files_and_rejects_name_their_file(tmp_path):
@@ -79,11 +81,22 @@ def test_glob_combines_files_and_rejects_name_their_file(tmp_path):
     b = write_jsonl(data / "part-b.jsonl.gz", ["{bad", qa(3)])
     c = write_jsonl(data / "part-c.jsonl", ["", "", {"messages": []}, qa(4)])
     write_jsonl(data / "other.jsonl", [{"text": "not matched by the glob"}])
-    result = run_cli("--input", data / "part-*", "--output-dir", tmp_path / "out", "--eval-fraction", "0", "--max-reject-fraction", "0.5")
+    result = run_cli(
+        "--input",
+        data / "part-*",
+        "--output-dir",
+        tmp_path / "out",
+        "--eval-fraction",
+        "0",
+        "--max-reject-fraction",
+        "0.5",
+    )
     assert result.returncode == 0, result.stderr
     rejects = [(r["source"], r["line"], r["reason"]) for r in read_rejects(tmp_path / "out")]
     assert rejects == [(str(a), 2, "missing_field"), (str(b), 1, "invalid_json"), (str(c), 3, "empty_conversation")]
-    assert [row["messages"][0]["content"] for row in all_rows(tmp_path / "out")] == [f"For knots, question number {i}?" for i in (1, 2, 3, 4)]
+    assert [row["messages"][0]["content"] for row in all_rows(tmp_path / "out")] == [
+        f"For knots, question number {i}?" for i in (1, 2, 3, 4)
+    ]
     assert read_stats(tmp_path / "out")["inputs"] == [str(a), str(b), str(c)]
 
 
@@ -166,7 +179,9 @@ def test_nothing_valid_fails_keeps_outputs_and_reports_rejects(tmp_path):
     assert_user_error(result, src, "No valid records", "6 of 6", "line 1", "rejects.failed.jsonl")
     assert snapshot(out) == before
     failed = read_rejects(out, "rejects.failed.jsonl")
-    assert [(r["source"], r["line"], r["reason"]) for r in failed] == [(str(src), i, "unknown_shape") for i in range(1, 6)] + [(str(src), 7, "invalid_json")]
+    assert [(r["source"], r["line"], r["reason"]) for r in failed] == [
+        (str(src), i, "unknown_shape") for i in range(1, 6)
+    ] + [(str(src), 7, "invalid_json")]
     assert leftovers(out) == []
 
 
@@ -187,7 +202,11 @@ def test_reject_share_over_the_limit_fails_and_keeps_outputs(tmp_path):
     message = assert_user_error(result, src, "--max-reject-fraction", "3 of 20", "15.0%", "5.0%", "line 18")
     assert "rejects.failed.jsonl" in squash(message)
     assert snapshot(out) == before
-    assert [(r["line"], r["reason"]) for r in read_rejects(out, "rejects.failed.jsonl")] == [(18, "invalid_json"), (19, "missing_field"), (20, "not_an_object")]
+    assert [(r["line"], r["reason"]) for r in read_rejects(out, "rejects.failed.jsonl")] == [
+        (18, "invalid_json"),
+        (19, "missing_field"),
+        (20, "not_an_object"),
+    ]
     assert leftovers(out) == []
 
 
@@ -285,11 +304,19 @@ def test_system_prompt_framing(tmp_path):
         tmp_path / "in.jsonl",
         [
             {"prompt": "q1", "completion": "a1"},
-            {"messages": [{"role": "system", "content": "Own."}, {"role": "user", "content": "q2"}, {"role": "assistant", "content": "a2"}]},
+            {
+                "messages": [
+                    {"role": "system", "content": "Own."},
+                    {"role": "user", "content": "q2"},
+                    {"role": "assistant", "content": "a2"},
+                ]
+            },
             {"messages": [{"role": "user", "content": "q3"}, {"role": "assistant", "content": "a3"}]},
         ],
     )
-    result = run_cli("--input", src, "--output-dir", tmp_path / "out", "--eval-fraction", "0", "--system-prompt", "Answer briefly.")
+    result = run_cli(
+        "--input", src, "--output-dir", tmp_path / "out", "--eval-fraction", "0", "--system-prompt", "Answer briefly."
+    )
     assert result.returncode == 0, result.stderr
     firsts = [row["messages"][0] for row in all_rows(tmp_path / "out")]
     assert firsts == [

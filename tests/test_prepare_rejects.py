@@ -12,13 +12,13 @@ import shutil
 
 import pyarrow.json as pajson
 import pytest
+from conftest import all_rows, qa, read_rejects, read_split, read_stats, run_cli, write_jsonl
 
 import components.dataprep.parse as parse_module
 import components.dataprep.prepare as prepare_module
 from components.dataprep.chunks import read_chunks
 from components.dataprep.prepare import PrepareOptions, prepare
 from components.dataprep.schema import Reason
-from conftest import all_rows, qa, read_rejects, read_split, read_stats, run_cli, write_jsonl
 
 # Keep every valid row in train and never fail on the reject share: these tests look at rejects.
 LENIENT = PrepareOptions(eval_fraction=0.0, max_reject_fraction=0.9)
@@ -117,7 +117,9 @@ def test_more_bad_records(tmp_path, line, reason):
     The bad line comes first, at the start of its chunk, where that crash happened.
     """
     src = write_jsonl(tmp_path / "in.jsonl", [line] + [qa(i) for i in range(30)])
-    result = run_cli("--input", src, "--output-dir", tmp_path / "out", "--eval-fraction", "0", "--max-reject-fraction", "0.5")
+    result = run_cli(
+        "--input", src, "--output-dir", tmp_path / "out", "--eval-fraction", "0", "--max-reject-fraction", "0.5"
+    )
     assert result.returncode == 0, result.stderr
     assert line_reasons(tmp_path / "out") == [(1, reason)]
     assert len(read_split(tmp_path / "out", "train")) == 30
@@ -181,14 +183,19 @@ def test_invalid_utf8_rejects_only_that_line(tmp_path):
     assert (reject["source"], reject["line"], reject["reason"]) == (str(src), 2, "invalid_utf8")
     assert "UTF-8" in reject["detail"]
     assert "Stra" in reject["record"]
-    assert [row["messages"][1]["content"] for row in all_rows(tmp_path / "out")] == ["Un nœud qui ne glisse pas — très utile.", "はい。"]
+    assert [row["messages"][1]["content"] for row in all_rows(tmp_path / "out")] == [
+        "Un nœud qui ne glisse pas — très utile.",
+        "はい。",
+    ]
 
 
 @pytest.mark.parametrize("unparsable_neighbour", [False, True], ids=["fast_path", "line_by_line"])
 def test_reject_entries_carry_an_excerpt_of_the_record(tmp_path, unparsable_neighbour):
     """The excerpt lets users find the record without opening a multi-GB file: it is the line as
     written (unknown keys such as ids included, whichever parse path ran) and stays short."""
-    lines = [qa(1), {"weird": "x" * 5000}, {"id": "rec-17", "prompt": "p"}] + (["{oops"] if unparsable_neighbour else [])
+    lines = [qa(1), {"weird": "x" * 5000}, {"id": "rec-17", "prompt": "p"}] + (
+        ["{oops"] if unparsable_neighbour else []
+    )
     src = write_jsonl(tmp_path / "in.jsonl", lines)
     prepare(str(src), tmp_path / "out", LENIENT)
     weird, missing = read_rejects(tmp_path / "out")[:2]
@@ -357,7 +364,11 @@ def test_last_line_without_newline_and_overlong_lines(tmp_path, tiny_chunks):
     src.write_bytes(body)
     prepare(str(src), tmp_path / "out", LENIENT)
     assert line_reasons(tmp_path / "out") == [(2, "missing_field"), (4, "missing_field"), (6, "blank_field")]
-    assert [turn[0]["content"][:2] for turn in (row["messages"] for row in all_rows(tmp_path / "out"))] == ["zz", "p3", "p5"]
+    assert [turn[0]["content"][:2] for turn in (row["messages"] for row in all_rows(tmp_path / "out"))] == [
+        "zz",
+        "p3",
+        "p5",
+    ]
 
 
 # --- duplicates ----------------------------------------------------------------------------
@@ -399,7 +410,14 @@ def test_duplicates_are_judged_on_the_normalised_conversation(tmp_path):
         {"prompt": "What is a bowline?", "completion": "A knot. "},
         {"prompt": "what is a bowline?", "completion": "A knot."},
         {"messages": [{"role": "system", "content": "Be terse."}, user("What is a bowline?"), assistant("A knot.")]},
-        {"messages": [user("What is a bowline?"), assistant("A knot."), user("What is a bowline?"), assistant("A knot.")]},
+        {
+            "messages": [
+                user("What is a bowline?"),
+                assistant("A knot."),
+                user("What is a bowline?"),
+                assistant("A knot."),
+            ]
+        },
         {"messages": [{"role": "system", "content": "What is a bowline?"}, assistant("A knot.")]},
     ],
     ids=["trailing_space", "case", "system_turn", "repeated_turns", "role_differs"],
@@ -446,7 +464,10 @@ def test_stats_counts_and_reject_fraction(tmp_path):
     assert stats["reject_fraction"] == round(3 / 34, 6)
     assert stats["duplicates"] == 1
     assert stats["rows"]["train"] + stats["rows"]["eval"] == 30
-    assert stats["rows"] == {"train": len(read_split(tmp_path / "out", "train")), "eval": len(read_split(tmp_path / "out", "eval"))}
+    assert stats["rows"] == {
+        "train": len(read_split(tmp_path / "out", "train")),
+        "eval": len(read_split(tmp_path / "out", "eval")),
+    }
     assert stats["rows"]["eval"] > 0 and stats["rows"]["train"] > 0
     assert stats["inputs"] == [str(src)]
     assert stats["options"] == {"eval_fraction": 0.3, "seed": 42, "max_reject_fraction": 0.2, "system_prompt": ""}
@@ -510,7 +531,9 @@ def test_fingerprint_is_stable_for_the_same_data(tmp_path):
 def test_fingerprint_describes_the_output_not_the_noise(tmp_path):
     """Blank lines, duplicates and rejects do not change the produced dataset, so not its fingerprint."""
     clean = write_jsonl(tmp_path / "clean.jsonl", [qa(i) for i in range(50)])
-    noisy = write_jsonl(tmp_path / "noisy.jsonl", [qa(i) for i in range(25)] + ["", qa(3), "{bad"] + [qa(i) for i in range(25, 50)])
+    noisy = write_jsonl(
+        tmp_path / "noisy.jsonl", [qa(i) for i in range(25)] + ["", qa(3), "{bad"] + [qa(i) for i in range(25, 50)]
+    )
     prepare(str(clean), tmp_path / "clean", PrepareOptions())
     prepare(str(noisy), tmp_path / "noisy", PrepareOptions())
     assert fingerprint(tmp_path / "noisy") == fingerprint(tmp_path / "clean")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pyarrow.parquet as pq
 import pytest
+from conftest import all_rows, qa, read_split, read_stats, run_cli, write_jsonl
 
 from components.dataprep.prepare import PrepareOptions, prepare
-from conftest import all_rows, qa, read_split, read_stats, run_cli, write_jsonl
 
 NO_EVAL = PrepareOptions(eval_fraction=0.0)
 
@@ -29,14 +29,21 @@ def conversations(output_dir, split="train"):
 
 def test_topic_question_answer(tmp_path):
     """The bundled data's shape: the topic is folded into the user turn so the model sees the context."""
-    src = write_jsonl(tmp_path / "in.jsonl", [{"topic": "first aid", "question": "how do I treat a burn?", "answer": "Cool it under running water."}])
+    src = write_jsonl(
+        tmp_path / "in.jsonl",
+        [{"topic": "first aid", "question": "how do I treat a burn?", "answer": "Cool it under running water."}],
+    )
     prepare(str(src), tmp_path / "out", NO_EVAL)
-    assert conversations(tmp_path / "out") == [[user("For first aid, how do I treat a burn?"), assistant("Cool it under running water.")]]
+    assert conversations(tmp_path / "out") == [
+        [user("For first aid, how do I treat a burn?"), assistant("Cool it under running water.")]
+    ]
 
 
 def test_instruction_with_input_joins_with_blank_line(tmp_path):
     """Alpaca-style records: the input is context for the instruction, separated by one blank line."""
-    src = write_jsonl(tmp_path / "in.jsonl", [{"instruction": "Summarise this.", "input": "A long text.", "output": "Short."}])
+    src = write_jsonl(
+        tmp_path / "in.jsonl", [{"instruction": "Summarise this.", "input": "A long text.", "output": "Short."}]
+    )
     prepare(str(src), tmp_path / "out", NO_EVAL)
     assert conversations(tmp_path / "out") == [[user("Summarise this.\n\nA long text."), assistant("Short.")]]
 
@@ -94,7 +101,9 @@ def test_system_prompt_prepended_only_where_no_system_turn(tmp_path):
             {"topic": "knots", "question": "q4", "answer": "a4"},
         ],
     )
-    result = run_cli("--input", src, "--output-dir", tmp_path / "out", "--eval-fraction", "0", "--system-prompt", "Be helpful.")
+    result = run_cli(
+        "--input", src, "--output-dir", tmp_path / "out", "--eval-fraction", "0", "--system-prompt", "Be helpful."
+    )
     assert result.returncode == 0, result.stderr
     assert conversations(tmp_path / "out") == [
         own,
@@ -151,7 +160,10 @@ def test_unknown_keys_are_ignored(tmp_path):
         tmp_path / "in.jsonl",
         [
             {"id": 7, "source": "web", "meta": {"tags": ["a", 1]}, "prompt": "q", "completion": "a"},
-            {"messages": [{"role": "user", "content": "hi", "name": "bob", "weight": 1}, assistant("hey")], "lang": "en"},
+            {
+                "messages": [{"role": "user", "content": "hi", "name": "bob", "weight": 1}, assistant("hey")],
+                "lang": "en",
+            },
         ],
     )
     result = prepare(str(src), tmp_path / "out", NO_EVAL)
@@ -174,7 +186,10 @@ def test_glob_over_several_files_counts_shapes(tmp_path):
     """A quoted glob reads every matching file (sorted), and stats.json counts records per shape."""
     data = tmp_path / "data"
     write_jsonl(data / "a.jsonl", [qa(1), qa(2), {"prompt": "p", "completion": "c"}])
-    write_jsonl(data / "b.jsonl.gz", [{"instruction": "i", "input": "x", "output": "o"}, {"messages": [user("u"), assistant("v")]}])
+    write_jsonl(
+        data / "b.jsonl.gz",
+        [{"instruction": "i", "input": "x", "output": "o"}, {"messages": [user("u"), assistant("v")]}],
+    )
     write_jsonl(data / "c.jsonl", [qa(3)])
     (data / "notes.txt").write_text("not data\n")
     result = run_cli("--input", data / "*.jsonl*", "--output-dir", tmp_path / "out", "--eval-fraction", "0")
@@ -188,7 +203,14 @@ def test_glob_over_several_files_counts_shapes(tmp_path):
         "prompt_completion": 1,
     }
     firsts = [convo[0]["content"] for convo in conversations(tmp_path / "out")]
-    assert firsts == ["For knots, question number 1?", "For knots, question number 2?", "p", "i\n\nx", "u", "For knots, question number 3?"]
+    assert firsts == [
+        "For knots, question number 1?",
+        "For knots, question number 2?",
+        "p",
+        "i\n\nx",
+        "u",
+        "For knots, question number 3?",
+    ]
 
 
 def test_directory_input(tmp_path):

@@ -12,6 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+from conftest import run_module
+from fake_run import FINGERPRINT, GGUF, LORA_GGUF, SAMPLES, make_run
 from huggingface_hub import ModelCard
 
 from components.atomic import link_or_copy
@@ -19,8 +21,6 @@ from components.errors import UserError
 from components.publish.options import PublishOptions
 from components.publish.publish import publish
 from components.publish_model import run_in_pipeline
-from conftest import run_module
-from fake_run import FINGERPRINT, GGUF, LORA_GGUF, SAMPLES, make_run
 
 
 class FakeMetrics:
@@ -41,9 +41,20 @@ def test_dry_run_writes_the_folder_and_the_record(tmp_path):
     upload = run_dir / "publish" / "upload"
     assert result.dry_run and result.location == str(upload)
     assert result.files == sorted(p.relative_to(upload).as_posix() for p in upload.rglob("*") if p.is_file())
-    assert {"README.md", GGUF, LORA_GGUF, "Modelfile", "training_summary.json", "evaluation/evaluation.json",
-            "evaluation/report.md", "evaluation/loss_curve.png", "evaluation/sample_responses.json",
-            "verification/verification.json", "adapter/adapter_config.json", "adapter/adapter_model.safetensors"} <= set(result.files)
+    assert {
+        "README.md",
+        GGUF,
+        LORA_GGUF,
+        "Modelfile",
+        "training_summary.json",
+        "evaluation/evaluation.json",
+        "evaluation/report.md",
+        "evaluation/loss_curve.png",
+        "evaluation/sample_responses.json",
+        "verification/verification.json",
+        "adapter/adapter_config.json",
+        "adapter/adapter_model.safetensors",
+    } <= set(result.files)
     assert "config.json" not in result.files  # the merged checkpoint is opt-in
     assert (upload / GGUF).read_bytes() == (run_dir / "export" / GGUF).read_bytes()
     assert not [p for p in upload.parent.iterdir() if p.name.startswith(".")]  # no staging left behind
@@ -53,7 +64,13 @@ def test_dry_run_writes_the_folder_and_the_record(tmp_path):
 
 def test_model_card_metadata_and_sections(tmp_path):
     run_dir = make_run(tmp_path)
-    publish(str(tmp_path), "run-1", "hf://datasets/me/practical-qa", PublishOptions(repo_id="me/skills", include_merged=True), token=None)
+    publish(
+        str(tmp_path),
+        "run-1",
+        "hf://datasets/me/practical-qa",
+        PublishOptions(repo_id="me/skills", include_merged=True),
+        token=None,
+    )
     text = card_of(run_dir)
     metadata = yaml.safe_load(text.split("---")[1])
     assert metadata["base_model"] == "HuggingFaceTB/SmolLM3-3B"
@@ -93,7 +110,9 @@ def test_unknown_local_base_model_is_left_out_of_the_metadata(tmp_path):
 
 def test_presigned_dataset_url_is_not_copied_into_the_card(tmp_path):
     run_dir = make_run(tmp_path)
-    publish(str(tmp_path), "run-1", "https://store.example/qa.jsonl?X-Amz-Signature=secret123", PublishOptions(), token=None)
+    publish(
+        str(tmp_path), "run-1", "https://store.example/qa.jsonl?X-Amz-Signature=secret123", PublishOptions(), token=None
+    )
     text = card_of(run_dir)
     assert "https://store.example/qa.jsonl" in text and "secret123" not in text
 
@@ -111,7 +130,9 @@ def test_missing_export_is_a_clear_error_and_keeps_the_previous_folder(tmp_path)
     (run_dir / "export" / GGUF).unlink()
     result = run_module("components.publish_model", "--workspace-root", tmp_path, "--run-id", "run-1")
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert "export stage left no model GGUF" in result.stderr and "run the export step" in " ".join(result.stderr.split())
+    assert "export stage left no model GGUF" in result.stderr and "run the export step" in " ".join(
+        result.stderr.split()
+    )
     assert (run_dir / "publish" / "upload" / GGUF).is_file()  # the earlier folder is untouched
 
 
@@ -133,7 +154,9 @@ def test_run_in_pipeline_fills_the_kfp_artifacts(tmp_path, monkeypatch):
     run_dir = make_run(tmp_path / "ws")
     card = SimpleNamespace(path=str(tmp_path / "artifacts" / "model_card"), metadata={})
     metrics = FakeMetrics()
-    location, dry_run = run_in_pipeline(str(tmp_path / "ws"), "run-1", "", PublishOptions(repo_id="me/skills"), card, metrics)
+    location, dry_run = run_in_pipeline(
+        str(tmp_path / "ws"), "run-1", "", PublishOptions(repo_id="me/skills"), card, metrics
+    )
     assert dry_run and location == str(run_dir / "publish" / "upload")
     assert Path(card.path).read_text() == card_of(run_dir)
     assert card.metadata == {"repo_id": "me/skills", "location": location, "dry_run": True}

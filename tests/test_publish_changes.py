@@ -7,15 +7,15 @@ Hub can be reached here); ``huggingface_hub.constants.ENDPOINT`` points at it.
 from __future__ import annotations
 
 import pytest
+from conftest import run_module
+from fake_hub import FakeHub
+from fake_run import FINGERPRINT, make_run
 from huggingface_hub import ModelCard, ModelCardData, constants
 
 from components.errors import UserError
 from components.publish.changes import check_data_changed
 from components.publish.options import PublishOptions
 from components.publish.publish import publish
-from conftest import run_module
-from fake_hub import FakeHub
-from fake_run import FINGERPRINT, make_run
 
 TOKEN = "hf_valid_test_token"
 OTHER = "sha256:" + "cd" * 32
@@ -72,7 +72,10 @@ def test_hub_card_fingerprint_decides(hub, tmp_path):
 
 
 def test_hub_without_repository_card_or_fingerprint_means_changed(hub, tmp_path):
-    assert "nothing is published at me/new" in check_data_changed(FINGERPRINT, "me/new", str(tmp_path), False, TOKEN, FAST).reason
+    assert (
+        "nothing is published at me/new"
+        in check_data_changed(FINGERPRINT, "me/new", str(tmp_path), False, TOKEN, FAST).reason
+    )
     hub.add_repo("model", "me/bare", {".gitattributes": b""})
     assert check_data_changed(FINGERPRINT, "me/bare", str(tmp_path), False, TOKEN, FAST).changed
     hub.add_repo("model", "me/plain", {"README.md": card_with(None)})
@@ -97,8 +100,12 @@ def test_hub_rejecting_the_token_is_a_clear_error(hub, tmp_path):
 def test_cli_reads_the_data_stage_stats(tmp_path):
     run_dir = make_run(tmp_path)
     publish(str(tmp_path), "run-1", "", PublishOptions(), token=None)
-    result = run_module("components.data_changed", "--stats", run_dir / "data" / "stats.json", "--workspace-root", tmp_path)
+    result = run_module(
+        "components.data_changed", "--stats", run_dir / "data" / "stats.json", "--workspace-root", tmp_path
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("data unchanged: training is skipped.")
-    forced = run_module("components.data_changed", "--stats", run_dir / "data" / "stats.json", "--workspace-root", tmp_path, "--force")
+    forced = run_module(
+        "components.data_changed", "--stats", run_dir / "data" / "stats.json", "--workspace-root", tmp_path, "--force"
+    )
     assert forced.stdout.startswith("data changed: training runs. Why: force is set")

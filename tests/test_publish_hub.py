@@ -13,11 +13,10 @@ import os
 from pathlib import Path
 
 import pytest
-from huggingface_hub import ModelCard
-
 from conftest import run_module
 from fake_hub import FakeHub
 from fake_run import FINGERPRINT, GGUF, make_run
+from huggingface_hub import ModelCard
 
 CANARY = "hf_CANARY_4f1d8e0b7a2c9d3e"
 REPO = "me/practical-skills"
@@ -31,7 +30,13 @@ def hub():
 
 def hub_env(hub: FakeHub, home: Path, token: str | None = CANARY) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if not key.startswith(("HF_", "HUGGING"))}
-    env |= {"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", "HF_HOME": str(home), "HF_HUB_DISABLE_TELEMETRY": "1", "NO_PROXY": "127.0.0.1"}
+    env |= {
+        "HF_ENDPOINT": hub.url,
+        "HF_HUB_DISABLE_XET": "1",
+        "HF_HOME": str(home),
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "NO_PROXY": "127.0.0.1",
+    }
     if token:
         env["HF_TOKEN"] = token
     return env
@@ -39,7 +44,17 @@ def hub_env(hub: FakeHub, home: Path, token: str | None = CANARY) -> dict[str, s
 
 def publish_cli(workspace: Path, env: dict[str, str], *extra: str):
     return run_module(
-        "components.publish_model", "--workspace-root", workspace, "--run-id", "run-1", "--repo-id", REPO, "--first-retry-wait-s", "0", *extra, env=env
+        "components.publish_model",
+        "--workspace-root",
+        workspace,
+        "--run-id",
+        "run-1",
+        "--repo-id",
+        REPO,
+        "--first-retry-wait-s",
+        "0",
+        *extra,
+        env=env,
     )
 
 
@@ -60,12 +75,22 @@ def test_one_commit_holds_every_file_byte_for_byte(hub, tmp_path):
     assert repo.private
     upload = run_dir / "publish" / "upload"
     local = {p.relative_to(upload).as_posix(): p.read_bytes() for p in upload.rglob("*") if p.is_file()}
-    assert {"README.md", GGUF, "Modelfile", "training_summary.json", "evaluation/evaluation.json", "config.json", "adapter/adapter_config.json"} <= set(local)
+    assert {
+        "README.md",
+        GGUF,
+        "Modelfile",
+        "training_summary.json",
+        "evaluation/evaluation.json",
+        "config.json",
+        "adapter/adapter_config.json",
+    } <= set(local)
     published = repo.commits[1:]  # commits[0] is the repository's creation
     assert len(published) == 1
     assert sorted(op["path"] for op in published[0]["operations"]) == sorted(local)
     assert {name: data for name, data in repo.files.items() if name != ".gitattributes"} == local
-    assert GGUF in repo.lfs_paths and "model.safetensors" in repo.lfs_paths  # large files went through LFS, checked by sha256
+    assert (
+        GGUF in repo.lfs_paths and "model.safetensors" in repo.lfs_paths
+    )  # large files went through LFS, checked by sha256
     assert ModelCard(repo.files["README.md"].decode()).data.data_fingerprint == FINGERPRINT
     record = json.loads((tmp_path / "ws" / "published" / "me--practical-skills.json").read_text())
     assert record["uploaded"] and record["data_fingerprint"] == FINGERPRINT and record["location"].endswith(repo.head)

@@ -16,11 +16,11 @@ from collections import Counter
 from importlib import resources
 
 import pytest
+from conftest import REPO_ROOT, all_rows, read_rejects
 
 from components.dataprep.prepare import PrepareOptions, prepare
 from components.prepare_dataset import resolve_dataset_uri
 from components.sample_data import SAMPLE_FILE, bundled_dataset_path
-from conftest import REPO_ROOT, all_rows, read_rejects
 
 TOPICS = {
     "car maintenance",
@@ -112,7 +112,19 @@ def test_the_built_wheel_ships_the_dataset(tmp_path):
     for package in ("components", "pipelines", "trainer", "gguf_export"):
         shutil.copytree(REPO_ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q", "-w", tmp_path / "dist", source],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-q",
+            "-w",
+            tmp_path / "dist",
+            source,
+        ],
         capture_output=True,
         text=True,
         timeout=300,

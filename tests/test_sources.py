@@ -15,16 +15,16 @@ from pathlib import Path
 
 import boto3
 import pytest
+from conftest import qa, read_split, read_stats, run_cli, write_jsonl
+from fake_hub import FakeHub
 from huggingface_hub import constants
+from local_server import LocalServer
 from moto.server import ThreadedMotoServer
 
 from components.dataprep.prepare import prepare
 from components.errors import UserError
 from components.prepare_dataset import resolve_dataset_uri
 from components.sample_data import bundled_dataset_path
-from conftest import qa, read_split, read_stats, run_cli, write_jsonl
-from fake_hub import FakeHub
-from local_server import LocalServer
 
 SAMPLE = bundled_dataset_path().read_bytes()
 LINES = b"".join(json.dumps(qa(i)).encode() + b"\n" for i in range(3))
@@ -88,7 +88,9 @@ def test_http_server_error_is_retried(web, tmp_path):
     assert Path(inputs).read_bytes() == LINES and web.hits == ["/qa.jsonl", "/qa.jsonl"]
 
 
-@pytest.mark.parametrize(("status", "words"), [(404, "does not exist (HTTP 404)"), (401, "refused"), (403, "presigned URL")])
+@pytest.mark.parametrize(
+    ("status", "words"), [(404, "does not exist (HTTP 404)"), (401, "refused"), (403, "presigned URL")]
+)
 def test_http_errors_are_clear_and_leave_no_file(web, tmp_path, status, words):
     web.routes["/qa.jsonl"] = [(status, b"no")]
     with pytest.raises(UserError, match=words.replace("(", r"\(").replace(")", r"\)")) as raised:
@@ -117,7 +119,12 @@ def s3_server():
 @pytest.fixture
 def s3(s3_server, monkeypatch):
     """A bucket on the S3 server, reached as an S3-compatible store through AWS_ENDPOINT_URL."""
-    for name, value in {"AWS_ENDPOINT_URL": s3_server, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+    for name, value in {
+        "AWS_ENDPOINT_URL": s3_server,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
         monkeypatch.setenv(name, value)
     client = boto3.client("s3")
     client.create_bucket(Bucket="qa-data")
@@ -128,12 +135,22 @@ def s3(s3_server, monkeypatch):
 
 
 def test_s3_prefix_fetches_every_jsonl_object_below_it(s3, tmp_path):
-    s3.put_object(Bucket="qa-data", Key="qa/a.jsonl", Body=write_jsonl(tmp_path / "a.jsonl", [qa(1), qa(2)]).read_bytes())
-    s3.put_object(Bucket="qa-data", Key="qa/more/b.jsonl.gz", Body=gzip.compress(write_jsonl(tmp_path / "b.jsonl", [qa(3)]).read_bytes()))
+    s3.put_object(
+        Bucket="qa-data", Key="qa/a.jsonl", Body=write_jsonl(tmp_path / "a.jsonl", [qa(1), qa(2)]).read_bytes()
+    )
+    s3.put_object(
+        Bucket="qa-data",
+        Key="qa/more/b.jsonl.gz",
+        Body=gzip.compress(write_jsonl(tmp_path / "b.jsonl", [qa(3)]).read_bytes()),
+    )
     s3.put_object(Bucket="qa-data", Key="qa/README.txt", Body=b"not data")
     s3.put_object(Bucket="qa-data", Key="qa-old/c.jsonl", Body=b"{}\n")  # shares the prefix text, not the folder
     inputs = resolve_dataset_uri("s3://qa-data/qa", tmp_path / "out" / "source")
-    fetched = sorted(p.relative_to(tmp_path / "out" / "source").as_posix() for p in (tmp_path / "out" / "source").rglob("*") if p.is_file())
+    fetched = sorted(
+        p.relative_to(tmp_path / "out" / "source").as_posix()
+        for p in (tmp_path / "out" / "source").rglob("*")
+        if p.is_file()
+    )
     assert fetched == ["a.jsonl", "more/b.jsonl.gz"]
     assert prepare(inputs, tmp_path / "out").stats["records"] == 3
 
@@ -144,11 +161,14 @@ def test_s3_single_object(s3, tmp_path):
     assert Path(inputs).read_bytes() == LINES
 
 
-@pytest.mark.parametrize(("uri", "words"), [
-    ("s3://qa-data/missing.jsonl", "does not exist"),
-    ("s3://no-such-bucket/qa/", "does not exist"),
-    ("s3://qa-data/empty/", "No .jsonl or .jsonl.gz objects are under s3://qa-data/empty/"),
-])
+@pytest.mark.parametrize(
+    ("uri", "words"),
+    [
+        ("s3://qa-data/missing.jsonl", "does not exist"),
+        ("s3://no-such-bucket/qa/", "does not exist"),
+        ("s3://qa-data/empty/", "No .jsonl or .jsonl.gz objects are under s3://qa-data/empty/"),
+    ],
+)
 def test_s3_missing_data_is_a_clear_error(s3, tmp_path, uri, words):
     with pytest.raises(UserError, match=words):
         resolve_dataset_uri(uri, tmp_path / "source")
@@ -175,15 +195,28 @@ HUB_TOKEN = "hf_dataset_reader"
 def hub(monkeypatch):
     with FakeHub({HUB_TOKEN}) as fake:
         monkeypatch.setattr(constants, "ENDPOINT", fake.url)
-        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", fake.url + "/{repo_id}/resolve/{revision}/{filename}")
+        monkeypatch.setattr(
+            constants, "HUGGINGFACE_CO_URL_TEMPLATE", fake.url + "/{repo_id}/resolve/{revision}/{filename}"
+        )
         monkeypatch.delenv("HF_TOKEN", raising=False)
         yield fake
 
 
 def test_hub_dataset_fetches_only_its_jsonl_files(hub, tmp_path):
-    hub.add_repo("dataset", "me/qa", {"README.md": b"# qa", "data/train.jsonl": LINES, "data/more.jsonl.gz": gzip.compress(LINES), "data/train.parquet": b"PAR1"})
+    hub.add_repo(
+        "dataset",
+        "me/qa",
+        {
+            "README.md": b"# qa",
+            "data/train.jsonl": LINES,
+            "data/more.jsonl.gz": gzip.compress(LINES),
+            "data/train.parquet": b"PAR1",
+        },
+    )
     inputs = resolve_dataset_uri("hf://datasets/me/qa", tmp_path / "out" / "source")
-    files = sorted(p.relative_to(tmp_path / "out" / "source").as_posix() for p in (tmp_path / "out" / "source").glob("data/*"))
+    files = sorted(
+        p.relative_to(tmp_path / "out" / "source").as_posix() for p in (tmp_path / "out" / "source").glob("data/*")
+    )
     assert files == ["data/more.jsonl.gz", "data/train.jsonl"]
     assert prepare(inputs, tmp_path / "out").stats["records"] == 6
 
@@ -196,18 +229,28 @@ def test_hub_dataset_path_selects_one_file(hub, tmp_path):
 
 def test_private_hub_dataset_uses_hf_token(hub, tmp_path, monkeypatch):
     hub.add_repo("dataset", "me/private-qa", {"qa.jsonl": LINES}, private=True)
-    with pytest.raises(UserError, match="does not exist or this token cannot see it. If it is private or gated, set HF_TOKEN"):
+    with pytest.raises(
+        UserError, match="does not exist or this token cannot see it. If it is private or gated, set HF_TOKEN"
+    ):
         resolve_dataset_uri("hf://datasets/me/private-qa", tmp_path / "source")
     monkeypatch.setenv("HF_TOKEN", HUB_TOKEN)
-    assert prepare(resolve_dataset_uri("hf://datasets/me/private-qa", tmp_path / "source"), tmp_path / "out").stats["records"] == 3
+    assert (
+        prepare(resolve_dataset_uri("hf://datasets/me/private-qa", tmp_path / "source"), tmp_path / "out").stats[
+            "records"
+        ]
+        == 3
+    )
 
 
-@pytest.mark.parametrize(("uri", "words"), [
-    ("hf://datasets/me/absent", "does not exist"),
-    ("hf://me/qa", "names a Hub model, not a dataset"),
-    ("hf://datasets/me", "is not a Hub dataset URI"),
-    ("hf://datasets/me/no-jsonl", "has no .jsonl or .jsonl.gz files"),
-])
+@pytest.mark.parametrize(
+    ("uri", "words"),
+    [
+        ("hf://datasets/me/absent", "does not exist"),
+        ("hf://me/qa", "names a Hub model, not a dataset"),
+        ("hf://datasets/me", "is not a Hub dataset URI"),
+        ("hf://datasets/me/no-jsonl", "has no .jsonl or .jsonl.gz files"),
+    ],
+)
 def test_hub_dataset_errors_are_clear(hub, tmp_path, uri, words):
     hub.add_repo("dataset", "me/no-jsonl", {"train.parquet": b"PAR1"})
     with pytest.raises(UserError, match=words):

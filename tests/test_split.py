@@ -15,10 +15,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import xxhash
+from conftest import all_rows, qa, read_split, read_stats, run_cli, snapshot, write_jsonl
 
 from components.dataprep.prepare import PrepareOptions, prepare
 from components.dataprep.schema import OUTPUT_SCHEMA
-from conftest import all_rows, qa, read_split, read_stats, run_cli, snapshot, write_jsonl
 
 TOPICS = ("knots", "first aid", "photography")
 
@@ -33,7 +33,9 @@ def records(start: int, stop: int) -> list[dict]:
         elif kind == 1:
             out.append({"prompt": f"prompt {i}", "completion": f"completion {i}"})
         else:
-            out.append({"messages": [{"role": "user", "content": f"hello {i}"}, {"role": "assistant", "content": f"hi {i}"}]})
+            out.append(
+                {"messages": [{"role": "user", "content": f"hello {i}"}, {"role": "assistant", "content": f"hi {i}"}]}
+            )
     return out
 
 
@@ -155,7 +157,9 @@ def test_train_and_eval_are_disjoint_even_with_duplicates_in_the_input(tmp_path)
     base = records(0, 800)
     lines = base + base[::3] + base[::7]
     random.Random(3).shuffle(lines)
-    result = prepare(str(write_jsonl(tmp_path / "in.jsonl", lines)), tmp_path / "out", PrepareOptions(eval_fraction=0.4))
+    result = prepare(
+        str(write_jsonl(tmp_path / "in.jsonl", lines)), tmp_path / "out", PrepareOptions(eval_fraction=0.4)
+    )
     train, evals = read_split(tmp_path / "out", "train"), read_split(tmp_path / "out", "eval")
     assert {content(r) for r in train}.isdisjoint(content(r) for r in evals)
     assert {r["id"] for r in train}.isdisjoint(r["id"] for r in evals)
@@ -166,7 +170,9 @@ def test_train_and_eval_are_disjoint_even_with_duplicates_in_the_input(tmp_path)
 def test_id_is_the_seeded_xxh3_content_hash_and_decides_the_split(tmp_path):
     """``id`` is documented as the 64-bit content hash: later stages and other tools can recompute it from the row."""
     seed, eval_fraction = 1234, 0.3
-    src = write_jsonl(tmp_path / "in.jsonl", records(0, 1500) + [{"prompt": "naïve café ☕", "completion": "日本語 ok"}])
+    src = write_jsonl(
+        tmp_path / "in.jsonl", records(0, 1500) + [{"prompt": "naïve café ☕", "completion": "日本語 ok"}]
+    )
     prepare(str(src), tmp_path / "out", PrepareOptions(eval_fraction=eval_fraction, seed=seed))
     for split in ("train", "eval"):
         rows = read_split(tmp_path / "out", split)

@@ -16,10 +16,10 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from conftest import REPO_ROOT
 from kubernetes import client
 
 from components.errors import UserError
-from conftest import REPO_ROOT
 from pipelines.storage_class import resolve_storage_class
 
 LIST_PATH = "/apis/storage.k8s.io/v1/storageclasses"
@@ -44,7 +44,12 @@ class FakeCluster:
 
     def body(self) -> dict:
         if self.status == 200:
-            return {"kind": "StorageClassList", "apiVersion": "storage.k8s.io/v1", "metadata": {"resourceVersion": "1"}, "items": self.items}
+            return {
+                "kind": "StorageClassList",
+                "apiVersion": "storage.k8s.io/v1",
+                "metadata": {"resourceVersion": "1"},
+                "items": self.items,
+            }
         return {
             "kind": "Status",
             "apiVersion": "v1",
@@ -185,7 +190,11 @@ def resolve_in_subprocess(url: str, tmp_path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
     env["KUBECONFIG"] = str(kubeconfig_for(url, tmp_path / "kubeconfig"))
     return subprocess.run(
-        [sys.executable, "-c", "from pipelines.storage_class import resolve_in_pipeline; print(repr(resolve_in_pipeline('')))"],
+        [
+            sys.executable,
+            "-c",
+            "from pipelines.storage_class import resolve_in_pipeline; print(repr(resolve_in_pipeline('')))",
+        ],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from kfp.client import client as kfp_client
-
 from conftest import REPO_ROOT
 from fake_kfp import FakeKfp
+from kfp.client import client as kfp_client
+
 from pipelines.cron import validate_cron
 from pipelines.submit import main
 
@@ -38,7 +38,21 @@ def submit(*args: str) -> int:
 
 
 def test_run_sends_the_package_and_typed_parameters(server, capfd):
-    assert submit("--host", server.url, "--token", TOKEN, "--param", "eval_fraction=0.2", "--param", "dataset_uri=s3://qa/2026/", "--experiment", "tuning") == 0
+    assert (
+        submit(
+            "--host",
+            server.url,
+            "--token",
+            TOKEN,
+            "--param",
+            "eval_fraction=0.2",
+            "--param",
+            "dataset_uri=s3://qa/2026/",
+            "--experiment",
+            "tuning",
+        )
+        == 0
+    )
     [experiment] = server.bodies("POST", "/apis/v2beta1/experiments")
     assert experiment["display_name"] == "tuning"
     [run] = server.bodies("POST", "/apis/v2beta1/runs")
@@ -55,7 +69,23 @@ def test_run_sends_the_package_and_typed_parameters(server, capfd):
 
 def test_recurring_run_with_cron_and_parameters(capfd):
     with FakeKfp(token=TOKEN, experiments={"nightly": "exp-9"}) as server:
-        assert submit("--host", server.url, "--token", TOKEN, "--schedule", "0 0 3 * * *", "--experiment", "nightly", "--param", "keep_pvc=true", "--name", "nightly retrain") == 0
+        assert (
+            submit(
+                "--host",
+                server.url,
+                "--token",
+                TOKEN,
+                "--schedule",
+                "0 0 3 * * *",
+                "--experiment",
+                "nightly",
+                "--param",
+                "keep_pvc=true",
+                "--name",
+                "nightly retrain",
+            )
+            == 0
+        )
     assert server.bodies("POST", "/apis/v2beta1/experiments") == []  # the existing experiment is reused
     assert server.bodies("POST", "/apis/v2beta1/runs") == []
     [recurring] = server.bodies("POST", "/apis/v2beta1/recurringruns")
@@ -94,12 +124,30 @@ def test_bad_cron_is_rejected_before_any_request(server, capfd, cron, words):
     assert server.received == []
 
 
-@pytest.mark.parametrize("cron", ["0 0 3 * * *", "0 */15 * * * ?", "0 30 2 * * MON-FRI", "0 0 0 1 jan,jul *", "0 0,30 8-18/2 * * 1-5", "@every 6h30m", "@weekly"])
+@pytest.mark.parametrize(
+    "cron",
+    [
+        "0 0 3 * * *",
+        "0 */15 * * * ?",
+        "0 30 2 * * MON-FRI",
+        "0 0 0 1 jan,jul *",
+        "0 0,30 8-18/2 * * 1-5",
+        "@every 6h30m",
+        "@weekly",
+    ],
+)
 def test_cron_forms_the_scheduler_accepts(cron):
     assert validate_cron(cron) == cron
 
 
-@pytest.mark.parametrize(("param", "words"), [("epoch=3", "'epoch' is not a pipeline parameter (did you mean epochs?)"), ("eval_fraction=1.5", "parameter 'eval_fraction' must be above 0 and below 1"), ("split_seed=x", "must be a whole number")])
+@pytest.mark.parametrize(
+    ("param", "words"),
+    [
+        ("epoch=3", "'epoch' is not a pipeline parameter (did you mean epochs?)"),
+        ("eval_fraction=1.5", "parameter 'eval_fraction' must be above 0 and below 1"),
+        ("split_seed=x", "must be a whole number"),
+    ],
+)
 def test_bad_parameters_are_rejected_before_any_request(server, capfd, param, words):
     with pytest.raises(SystemExit):
         submit("--host", server.url, "--token", TOKEN, "--param", param)
@@ -118,7 +166,9 @@ def test_token_from_the_environment(server, monkeypatch, capfd):
 def test_token_from_the_kubeconfig(server, tmp_path, monkeypatch, capfd):
     """What `oc login` leaves: a context whose user has a token."""
     kubeconfig = {
-        "apiVersion": "v1", "kind": "Config", "current-context": "work",
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "work",
         "clusters": [{"name": "c", "cluster": {"server": "https://api.cluster.example:6443"}}],
         "users": [{"name": "me", "user": {"token": TOKEN}}],
         "contexts": [{"name": "work", "context": {"cluster": "c", "user": "me", "namespace": "ml"}}],

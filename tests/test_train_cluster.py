@@ -22,18 +22,18 @@ from typing import Callable
 
 import pytest
 import yaml
+from conftest import REPO_ROOT
+from fake_kube import FakeKube, Request
+from train_jobs import RUN_ID, example_spec, replica_pods, stand_in_artifacts
 
 from components.errors import UserError
+from components.train_model import run_in_pipeline
 from components.training.follow import run_job
 from components.training.kinds import PYTORCHJOB, TRAINJOB, JobKind
 from components.training.kube import connect
 from components.training.manifests import render_pytorchjob, render_trainjob
 from components.training.reports import TrainingFailed
-from components.train_model import run_in_pipeline
-from conftest import REPO_ROOT
-from fake_kube import FakeKube, Request
 from pipelines.local_model import CLUSTER_BASE_MODEL
-from train_jobs import RUN_ID, example_spec, replica_pods, stand_in_artifacts
 
 SUCCESS = {PYTORCHJOB: "Succeeded", TRAINJOB: "Complete"}
 
@@ -72,7 +72,9 @@ def manifest_for(kind: JobKind, nodes: int = 2) -> dict:
     return render_pytorchjob(spec) if kind is PYTORCHJOB else render_trainjob(spec)
 
 
-def launch(fake: FakeKube, kind: JobKind, script, *, timeout: float = 60, nodes: int = 2) -> tuple[str, dict | BaseException]:
+def launch(
+    fake: FakeKube, kind: JobKind, script, *, timeout: float = 60, nodes: int = 2
+) -> tuple[str, dict | BaseException]:
     """Run the launcher against ``script``; its log and its result (or the exception it raised)."""
     out = io.StringIO()
     scenario = Scenario(fake, script)
@@ -102,7 +104,16 @@ def start_replicas(fake: FakeKube, kind: JobKind, nodes: int = 2) -> tuple[str, 
     return job, pods
 
 
-def succeed(fake: FakeKube, kind: JobKind, job: str, pods: list[str], message: str = "", *, drop: bool = False, expire: bool = False) -> None:
+def succeed(
+    fake: FakeKube,
+    kind: JobKind,
+    job: str,
+    pods: list[str],
+    message: str = "",
+    *,
+    drop: bool = False,
+    expire: bool = False,
+) -> None:
     """Every replica exits 0, then the job reports success (``drop``/``expire``: see FakeKube.set_condition)."""
     for pod in pods:
         fake.exit_container(pod, 0)
@@ -143,13 +154,27 @@ def assert_granted_by_rbac(requests: list[Request]) -> None:
             assert request.method == "GET"
             continue
         group, resource, verb = attributes
-        granted = any(group in rule["apiGroups"] and resource in rule["resources"] and verb in rule["verbs"] for rule in rules)
-        assert granted, f"{request.method} {request.path} needs {verb} on {resource} ({group or 'core'}), which pipelines/rbac.yaml does not grant"
+        granted = any(
+            group in rule["apiGroups"] and resource in rule["resources"] and verb in rule["verbs"] for rule in rules
+        )
+        assert granted, (
+            f"{request.method} {request.path} needs {verb} on {resource} ({group or 'core'}), which pipelines/rbac.yaml does not grant"
+        )
 
 
 def test_rbac_grants_exactly_what_the_issue_asks():
-    granted = {(group, resource, verb) for rule in rbac_rules() for group in rule["apiGroups"] for resource in rule["resources"] for verb in rule["verbs"]}
-    jobs = {(group, plural, verb) for group, plural in (("kubeflow.org", "pytorchjobs"), ("trainer.kubeflow.org", "trainjobs")) for verb in ("create", "get", "list", "watch", "delete")}
+    granted = {
+        (group, resource, verb)
+        for rule in rbac_rules()
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    jobs = {
+        (group, plural, verb)
+        for group, plural in (("kubeflow.org", "pytorchjobs"), ("trainer.kubeflow.org", "trainjobs"))
+        for verb in ("create", "get", "list", "watch", "delete")
+    }
     pods = {("", resource, verb) for resource in ("pods", "pods/log") for verb in ("get", "list", "watch")}
     assert granted == jobs | pods
 
@@ -185,13 +210,19 @@ def test_failed_replica_fails_the_step_with_its_exit_code_and_last_50_lines(fake
         fake.exit_container(worker, 137, "OOMKilled")
         fake.log(master, "RuntimeError: Connection closed by peer")
         fake.exit_container(master, 1)
-        fake.set_condition("pytorchjobs", job, "Failed", "JobFailed", f"PyTorchJob {job} is failed because 1 Worker replica(s) failed.")
+        fake.set_condition(
+            "pytorchjobs", job, "Failed", "JobFailed", f"PyTorchJob {job} is failed because 1 Worker replica(s) failed."
+        )
 
     log, result = launch(fake, PYTORCHJOB, script)
     assert isinstance(result, TrainingFailed)
     report = str(result)
     assert "failed (JobFailed): PyTorchJob" in report
-    assert "failing replica: worker-0" in report and "exited with code 137 (OOMKilled)" in report and "out of memory" in report
+    assert (
+        "failing replica: worker-0" in report
+        and "exited with code 137 (OOMKilled)" in report
+        and "out of memory" in report
+    )
     assert "also failed: master-0 with exit code 1" in report
     assert "  | worker line 59" in report and "  | worker line 10" in report and "worker line 9\n" not in report
     assert "[worker-0] worker line 0" in log  # every line was streamed while it ran
@@ -246,7 +277,10 @@ def test_expired_watch_lists_again(fake):
 @pytest.mark.parametrize(
     "kind, served",
     [
-        (PYTORCHJOB, {"kubeflow.org/v1": {"notebooks": "Notebook"}}),  # OpenShift AI serves kubeflow.org/v1 for notebooks
+        (
+            PYTORCHJOB,
+            {"kubeflow.org/v1": {"notebooks": "Notebook"}},
+        ),  # OpenShift AI serves kubeflow.org/v1 for notebooks
         (TRAINJOB, {}),
     ],
     ids=["pytorchjob-group-without-the-kind", "trainjob-group-absent"],
@@ -265,7 +299,12 @@ def test_timeout_deletes_the_job_and_says_why(fake):
         job = fake.wait_for("pytorchjobs")["metadata"]["name"]
         fake.set_condition("pytorchjobs", job, "Created", "JobCreated")
         labels = replica_pods(PYTORCHJOB, job, 1)[0][1]
-        fake.add_pod(f"{job}-master-0", labels, "pytorch", pending_reason="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
+        fake.add_pod(
+            f"{job}-master-0",
+            labels,
+            "pytorch",
+            pending_reason="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+        )
 
     log, result = launch(fake, PYTORCHJOB, script, timeout=3, nodes=1)
     assert isinstance(result, TrainingFailed)
@@ -287,7 +326,9 @@ def test_a_retried_launcher_follows_the_job_its_run_already_started(fake):
     log, result = launch(fake, PYTORCHJOB, script)
     assert not isinstance(result, BaseException), result
     assert "already exists and is still running" in log
-    assert len(fake.requests_matching("POST", "/pytorchjobs")) == 2 and fake.job_names("pytorchjobs") == [result["metadata"]["name"]]
+    assert len(fake.requests_matching("POST", "/pytorchjobs")) == 2 and fake.job_names("pytorchjobs") == [
+        result["metadata"]["name"]
+    ]
 
 
 def test_a_retried_launcher_replaces_the_job_that_failed(fake):
@@ -320,10 +361,17 @@ def workspace_with_data(tmp_path) -> tuple[Path, Path, Path]:
 
 def step_arguments(workspace: Path, data: Path, tmp_path: Path, **launch) -> dict:
     return dict(
-        workspace_root=str(workspace), run_id=RUN_ID, data_dir=str(data), base_model="", training={"epochs": 1.0},
-        launch={"backend": "pytorchjob", "nodes": 2, "gpus_per_node": 1, **launch}, pvc_name="ws-pvc",
-        image="quay.io/example/llm-finetune-pipeline:0.1.0", pipeline_name="llm-finetune", **stand_in_artifacts(tmp_path / "artifacts"),
-    )  # fmt: skip
+        workspace_root=str(workspace),
+        run_id=RUN_ID,
+        data_dir=str(data),
+        base_model="",
+        training={"epochs": 1.0},
+        launch={"backend": "pytorchjob", "nodes": 2, "gpus_per_node": 1, **launch},
+        pvc_name="ws-pvc",
+        image="quay.io/example/llm-finetune-pipeline:0.1.0",
+        pipeline_name="llm-finetune",
+        **stand_in_artifacts(tmp_path / "artifacts"),
+    )
 
 
 def test_cluster_step_launches_follows_and_records_what_the_pods_wrote(fake, tmp_path, capsys):
@@ -333,7 +381,9 @@ def test_cluster_step_launches_follows_and_records_what_the_pods_wrote(fake, tmp
         job, pods = start_replicas(fake, PYTORCHJOB)
         for directory in ("merged", "adapter", "checkpoints/checkpoint-10"):  # what rank 0 writes onto the shared PVC
             (train_dir / directory).mkdir(parents=True)
-        (train_dir / "training_summary.json").write_text(json.dumps({"world_size": 2, "global_step": 10, "final_train_loss": 1.25, "final_eval_loss": None}))
+        (train_dir / "training_summary.json").write_text(
+            json.dumps({"world_size": 2, "global_step": 10, "final_train_loss": 1.25, "final_eval_loss": None})
+        )
         fake.log(pods[0], "step 10/10 loss 1.25")
         succeed(fake, PYTORCHJOB, job, pods)
 
@@ -350,9 +400,13 @@ def test_cluster_step_launches_follows_and_records_what_the_pods_wrote(fake, tmp
     command = created["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["command"]
     assert command[command.index("--model") + 1] == CLUSTER_BASE_MODEL  # an empty base_model means the cluster default
     assert command[command.index("--output-dir") + 1] == str(train_dir)
-    assert created["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert created["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
     model = arguments["model_artifact"]
-    assert model.metadata["merged_dir"] == str(train_dir / "merged") and model.metadata["adapter_dir"] == str(train_dir / "adapter")
+    assert model.metadata["merged_dir"] == str(train_dir / "merged") and model.metadata["adapter_dir"] == str(
+        train_dir / "adapter"
+    )
     assert arguments["metrics"].metrics == {"world_size": 2, "global_step": 10, "final_train_loss": 1.25}
     assert "[master-0] step 10/10 loss 1.25" in capsys.readouterr().out
 
@@ -375,7 +429,10 @@ def test_cluster_step_fails_with_the_report_when_the_job_fails(fake, tmp_path, c
     assert exit_info.value.code == 1
     err = capsys.readouterr().err
     assert err.startswith("error: training failed.\nPyTorchJob")
-    assert "failing replica: worker-0" in err and "exited with code 2 (Error): the trainer rejected its input or options" in err
+    assert (
+        "failing replica: worker-0" in err
+        and "exited with code 2 (Error): the trainer rejected its input or options" in err
+    )
     assert "  | error: --expected-world-size is 2" in err
 
 
@@ -391,13 +448,28 @@ run_in_pipeline(**{arguments!r}, **stand_in_artifacts(__import__("pathlib").Path
 def test_sigterm_to_the_launcher_deletes_the_job(fake, tmp_path):
     """Cancelling the run stops the launcher pod with SIGTERM: its job must not keep the GPUs."""
     workspace, data, _ = workspace_with_data(tmp_path)
-    arguments = {key: value for key, value in step_arguments(workspace, data, tmp_path).items() if "artifact" not in key and key != "metrics"}
+    arguments = {
+        key: value
+        for key, value in step_arguments(workspace, data, tmp_path).items()
+        if "artifact" not in key and key != "metrics"
+    }
     script = tmp_path / "launcher.py"
-    script.write_text(LAUNCHER.format(repo=str(REPO_ROOT), tests=str(REPO_ROOT / "tests"), arguments=arguments, artifacts=str(tmp_path / "artifacts")))
+    script.write_text(
+        LAUNCHER.format(
+            repo=str(REPO_ROOT),
+            tests=str(REPO_ROOT / "tests"),
+            arguments=arguments,
+            artifacts=str(tmp_path / "artifacts"),
+        )
+    )
     process = subprocess.Popen(
-        [sys.executable, str(script)], cwd=REPO_ROOT, env={**os.environ, "KUBECONFIG": os.environ["KUBECONFIG"]},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [sys.executable, str(script)],
+        cwd=REPO_ROOT,
+        env={**os.environ, "KUBECONFIG": os.environ["KUBECONFIG"]},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         try:
             job = fake.wait_for("pytorchjobs", timeout=60)["metadata"]["name"]

@@ -14,16 +14,25 @@ from pathlib import Path
 
 import pytest
 import yaml
+from train_jobs import stand_in_artifacts
 
 from components.base_model import resolve_base_model
 from components.errors import UserError
 from components.steps import train_model
 from components.train_model import LaunchOptions, parse_node_selector, parse_tolerations, run_in_pipeline
 from pipelines.local_model import CLUSTER_BASE_MODEL, LOCAL_MODEL_NAME
-from train_jobs import stand_in_artifacts
 from trainer.config import TrainConfig
 
-FAST = dict(max_steps=3, max_length=128, per_device_batch_size=2, logging_steps=1, save_steps=2, method="lora", lora_r=4, lora_alpha=8)
+FAST = dict(
+    max_steps=3,
+    max_length=128,
+    per_device_batch_size=2,
+    logging_steps=1,
+    save_steps=2,
+    method="lora",
+    lora_r=4,
+    lora_alpha=8,
+)
 SET_BY_THE_STEP = {"model", "data_dir", "output_dir", "expected_world_size"}
 
 
@@ -31,25 +40,39 @@ def local_run(tmp_path: Path, data_dir: Path, base_model: Path, training: dict, 
     workspace = tmp_path / "workspace"
     artifacts = stand_in_artifacts(tmp_path / "artifacts")
     train_dir, resolved_base_model = run_in_pipeline(
-        workspace_root=str(workspace), run_id="run-1", data_dir=str(data_dir), base_model=str(base_model), training=training,
-        launch={"backend": "local", "nodes": 2, "gpus_per_node": 0, **launch}, pvc_name="", image="", pipeline_name="llm-finetune",
+        workspace_root=str(workspace),
+        run_id="run-1",
+        data_dir=str(data_dir),
+        base_model=str(base_model),
+        training=training,
+        launch={"backend": "local", "nodes": 2, "gpus_per_node": 0, **launch},
+        pvc_name="",
+        image="",
+        pipeline_name="llm-finetune",
         **artifacts,
-    )  # fmt: skip
+    )
     assert resolved_base_model == str(base_model)
     return train_dir, artifacts
 
 
 @pytest.mark.slow
-def test_local_backend_trains_with_two_processes_and_records_the_outputs(tiny_model_dir, prepared_data_dir, tmp_path, capsys):
+def test_local_backend_trains_with_two_processes_and_records_the_outputs(
+    tiny_model_dir, prepared_data_dir, tmp_path, capsys
+):
     train_dir, artifacts = local_run(tmp_path, prepared_data_dir, tiny_model_dir, FAST)
 
     assert train_dir == str(tmp_path / "workspace" / "runs" / "run-1" / "train")
     summary = json.loads((Path(train_dir) / "training_summary.json").read_text())
     assert summary["world_size"] == 2 and summary["global_step"] == 3 and summary["config"]["expected_world_size"] == 2
-    assert (Path(train_dir) / "merged" / "config.json").is_file() and (Path(train_dir) / "adapter" / "adapter_config.json").is_file()
+    assert (Path(train_dir) / "merged" / "config.json").is_file() and (
+        Path(train_dir) / "adapter" / "adapter_config.json"
+    ).is_file()
 
     model = artifacts["model_artifact"]
-    assert model.metadata["merged_dir"] == f"{train_dir}/merged" and model.metadata["adapter_dir"] == f"{train_dir}/adapter"
+    assert (
+        model.metadata["merged_dir"] == f"{train_dir}/merged"
+        and model.metadata["adapter_dir"] == f"{train_dir}/adapter"
+    )
     assert model.metadata["checkpoints_dir"] == f"{train_dir}/checkpoints" and model.metadata["world_size"] == 2
     assert json.loads(Path(model.path).read_text())["merged_dir"] == f"{train_dir}/merged"
     metrics = artifacts["metrics"].metrics
@@ -73,16 +96,24 @@ def test_local_training_failure_fails_the_step_with_the_last_lines(prepared_data
     assert "error: training failed." in err
     assert "the local trainer (torchrun, 2 processes) exited with code 1" in err
     assert "failing rank: " in err and "exit code 1: the trainer raised an error" in err
-    report_tail = err[err.index("last 50 lines of the trainer:"):]
-    assert "no-such-architecture" in report_tail and "ChildFailedError" not in report_tail  # the trainer's error, not torchrun's
+    report_tail = err[err.index("last 50 lines of the trainer:") :]
+    assert (
+        "no-such-architecture" in report_tail and "ChildFailedError" not in report_tail
+    )  # the trainer's error, not torchrun's
 
 
 def test_bad_parameters_are_all_named_before_anything_runs(prepared_data_dir, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         local_run(
-            tmp_path, prepared_data_dir, Path("unused"), {"lora_r": 0, "method": "dora"},
-            nodes=0, memory="lots", tolerations="gpu:Sometimes", node_selector="{not json",
-        )  # fmt: skip
+            tmp_path,
+            prepared_data_dir,
+            Path("unused"),
+            {"lora_r": 0, "method": "dora"},
+            nodes=0,
+            memory="lots",
+            tolerations="gpu:Sometimes",
+            node_selector="{not json",
+        )
     assert exit_info.value.code == 2
     err = " ".join(capsys.readouterr().err.split())
     for name in ("nodes", "memory", "tolerations", "node_selector", "lora_r", "method"):
@@ -99,9 +130,17 @@ def test_missing_data_is_named(tmp_path, capsys):
 def test_cluster_backends_need_the_pvc_and_the_image(prepared_data_dir, tmp_path, capsys):
     with pytest.raises(SystemExit):
         run_in_pipeline(
-            workspace_root=str(tmp_path), run_id="r", data_dir=str(prepared_data_dir), base_model="m", training={},
-            launch={"backend": "pytorchjob"}, pvc_name="", image="", pipeline_name="p", **stand_in_artifacts(tmp_path),
-        )  # fmt: skip
+            workspace_root=str(tmp_path),
+            run_id="r",
+            data_dir=str(prepared_data_dir),
+            base_model="m",
+            training={},
+            launch={"backend": "pytorchjob"},
+            pvc_name="",
+            image="",
+            pipeline_name="p",
+            **stand_in_artifacts(tmp_path),
+        )
     err = " ".join(capsys.readouterr().err.split())
     assert "(pvc_name)" in err and "(image)" in err
 
@@ -124,8 +163,17 @@ def test_node_selector_forms(text, expected):
     [
         ("", []),
         ("nvidia.com/gpu:NoSchedule", [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]),
-        ("team=ml:NoExecute,spot", [{"key": "team", "operator": "Equal", "value": "ml", "effect": "NoExecute"}, {"key": "spot", "operator": "Exists"}]),
-        ('[{"key": "a", "operator": "Equal", "value": "b", "effect": "NoSchedule"}]', [{"key": "a", "operator": "Equal", "value": "b", "effect": "NoSchedule"}]),
+        (
+            "team=ml:NoExecute,spot",
+            [
+                {"key": "team", "operator": "Equal", "value": "ml", "effect": "NoExecute"},
+                {"key": "spot", "operator": "Exists"},
+            ],
+        ),
+        (
+            '[{"key": "a", "operator": "Equal", "value": "b", "effect": "NoSchedule"}]',
+            [{"key": "a", "operator": "Equal", "value": "b", "effect": "NoSchedule"}],
+        ),
     ],
 )
 def test_toleration_forms(text, expected):
@@ -155,8 +203,12 @@ def test_the_step_takes_every_option_and_passes_each_on():
     those values come from), and the body must hand each one on.
     """
     parameters = inspect.signature(train_model.python_func).parameters
-    fields = [spec for spec in dataclasses.fields(LaunchOptions)] + [spec for spec in dataclasses.fields(TrainConfig) if spec.name not in SET_BY_THE_STEP]
+    fields = [spec for spec in dataclasses.fields(LaunchOptions)] + [
+        spec for spec in dataclasses.fields(TrainConfig) if spec.name not in SET_BY_THE_STEP
+    ]
     assert {spec.name for spec in fields} <= set(parameters)
     assert all(parameter.default is inspect.Parameter.empty for parameter in parameters.values())
     source = inspect.getsource(train_model.python_func)
-    assert all(f"{spec.name}={spec.name}" in source for spec in fields), "every option must be passed on to run_in_pipeline"
+    assert all(f"{spec.name}={spec.name}" in source for spec in fields), (
+        "every option must be passed on to run_in_pipeline"
+    )

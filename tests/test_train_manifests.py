@@ -7,19 +7,37 @@ import re
 
 import pytest
 import yaml
+from crd_schemas import PYTORCHJOB_CRD, TRAINJOB_CRD, schema_errors
+from train_jobs import GPU_TOLERATION, RUN_ID
+from train_jobs import example_spec as spec
 
 from components.training.manifests import JobSpec, job_name, label_value, render_pytorchjob, render_trainjob, to_yaml
-from crd_schemas import PYTORCHJOB_CRD, TRAINJOB_CRD, schema_errors
-from train_jobs import GPU_TOLERATION, RUN_ID, example_spec as spec
 from trainer.config import parse_config
 
-RANK_FLAGS = ("--nnodes", "--nproc-per-node", "--nproc_per_node", "--node-rank", "--node_rank", "--master-addr", "--master_addr", "--rdzv")
+RANK_FLAGS = (
+    "--nnodes",
+    "--nproc-per-node",
+    "--nproc_per_node",
+    "--node-rank",
+    "--node_rank",
+    "--master-addr",
+    "--master_addr",
+    "--rdzv",
+)
 
 CASES = [
     pytest.param(spec(1, 0), id="1-node-cpu"),
     pytest.param(spec(2, 0, secret="hf-token"), id="2-nodes-cpu-secret"),
     pytest.param(spec(2, 1, tolerations=[GPU_TOLERATION], secret="hf-token"), id="2-nodes-1-gpu-tolerations-secret"),
-    pytest.param(spec(4, 8, tolerations=[GPU_TOLERATION, {"key": "team", "operator": "Equal", "value": "ml", "effect": "NoExecute"}], node_selector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}), id="4-nodes-8-gpus-placement"),
+    pytest.param(
+        spec(
+            4,
+            8,
+            tolerations=[GPU_TOLERATION, {"key": "team", "operator": "Equal", "value": "ml", "effect": "NoExecute"}],
+            node_selector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+        ),
+        id="4-nodes-8-gpus-placement",
+    ),
 ]
 
 
@@ -29,8 +47,12 @@ def pod_specs_of_pytorchjob(manifest: dict) -> list[dict]:
 
 def check_trainer_command(command: list[str], job: JobSpec) -> None:
     assert command[:3] == ["torchrun", "-m", "trainer"]
-    assert not [arg for arg in command if arg.startswith(RANK_FLAGS)], "rank and rendezvous come from the PET_* environment"
-    assert parse_config(command[3:]) == dataclasses.replace(job.train, expected_world_size=job.nodes * max(job.gpus_per_node, 1))
+    assert not [arg for arg in command if arg.startswith(RANK_FLAGS)], (
+        "rank and rendezvous come from the PET_* environment"
+    )
+    assert parse_config(command[3:]) == dataclasses.replace(
+        job.train, expected_world_size=job.nodes * max(job.gpus_per_node, 1)
+    )
 
 
 def check_container_env(env: list[dict], job: JobSpec) -> None:
@@ -39,7 +61,11 @@ def check_container_env(env: list[dict], job: JobSpec) -> None:
     assert by_name["HF_HOME"]["value"].startswith(job.mount_path + "/")
     if job.hf_token_secret:
         assert "value" not in by_name["HF_TOKEN"], "the token comes from the Secret, never inline"
-        assert by_name["HF_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": job.hf_token_secret, "key": "HF_TOKEN", "optional": True}
+        assert by_name["HF_TOKEN"]["valueFrom"]["secretKeyRef"] == {
+            "name": job.hf_token_secret,
+            "key": "HF_TOKEN",
+            "optional": True,
+        }
     else:
         assert "HF_TOKEN" not in by_name
 
@@ -47,7 +73,9 @@ def check_container_env(env: list[dict], job: JobSpec) -> None:
 def check_resources(resources: dict, job: JobSpec) -> None:
     assert resources["requests"]["cpu"] == "8" and resources["limits"]["memory"] == "64Gi"
     if job.gpus_per_node:
-        assert resources["limits"]["nvidia.com/gpu"] == resources["requests"]["nvidia.com/gpu"] == str(job.gpus_per_node)
+        assert (
+            resources["limits"]["nvidia.com/gpu"] == resources["requests"]["nvidia.com/gpu"] == str(job.gpus_per_node)
+        )
     else:
         assert "nvidia.com/gpu" not in resources["limits"] and "nvidia.com/gpu" not in resources["requests"]
 
@@ -55,7 +83,10 @@ def check_resources(resources: dict, job: JobSpec) -> None:
 def check_pod(pod: dict, mounts: list[dict], job: JobSpec) -> None:
     volumes = {volume["name"]: volume for volume in pod["volumes"]}
     mounted = {mount["name"]: mount["mountPath"] for mount in mounts}
-    assert volumes["workspace"]["persistentVolumeClaim"] == {"claimName": "ws-pvc"} and mounted["workspace"] == job.mount_path
+    assert (
+        volumes["workspace"]["persistentVolumeClaim"] == {"claimName": "ws-pvc"}
+        and mounted["workspace"] == job.mount_path
+    )
     assert volumes["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "16Gi"} and mounted["dshm"] == "/dev/shm"
     assert mounted["scratch"] == "/tmp"
     assert pod.get("tolerations", []) == list(job.tolerations)
@@ -70,7 +101,12 @@ def test_pytorchjob_validates_against_the_training_operator_crd(job):
     assert replicas["Master"]["replicas"] == 1
     assert replicas.get("Worker", {}).get("replicas", 0) == job.nodes - 1
     assert manifest["spec"]["nprocPerNode"] == str(max(job.gpus_per_node, 1))
-    assert manifest["spec"]["runPolicy"] == {"backoffLimit": 3, "cleanPodPolicy": "Running", "activeDeadlineSeconds": 86400, "ttlSecondsAfterFinished": 3600}
+    assert manifest["spec"]["runPolicy"] == {
+        "backoffLimit": 3,
+        "cleanPodPolicy": "Running",
+        "activeDeadlineSeconds": 86400,
+        "ttlSecondsAfterFinished": 3600,
+    }
     for replica in replicas.values():
         assert replica["restartPolicy"] == "OnFailure"
         assert replica["template"]["metadata"]["labels"]["llm-finetune-pipeline/run-id"] == RUN_ID
@@ -88,7 +124,11 @@ def test_trainjob_validates_against_the_trainer_v2_crd(job):
     manifest = render_trainjob(job, "torch-distributed")
     assert schema_errors(manifest, TRAINJOB_CRD) == []
     trainer = manifest["spec"]["trainer"]
-    assert manifest["spec"]["runtimeRef"] == {"name": "torch-distributed", "apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime"}
+    assert manifest["spec"]["runtimeRef"] == {
+        "name": "torch-distributed",
+        "apiGroup": "trainer.kubeflow.org",
+        "kind": "ClusterTrainingRuntime",
+    }
     assert trainer["numNodes"] == job.nodes and trainer["numProcPerNode"] == max(job.gpus_per_node, 1)
     assert trainer["image"] == job.image
     check_trainer_command(trainer["command"], job)

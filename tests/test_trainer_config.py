@@ -9,7 +9,11 @@ import pytest
 
 from trainer.config import TrainConfig, option_problems, parse_config, to_args
 
-REQUIRED = dict(model="HuggingFaceTB/SmolLM3-3B", data_dir=Path("/mnt/workspace/runs/r1/data"), output_dir=Path("/mnt/workspace/runs/r1/train"))
+REQUIRED = dict(
+    model="HuggingFaceTB/SmolLM3-3B",
+    data_dir=Path("/mnt/workspace/runs/r1/data"),
+    output_dir=Path("/mnt/workspace/runs/r1/train"),
+)
 
 
 def test_defaults_round_trip():
@@ -46,7 +50,11 @@ def test_every_field_changed_round_trips():
         expected_world_size=8,
     )
     defaults = TrainConfig(**REQUIRED)
-    unchanged = [spec.name for spec in dataclasses.fields(TrainConfig) if spec.name not in REQUIRED and getattr(changed, spec.name) == getattr(defaults, spec.name)]
+    unchanged = [
+        spec.name
+        for spec in dataclasses.fields(TrainConfig)
+        if spec.name not in REQUIRED and getattr(changed, spec.name) == getattr(defaults, spec.name)
+    ]
     assert unchanged == [], "the test must move every option away from its default"
     assert parse_config(to_args(changed)) == changed
 

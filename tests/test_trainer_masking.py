@@ -64,7 +64,9 @@ def test_prompt_tokens_carry_no_loss_after_trl_packs_them(tokenizer, tiny_model_
     )
     packed = trainer.train_dataset
     assert len(packed) < len(split)  # conversations really were packed together
-    labelled = [(token, label) for row in packed for token, label in zip(row["input_ids"], row["labels"]) if label != -100]
+    labelled = [
+        (token, label) for row in packed for token, label in zip(row["input_ids"], row["labels"]) if label != -100
+    ]
     assert all(token == label for token, label in labelled)
     assert len(labelled) == expected_labelled
     text = tokenizer.decode([token for token, _ in labelled])

@@ -21,7 +21,9 @@ SINGLE = Topology(rank=0, local_rank=0, world_size=1)
 def train_steps(tiny_model_dir, prepared_data_dir, output_dir, **options) -> SFTTrainer:
     """Three LoRA steps (unless ``options`` say otherwise) on the tiny model with the trainer's own SFT and LoRA settings."""
     settings = dict(max_length=128, per_device_batch_size=2, max_steps=3, logging_steps=1, learning_rate=1e-2)
-    config = TrainConfig(model=str(tiny_model_dir), data_dir=prepared_data_dir, output_dir=output_dir, **{**settings, **options})
+    config = TrainConfig(
+        model=str(tiny_model_dir), data_dir=prepared_data_dir, output_dir=output_dir, **{**settings, **options}
+    )
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     args = sft_config(config, SINGLE, has_eval=False)
     args.report_to = []
@@ -45,7 +47,9 @@ def test_gradient_checkpointing_changes_memory_not_the_maths(tiny_model_dir, pre
     run must really have it off (it costs about a fifth of the step time).
     """
     plain = train_steps(tiny_model_dir, prepared_data_dir, tmp_path / "plain")
-    checkpointed = train_steps(tiny_model_dir, prepared_data_dir, tmp_path / "checkpointed", gradient_checkpointing=True)
+    checkpointed = train_steps(
+        tiny_model_dir, prepared_data_dir, tmp_path / "checkpointed", gradient_checkpointing=True
+    )
 
     assert not plain.model.base_model.model.is_activation_checkpointing
     assert checkpointed.model.base_model.model.is_activation_checkpointing
@@ -68,8 +72,19 @@ def test_tokens_seen_counts_every_real_token_once(packing, tiny_model_dir, prepa
     subset.mkdir()
     pq.write_table(pq.read_table(prepared_data_dir / "train.parquet").slice(0, 6), subset / "train.parquet")
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    expected = sum(len(ids) for ids in data.tokenise(data.load_split(subset, "train"), tokenizer, "assistant")["input_ids"])
+    expected = sum(
+        len(ids) for ids in data.tokenise(data.load_split(subset, "train"), tokenizer, "assistant")["input_ids"]
+    )
 
-    trained = train_steps(tiny_model_dir, subset, tmp_path / "out", packing=packing, max_length=512, per_device_batch_size=3, max_steps=-1, epochs=1)
+    trained = train_steps(
+        tiny_model_dir,
+        subset,
+        tmp_path / "out",
+        packing=packing,
+        max_length=512,
+        per_device_batch_size=3,
+        max_steps=-1,
+        epochs=1,
+    )
 
     assert trained.state.num_input_tokens_seen == expected

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import REPO_ROOT, run_module
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from conftest import REPO_ROOT, run_module
 from trainer import checkpoints
 
 pytestmark = pytest.mark.slow
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 # Logs every file a rank opens for writing (and every rename/mkdir/remove) to
 # $AUDIT_WRITES_DIR/rank<N>.log, through Python's audit hooks: how a test can see
 # which rank wrote what without changing the trainer.
-AUDIT_SITECUSTOMIZE = '''
+AUDIT_SITECUSTOMIZE = """
 import os, sys
 _directory = os.environ.get("AUDIT_WRITES_DIR")
 if _directory and "RANK" in os.environ:
@@ -42,14 +42,25 @@ if _directory and "RANK" in os.environ:
         elif event in ("os.mkdir", "os.remove", "os.rmdir", "shutil.rmtree"):
             _log.write("%s %s\\n" % (event, os.path.abspath(os.fsdecode(args[0]))))
     sys.addaudithook(_hook)
-'''
+"""
 
 
 def trainer_args(model: Path, data: Path, output: Path, *extra) -> list[str]:
     return [
-        "--model", str(model), "--data-dir", str(data), "--output-dir", str(output),
-        "--max-length", "128", "--per-device-batch-size", "2", "--logging-steps", "1", *map(str, extra),
-    ]  # fmt: skip
+        "--model",
+        str(model),
+        "--data-dir",
+        str(data),
+        "--output-dir",
+        str(output),
+        "--max-length",
+        "128",
+        "--per-device-batch-size",
+        "2",
+        "--logging-steps",
+        "1",
+        *map(str, extra),
+    ]
 
 
 def torchrun(args: list[str], env: dict[str, str] | None = None, log: Path | None = None) -> subprocess.Popen:
@@ -98,7 +109,24 @@ def test_two_ranks_split_the_data_agree_on_weights_and_only_rank_0_writes(tiny_m
     output, audit = tmp_path / "out", tmp_path / "audit"
     audit.mkdir()
     (audit / "sitecustomize.py").write_text(AUDIT_SITECUSTOMIZE)
-    args = trainer_args(tiny_model_dir, prepared_data_dir, output, "--method", "full", "--learning-rate", "1e-3", "--scale-lr", "--epochs", "2", "--per-device-batch-size", "8", "--save-steps", "10", "--expected-world-size", "2")
+    args = trainer_args(
+        tiny_model_dir,
+        prepared_data_dir,
+        output,
+        "--method",
+        "full",
+        "--learning-rate",
+        "1e-3",
+        "--scale-lr",
+        "--epochs",
+        "2",
+        "--per-device-batch-size",
+        "8",
+        "--save-steps",
+        "10",
+        "--expected-world-size",
+        "2",
+    )
     process = torchrun(args, env={"AUDIT_WRITES_DIR": str(audit), "PYTHONPATH": str(audit)}, log=tmp_path / "log")
     assert finish(process) == 0, (tmp_path / "log").read_text()[-3000:]
 
@@ -120,12 +148,19 @@ def test_two_ranks_split_the_data_agree_on_weights_and_only_rank_0_writes(tiny_m
     # RNG state there (rng_state_<rank>.pth, via torch.save, for an exact resume); beyond that
     # rank 1 must write nothing into the shared output.
     rank1_writes = [line for line in (audit / "rank1.log").read_text().splitlines() if str(output) in line]
-    assert rank1_writes and all(line.startswith(f"os.mkdir {output / 'checkpoints'}/checkpoint-") for line in rank1_writes)
+    assert rank1_writes and all(
+        line.startswith(f"os.mkdir {output / 'checkpoints'}/checkpoint-") for line in rank1_writes
+    )
     assert any(line.endswith(f"-> {output / 'merged'}") for line in (audit / "rank0.log").read_text().splitlines())
 
     model = AutoModelForCausalLM.from_pretrained(output / "merged")
     tokenizer = AutoTokenizer.from_pretrained(output / "merged")
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "For knots, what is a bowline?"}], add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "For knots, what is a bowline?"}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+    )
     generated = model.generate(**prompt, max_new_tokens=8, do_sample=False)
     assert generated.shape[1] > prompt["input_ids"].shape[1]
     for name in ("loss_curve.png", "training_history.json"):
@@ -136,9 +171,15 @@ def test_two_ranks_split_the_data_agree_on_weights_and_only_rank_0_writes(tiny_m
 def test_killed_rank_restart_resumes_from_the_newest_complete_checkpoint(tiny_model_dir, prepared_data_dir, tmp_path):
     """A pod lost mid-run (SIGKILL: OOM, node failure) costs the steps since the last checkpoint, not the run."""
     output = tmp_path / "out"
-    args = trainer_args(tiny_model_dir, prepared_data_dir, output, "--max-steps", "14", "--save-steps", "3", "--learning-rate", "1e-3")
+    args = trainer_args(
+        tiny_model_dir, prepared_data_dir, output, "--max-steps", "14", "--save-steps", "3", "--learning-rate", "1e-3"
+    )
     process = torchrun(args, log=tmp_path / "first.log")
-    wait_for(lambda: (output / "checkpoints" / "checkpoint-3" / checkpoints.MANIFEST).exists() or process.poll() is not None, 300, "the first checkpoint")
+    wait_for(
+        lambda: (output / "checkpoints" / "checkpoint-3" / checkpoints.MANIFEST).exists() or process.poll() is not None,
+        300,
+        "the first checkpoint",
+    )
     assert process.poll() is None, "training finished before it could be interrupted"
     os.kill(worker_pid(process, rank=1), signal.SIGKILL)
     assert finish(process) != 0
@@ -150,14 +191,20 @@ def test_killed_rank_restart_resumes_from_the_newest_complete_checkpoint(tiny_mo
     result = summary(output)
     assert result["resumed_from"] == str(resume_point)
     assert result["global_step"] == 14
-    resumed_steps = [entry["step"] for entry in json.loads((output / "training_history.json").read_text()) if "loss" in entry]
+    resumed_steps = [
+        entry["step"] for entry in json.loads((output / "training_history.json").read_text()) if "loss" in entry
+    ]
     assert resumed_steps == sorted(resumed_steps) and resumed_steps[-1] == 14
 
 
 def test_interrupted_checkpoint_is_skipped_and_removed(tiny_model_dir, prepared_data_dir, tmp_path):
     """A checkpoint whose save was cut short must never be loaded: resume from the one before it."""
     output = tmp_path / "out"
-    first = run_module("trainer", *trainer_args(tiny_model_dir, prepared_data_dir, output, "--max-steps", "4", "--save-steps", "2"), timeout=600)
+    first = run_module(
+        "trainer",
+        *trainer_args(tiny_model_dir, prepared_data_dir, output, "--max-steps", "4", "--save-steps", "2"),
+        timeout=600,
+    )
     assert first.returncode == 0, first.stderr[-3000:]
     newest = output / "checkpoints" / "checkpoint-4"
     weights = newest / "adapter_model.safetensors"
@@ -166,7 +213,11 @@ def test_interrupted_checkpoint_is_skipped_and_removed(tiny_model_dir, prepared_
     unmarked.mkdir()
     (unmarked / "trainer_state.json").write_text("{")  # a save that never finished
 
-    second = run_module("trainer", *trainer_args(tiny_model_dir, prepared_data_dir, output, "--max-steps", "6", "--save-steps", "2"), timeout=600)
+    second = run_module(
+        "trainer",
+        *trainer_args(tiny_model_dir, prepared_data_dir, output, "--max-steps", "6", "--save-steps", "2"),
+        timeout=600,
+    )
     assert second.returncode == 0, second.stderr[-3000:]
     assert summary(output)["resumed_from"] == str(output / "checkpoints" / "checkpoint-2")
     assert summary(output)["global_step"] == 6
@@ -193,7 +244,9 @@ def test_sigterm_saves_a_checkpoint_before_exiting(tiny_model_dir, prepared_data
 
 def test_world_size_mismatch_fails_at_start(tiny_model_dir, prepared_data_dir, tmp_path):
     """A PyTorchJob whose workers never joined must not train alone on everything."""
-    result = run_module("trainer", *trainer_args(tiny_model_dir, prepared_data_dir, tmp_path / "out", "--expected-world-size", "2"))
+    result = run_module(
+        "trainer", *trainer_args(tiny_model_dir, prepared_data_dir, tmp_path / "out", "--expected-world-size", "2")
+    )
     assert result.returncode == 2
     assert "--expected-world-size is 2" in result.stderr and "WORLD_SIZE=1" in result.stderr
     assert "Traceback" not in result.stderr
@@ -203,6 +256,8 @@ def test_world_size_mismatch_fails_at_start(tiny_model_dir, prepared_data_dir, t
 def test_qlora_is_refused_without_cuda(tiny_model_dir, prepared_data_dir, tmp_path):
     """4-bit QLoRA needs CUDA and bitsandbytes; on CPU the user hears so before anything loads."""
     assert not torch.cuda.is_available()
-    result = run_module("trainer", *trainer_args(tiny_model_dir, prepared_data_dir, tmp_path / "out", "--method", "qlora"))
+    result = run_module(
+        "trainer", *trainer_args(tiny_model_dir, prepared_data_dir, tmp_path / "out", "--method", "qlora")
+    )
     assert result.returncode == 2
     assert "--method qlora needs a CUDA GPU" in result.stderr and "Traceback" not in result.stderr

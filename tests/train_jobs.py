@@ -12,13 +12,20 @@ RUN_ID = "0f6c8a3e-5b1d-4c2a-9e7f-1a2b3c4d5e6f"
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 
-def example_spec(nodes: int, gpus: int, *, tolerations=(), secret: str = "", node_selector=None, namespace: str = "ml-team") -> JobSpec:
+def example_spec(
+    nodes: int, gpus: int, *, tolerations=(), secret: str = "", node_selector=None, namespace: str = "ml-team"
+) -> JobSpec:
     root = "/mnt/workspace"
     return JobSpec(
         name=job_name(RUN_ID),
         namespace=namespace,
         image="quay.io/example/llm-finetune-pipeline:0.1.0",
-        train=TrainConfig(model="HuggingFaceTB/SmolLM3-3B", data_dir=Path(f"{root}/runs/{RUN_ID}/data"), output_dir=Path(f"{root}/runs/{RUN_ID}/train"), epochs=2.0),
+        train=TrainConfig(
+            model="HuggingFaceTB/SmolLM3-3B",
+            data_dir=Path(f"{root}/runs/{RUN_ID}/data"),
+            output_dir=Path(f"{root}/runs/{RUN_ID}/train"),
+            epochs=2.0,
+        ),
         nodes=nodes,
         gpus_per_node=gpus,
         cpu="8",
@@ -41,13 +48,25 @@ def replica_pods(kind: JobKind, job: str, nodes: int) -> list[tuple[str, dict[st
     if kind is PYTORCHJOB:
         roles = [("master", 0)] + [("worker", index) for index in range(nodes - 1)]
         return [
-            (f"{job}-{role}-{index}", {"training.kubeflow.org/job-name": job, "training.kubeflow.org/replica-type": role, "training.kubeflow.org/replica-index": str(index)})
+            (
+                f"{job}-{role}-{index}",
+                {
+                    "training.kubeflow.org/job-name": job,
+                    "training.kubeflow.org/replica-type": role,
+                    "training.kubeflow.org/replica-index": str(index),
+                },
+            )
             for role, index in roles
         ]
     return [
         (
             f"{job}-node-0-{index}-x7k2q",
-            {"jobset.sigs.k8s.io/jobset-name": job, "jobset.sigs.k8s.io/replicatedjob-name": "node", "jobset.sigs.k8s.io/job-index": "0", "batch.kubernetes.io/job-completion-index": str(index)},
+            {
+                "jobset.sigs.k8s.io/jobset-name": job,
+                "jobset.sigs.k8s.io/replicatedjob-name": "node",
+                "jobset.sigs.k8s.io/job-index": "0",
+                "batch.kubernetes.io/job-completion-index": str(index),
+            },
         )
         for index in range(nodes)
     ]

@@ -76,12 +76,21 @@ class ProgressLines(TrainerCallback):
         self.first_step = 0
         self.first_tokens = 0
 
-    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
         self.started = time.monotonic()
         self.first_step = state.global_step
         self.first_tokens = state.num_input_tokens_seen
 
-    def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, logs: dict[str, float] | None = None, **kwargs: Any) -> None:
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: dict[str, float] | None = None,
+        **kwargs: Any,
+    ) -> None:
         if not state.is_world_process_zero or not logs or "loss" not in logs or self.started is None:
             return
         elapsed = time.monotonic() - self.started

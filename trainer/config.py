@@ -20,15 +20,18 @@ METHODS = ("lora", "full", "qlora")
 LOSS_ON = ("assistant", "all")
 
 
-
 @dataclass(frozen=True)
 class TrainConfig:
     """What one run of ``python -m trainer`` does."""
 
     model: str = option("", "Base model: a local checkpoint directory or a Hugging Face Hub id.", required=True)
     data_dir: Path = option(Path(), "Directory holding the data stage's train.parquet and eval.parquet.", required=True)
-    output_dir: Path = option(Path(), "Where checkpoints, adapter/, merged/ and the summaries go (shared storage).", required=True)
-    method: str = option("lora", "lora (default), full fine-tuning, or qlora (4-bit; needs CUDA and bitsandbytes).", choices=METHODS)
+    output_dir: Path = option(
+        Path(), "Where checkpoints, adapter/, merged/ and the summaries go (shared storage).", required=True
+    )
+    method: str = option(
+        "lora", "lora (default), full fine-tuning, or qlora (4-bit; needs CUDA and bitsandbytes).", choices=METHODS
+    )
     lora_r: int = option(16, "LoRA rank.")
     lora_alpha: int = option(32, "LoRA scaling numerator (the update is scaled by alpha / r).")
     lora_dropout: float = option(0.05, "Dropout on the LoRA input.")
@@ -36,7 +39,9 @@ class TrainConfig:
     epochs: float = option(3.0, "Passes over the training split.")
     max_steps: int = option(-1, "Stop after this many optimizer steps (-1: run all epochs).")
     learning_rate: float = option(2e-4, "Peak learning rate (per the whole run; see --scale-lr).")
-    scale_lr: bool = option(False, "Multiply the learning rate by the world size (linear scaling rule for a larger global batch).")
+    scale_lr: bool = option(
+        False, "Multiply the learning rate by the world size (linear scaling rule for a larger global batch)."
+    )
     warmup_ratio: float = option(0.03, "Share of steps spent warming the learning rate up.")
     weight_decay: float = option(0.0, "AdamW weight decay.")
     per_device_batch_size: int = option(
@@ -69,10 +74,20 @@ class TrainConfig:
         return self.output_dir / "checkpoints"
 
     def as_json(self) -> dict[str, Any]:
-        return {name: str(value) if isinstance(value, Path) else value for name, value in dataclasses.asdict(self).items()}
+        return {
+            name: str(value) if isinstance(value, Path) else value for name, value in dataclasses.asdict(self).items()
+        }
 
 
-POSITIVE_FIELDS = ("lora_r", "lora_alpha", "per_device_batch_size", "gradient_accumulation_steps", "max_length", "save_steps", "logging_steps")
+POSITIVE_FIELDS = (
+    "lora_r",
+    "lora_alpha",
+    "per_device_batch_size",
+    "gradient_accumulation_steps",
+    "max_length",
+    "save_steps",
+    "logging_steps",
+)
 
 
 def option_problems(config: TrainConfig) -> dict[str, str]:

@@ -36,7 +36,9 @@ def load_split(data_dir: Path, split: str) -> Dataset:
     # which is what the data stage writes for eval when eval_fraction is 0.
     table = pq.read_table(path)
     if "messages" not in table.column_names:
-        raise UserError(f"{path} has no 'messages' column (columns: {table.column_names}); re-run the data preparation stage.")
+        raise UserError(
+            f"{path} has no 'messages' column (columns: {table.column_names}); re-run the data preparation stage."
+        )
     return Dataset(table.select(["messages"]))
 
 

@@ -54,11 +54,16 @@ class ShardRecorder(TrainerCallback):
 
         return recording_collate
 
-    def on_epoch_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+    def on_epoch_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
         self.epoch = int(state.epoch or 0)
 
     def report(self) -> dict[str, Any]:
-        return {"tokens": self.tokens, "sequences_by_epoch": {str(epoch): digests for epoch, digests in sorted(self.digests.items())}}
+        return {
+            "tokens": self.tokens,
+            "sequences_by_epoch": {str(epoch): digests for epoch, digests in sorted(self.digests.items())},
+        }
 
 
 def weights_digest(model: torch.nn.Module) -> str:

@@ -44,7 +44,9 @@ class Topology:
 def check_world_size(topology: Topology, expected: int) -> None:
     """Fail before any work when the job is not as large as the caller planned (0 skips the check)."""
     if expected and topology.world_size != expected:
-        launcher = {key: os.environ[key] for key in ("PET_NNODES", "PET_NPROC_PER_NODE", "MASTER_ADDR") if key in os.environ}
+        launcher = {
+            key: os.environ[key] for key in ("PET_NNODES", "PET_NPROC_PER_NODE", "MASTER_ADDR") if key in os.environ
+        }
         raise UserError(
             f"--expected-world-size is {expected} but this process sees WORLD_SIZE={topology.world_size} "
             f"(launcher environment: {launcher or 'none'}). Each rank would train on the wrong share of the data. "

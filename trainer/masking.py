@@ -41,7 +41,9 @@ def _render(tokenizer: PreTrainedTokenizerBase, messages: Sequence[Message], gen
     return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=generation_prompt)
 
 
-def assistant_char_spans(tokenizer: PreTrainedTokenizerBase, messages: Sequence[Message]) -> tuple[str, list[tuple[int, int]]]:
+def assistant_char_spans(
+    tokenizer: PreTrainedTokenizerBase, messages: Sequence[Message]
+) -> tuple[str, list[tuple[int, int]]]:
     """The rendered conversation and the ``[start, end)`` character span of every assistant turn."""
     text = _render(tokenizer, messages, generation_prompt=False)
     spans = []

@@ -23,12 +23,12 @@ from transformers.trainer_callback import PrinterCallback
 from trl import SFTConfig, SFTTrainer
 
 from components.atomic import replace_dir, write_json
+from components.cli_options import flag
 from components.errors import UserError
 from trainer import checkpoints, data, diagnostics, distributed, outputs
 from trainer.callbacks import CompletionManifest, PreemptionSave, ProgressLines
-from trainer.diagnostics import ShardRecorder
-from components.cli_options import flag
 from trainer.config import TrainConfig, option_problems
+from trainer.diagnostics import ShardRecorder
 from trainer.distributed import Topology
 
 log = logging.getLogger("trainer")
@@ -80,7 +80,9 @@ def lora_config(config: TrainConfig) -> LoraConfig | None:
         r=config.lora_r,
         lora_alpha=config.lora_alpha,
         lora_dropout=config.lora_dropout,
-        target_modules=modules if modules == "all-linear" else [name.strip() for name in modules.split(",") if name.strip()],
+        target_modules=modules
+        if modules == "all-linear"
+        else [name.strip() for name in modules.split(",") if name.strip()],
         task_type="CAUSAL_LM",
     )
 
@@ -141,7 +143,9 @@ def clear_incomplete_checkpoints(config: TrainConfig, topology: Topology) -> Pat
     if topology.is_main:
         for verdict in verdicts:
             if not verdict.complete:
-                log.warning("removing incomplete checkpoint %s (%s); it is never resumed from", verdict.path, verdict.problem)
+                log.warning(
+                    "removing incomplete checkpoint %s (%s); it is never resumed from", verdict.path, verdict.problem
+                )
                 shutil.rmtree(verdict.path, ignore_errors=True)
     distributed.barrier()
     return checkpoints.newest_complete(verdicts)
@@ -213,7 +217,10 @@ def run(config: TrainConfig) -> int:
         log.info("resuming from %s", resume_from)
     result = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     if preemption.stopped_early:
-        log.warning("stopped for termination at step %d; the restarted job resumes from its checkpoint", trainer.state.global_step)
+        log.warning(
+            "stopped for termination at step %d; the restarted job resumes from its checkpoint",
+            trainer.state.global_step,
+        )
         return PREEMPTED_EXIT_CODE
 
     eval_loss = final_eval_loss(trainer)
@@ -256,7 +263,10 @@ def run(config: TrainConfig) -> int:
                 "ranks": [{key: rank[key] for key in ("rank", "device", "tokens", "weights_sha256")} for rank in ranks],
             },
         )
-        write_json(config.output_dir / outputs.DATA_SHARDS, [{"rank": rank["rank"], **rank["sequences_by_epoch"]} for rank in ranks])
+        write_json(
+            config.output_dir / outputs.DATA_SHARDS,
+            [{"rank": rank["rank"], **rank["sequences_by_epoch"]} for rank in ranks],
+        )
         log.info("wrote %s", config.output_dir)
     distributed.barrier()
     return 0

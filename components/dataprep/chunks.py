@@ -94,4 +94,3 @@ def read_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[Chunk]:
         ) from None
     if carry:
         yield Chunk(str(path), next_line, carry, 1)
-

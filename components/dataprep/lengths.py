@@ -23,7 +23,9 @@ class LengthHistogram:
             return
         values, counts = np.unique(np.asarray(lengths, dtype=np.int64), return_counts=True)
         merged, inverse = np.unique(np.concatenate([self.values, values]), return_inverse=True)
-        self.counts = np.bincount(inverse, weights=np.concatenate([self.counts, counts]), minlength=len(merged)).astype(np.int64)
+        self.counts = np.bincount(inverse, weights=np.concatenate([self.counts, counts]), minlength=len(merged)).astype(
+            np.int64
+        )
         self.values = merged
 
     def _nth(self, cumulative: np.ndarray, index: int) -> int:

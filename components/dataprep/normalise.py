@@ -62,7 +62,9 @@ def normalise(table: pa.Table, system_prompt: str) -> tuple[Normalised, list[Row
 
     accepted = np.flatnonzero(reason == Reason.OK)
     problems = [
-        RowProblem(int(row), Reason(int(reason[row])), _describe(Reason(int(reason[row])), table.slice(row, 1).to_pylist()[0]))
+        RowProblem(
+            int(row), Reason(int(reason[row])), _describe(Reason(int(reason[row])), table.slice(row, 1).to_pylist()[0])
+        )
         for row in np.flatnonzero(reason != Reason.OK)
     ]
     conversations = _conversations(columns, shape, accepted)
@@ -83,7 +85,13 @@ def normalise(table: pa.Table, system_prompt: str) -> tuple[Normalised, list[Row
 
 def _column(table: pa.Table, name: str) -> pa.Array:
     column = table.column(name)
-    return column.chunk(0) if column.num_chunks == 1 else pa.concat_arrays(column.chunks) if column.num_chunks else pa.array([], column.type)
+    return (
+        column.chunk(0)
+        if column.num_chunks == 1
+        else pa.concat_arrays(column.chunks)
+        if column.num_chunks
+        else pa.array([], column.type)
+    )
 
 
 def _as_bool(array: pa.Array) -> np.ndarray:
@@ -104,7 +112,9 @@ def _detect_shapes(valid: dict[str, np.ndarray], rows: int) -> np.ndarray:
     return shape
 
 
-def _check_flat_fields(columns: dict[str, pa.Array], valid: dict[str, np.ndarray], shape: np.ndarray, reason: np.ndarray) -> None:
+def _check_flat_fields(
+    columns: dict[str, pa.Array], valid: dict[str, np.ndarray], shape: np.ndarray, reason: np.ndarray
+) -> None:
     for candidate, required in REQUIRED_FIELDS.items():
         in_shape = shape == candidate
         if not in_shape.any():
@@ -162,7 +172,9 @@ def _conversations(columns: dict[str, pa.Array], shape: np.ndarray, accepted: np
         if candidate == Shape.MESSAGES:
             parts.append(pc.take(columns["messages"], take))
         else:
-            user, assistant = _turns(candidate, {name: pc.take(columns[name], take) for name in REQUIRED_FIELDS[candidate] + ("input",)})
+            user, assistant = _turns(
+                candidate, {name: pc.take(columns[name], take) for name in REQUIRED_FIELDS[candidate] + ("input",)}
+            )
             parts.append(_user_assistant_lists(user, assistant))
         order.append(rows)
     if not parts:

@@ -154,7 +154,10 @@ def _parse_lines(chunk: Chunk) -> ParsedChunk:
         try:
             record = json.loads(raw.decode("utf-8"))
         except UnicodeDecodeError as error:
-            problem = (Reason.INVALID_UTF8, f"byte {error.start + 1} of the line is not valid UTF-8; save the file as UTF-8")
+            problem = (
+                Reason.INVALID_UTF8,
+                f"byte {error.start + 1} of the line is not valid UTF-8; save the file as UTF-8",
+            )
         except json.JSONDecodeError as error:
             problem = (Reason.INVALID_JSON, f"invalid JSON at column {error.colno}: {error.msg}")
         else:

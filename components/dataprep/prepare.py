@@ -113,7 +113,13 @@ def prepare(inputs: str, output_dir: Path, options: PrepareOptions = PrepareOpti
                     if problems and raw_lines is None:
                         raw_lines = split_lines(chunk.data)
                     chunk_rejects += [
-                        Reject(chunk.source, int(lines[p.row]), p.reason, p.detail, _line_excerpt(chunk, raw_lines, int(lines[p.row])))
+                        Reject(
+                            chunk.source,
+                            int(lines[p.row]),
+                            p.reason,
+                            p.detail,
+                            _line_excerpt(chunk, raw_lines, int(lines[p.row])),
+                        )
                         for p in problems
                     ]
                     _route_rows(normalised, options, seen, writers, digests, tally)
@@ -255,4 +261,3 @@ def _check_usable(files, stats: dict, options: PrepareOptions, tally: _Tally, st
 
 def _publish_failed_rejects(stage) -> None:
     stage.publish_as(REJECTS_FILE, FAILED_REJECTS_FILE)
-

@@ -89,7 +89,13 @@ def _fetch_http(url: str, destination: Path) -> Path:
     from urllib3.util.retry import Retry
 
     shown = describe_uri(url)
-    retry = Retry(total=HTTP_RETRIES, backoff_factor=1.0, status_forcelist=(429, 500, 502, 503, 504), allowed_methods=("GET",), raise_on_status=False)
+    retry = Retry(
+        total=HTTP_RETRIES,
+        backoff_factor=1.0,
+        status_forcelist=(429, 500, 502, 503, 504),
+        allowed_methods=("GET",),
+        raise_on_status=False,
+    )
     with requests.Session() as session:
         session.mount("http://", HTTPAdapter(max_retries=retry))
         session.mount("https://", HTTPAdapter(max_retries=retry))
@@ -154,11 +160,16 @@ def _fetch_s3(uri: str, destination: Path) -> str:
             objects = {key: PurePosixPath(key).name}
         else:
             prefix = f"{key.rstrip('/')}/" if key else ""
-            objects = {item: item[len(prefix) :] for item in _s3_keys(client, bucket, prefix) if item.endswith(SUFFIXES)}
+            objects = {
+                item: item[len(prefix) :] for item in _s3_keys(client, bucket, prefix) if item.endswith(SUFFIXES)
+            }
             if not objects:
                 raise UserError(f"No .jsonl or .jsonl.gz objects are under {uri}; check the bucket and prefix.")
         for name, relative in objects.items():
-            write_file_atomic(destination / _safe_relative(relative, uri), lambda handle: client.download_fileobj(bucket, name, handle))
+            write_file_atomic(
+                destination / _safe_relative(relative, uri),
+                lambda handle: client.download_fileobj(bucket, name, handle),
+            )
         return str(destination / PurePosixPath(key).name) if key.endswith(SUFFIXES) else str(destination / ALL_JSONL)
     except NoCredentialsError:
         raise UserError(
@@ -169,7 +180,9 @@ def _fetch_s3(uri: str, destination: Path) -> str:
     except ClientError as error:
         raise UserError(_s3_problem(uri, error)) from None
     except BotoCoreError as error:
-        raise UserError(f"Could not read {uri}: {error}. Check AWS_ENDPOINT_URL and that the endpoint is reachable.") from None
+        raise UserError(
+            f"Could not read {uri}: {error}. Check AWS_ENDPOINT_URL and that the endpoint is reachable."
+        ) from None
 
 
 def _s3_client():
@@ -180,8 +193,13 @@ def _s3_client():
     standard = os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL_S3")
     endpoint = None if standard else os.environ.get("AWS_S3_ENDPOINT") or None
     # S3-compatible stores (MinIO, NooBaa, Ceph RGW) want path-style bucket addressing.
-    config = Config(retries={"max_attempts": S3_ATTEMPTS, "mode": "standard"}, s3={"addressing_style": "path"} if standard or endpoint else None)
-    return boto3.session.Session().client("s3", endpoint_url=endpoint, config=config)  # a new session reads the environment as it is now
+    config = Config(
+        retries={"max_attempts": S3_ATTEMPTS, "mode": "standard"},
+        s3={"addressing_style": "path"} if standard or endpoint else None,
+    )
+    return boto3.session.Session().client(
+        "s3", endpoint_url=endpoint, config=config
+    )  # a new session reads the environment as it is now
 
 
 def _s3_keys(client, bucket: str, prefix: str) -> list[str]:
@@ -219,16 +237,25 @@ def _parse_hub_dataset(uri: str):
     try:
         parsed = parse_hf_uri(uri)
     except HfUriError as error:
-        raise UserError(f"dataset_uri {uri!r} is not a Hub dataset URI ({error}). Write hf://datasets/owner/name.") from None
+        raise UserError(
+            f"dataset_uri {uri!r} is not a Hub dataset URI ({error}). Write hf://datasets/owner/name."
+        ) from None
     if parsed.type != "dataset":
-        raise UserError(f"dataset_uri {uri!r} names a Hub {parsed.type}, not a dataset; write hf://datasets/owner/name.")
+        raise UserError(
+            f"dataset_uri {uri!r} names a Hub {parsed.type}, not a dataset; write hf://datasets/owner/name."
+        )
     return parsed
 
 
 def _fetch_hub_dataset(uri: str, destination: Path) -> str:
     """The one file's local path, or a glob of the JSONL files fetched."""
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
+    from huggingface_hub.errors import (
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
 
     parsed = _parse_hub_dataset(uri)
     path = parsed.path_in_repo.strip("/")
@@ -237,10 +264,17 @@ def _fetch_hub_dataset(uri: str, destination: Path) -> str:
     token = hub_token()
     try:
         snapshot_download(
-            parsed.id, repo_type="dataset", revision=parsed.revision, allow_patterns=patterns, local_dir=destination, token=token or False
+            parsed.id,
+            repo_type="dataset",
+            revision=parsed.revision,
+            allow_patterns=patterns,
+            local_dir=destination,
+            token=token or False,
         )
     except RevisionNotFoundError:
-        raise UserError(f"The Hub dataset {parsed.id} has no revision {parsed.revision!r}; check the part after '@'.") from None
+        raise UserError(
+            f"The Hub dataset {parsed.id} has no revision {parsed.revision!r}; check the part after '@'."
+        ) from None
     except RepositoryNotFoundError:
         hint = "" if token else f" If it is private or gated, set {TOKEN_ENV} (in the cluster, the hf-token Secret)."
         raise UserError(f"The Hub dataset {parsed.id} does not exist or this token cannot see it.{hint}") from None
@@ -250,7 +284,9 @@ def _fetch_hub_dataset(uri: str, destination: Path) -> str:
             raise UserError(token_refused(status, f"download the dataset {parsed.id}")) from None
         raise UserError(f"The Hub answered HTTP {status} for the dataset {parsed.id}; try again later.") from None
     except LocalEntryNotFoundError:
-        raise UserError(f"Could not reach the Hub to download the dataset {parsed.id}; check the connection (and HF_ENDPOINT).") from None
+        raise UserError(
+            f"Could not reach the Hub to download the dataset {parsed.id}; check the connection (and HF_ENDPOINT)."
+        ) from None
     if not any(destination.glob(ALL_JSONL)):
         where = f"at {path}" if path else "in it"
         raise UserError(

@@ -27,7 +27,11 @@ def decide(base_eval_loss: float, fine_tuned_eval_loss: float, min_eval_loss_imp
     losses = f"(base {base_eval_loss:.4f}, fine-tuned {fine_tuned_eval_loss:.4f})"
     required = f"the required minimum improvement of {min_eval_loss_improvement:.4f}"
     if not math.isfinite(improvement):
-        return GateDecision(False, min_eval_loss_improvement, f"The eval loss is not a finite number {losses}, so the fine-tuned model cannot be shown to meet {required}.")
+        return GateDecision(
+            False,
+            min_eval_loss_improvement,
+            f"The eval loss is not a finite number {losses}, so the fine-tuned model cannot be shown to meet {required}.",
+        )
     passed = improvement >= min_eval_loss_improvement
     change = f"improved by {improvement:.4f}" if improvement >= 0 else f"got worse by {-improvement:.4f}"
     verdict = "which meets" if passed else "which falls short of"

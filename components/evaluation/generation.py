@@ -73,6 +73,7 @@ def generate_answers(
         ).to(model.device)
         generated = model.generate(**batch, generation_config=config)
         answers.extend(
-            text.strip() for text in tokenizer.batch_decode(generated[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+            text.strip()
+            for text in tokenizer.batch_decode(generated[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
         )
     return answers

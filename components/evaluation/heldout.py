@@ -33,7 +33,9 @@ class HeldOutLoss:
     eval_tokens: int
 
 
-def usable_conversations(split: Dataset, path: Path, tokenizer: PreTrainedTokenizerBase, max_length: int) -> list[TokenisedConversation]:
+def usable_conversations(
+    split: Dataset, path: Path, tokenizer: PreTrainedTokenizerBase, max_length: int
+) -> list[TokenisedConversation]:
     """The eval split (read from ``path``) tokenised and truncated, keeping conversations with an assistant token left to predict.
 
     The first token is never predicted (nothing precedes it), so a
@@ -42,8 +44,7 @@ def usable_conversations(split: Dataset, path: Path, tokenizer: PreTrainedTokeni
     """
     rows = tokenise(split, tokenizer, loss_on="assistant")
     conversations = [
-        TokenisedConversation(row["input_ids"][:max_length], row["assistant_masks"][:max_length])
-        for row in rows
+        TokenisedConversation(row["input_ids"][:max_length], row["assistant_masks"][:max_length]) for row in rows
     ]
     usable = [conversation for conversation in conversations if any(conversation.assistant_masks[1:])]
     if usable:
@@ -61,7 +62,9 @@ def usable_conversations(split: Dataset, path: Path, tokenizer: PreTrainedTokeni
     )
 
 
-def _padded_batch(batch: Sequence[TokenisedConversation], pad_token_id: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+def _padded_batch(
+    batch: Sequence[TokenisedConversation], pad_token_id: int, device: torch.device
+) -> tuple[torch.Tensor, ...]:
     """Right-padded ids, attention mask and assistant mask; padding sits after the tokens, so causal attention never sees it."""
     width = max(len(conversation.input_ids) for conversation in batch)
     ids = torch.full((len(batch), width), pad_token_id, dtype=torch.long)

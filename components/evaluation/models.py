@@ -37,9 +37,13 @@ def load_tokenizer(name_or_path: str | Path) -> PreTrainedTokenizerBase:
     try:
         tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     except OSError as error:
-        raise UserError(f"cannot load the tokenizer of {name_or_path}: {error}. Pass a local checkpoint directory or a Hub id this machine can reach.") from None
+        raise UserError(
+            f"cannot load the tokenizer of {name_or_path}: {error}. Pass a local checkpoint directory or a Hub id this machine can reach."
+        ) from None
     if tokenizer.chat_template is None:
-        raise UserError(f"the tokenizer of {name_or_path} has no chat template; evaluation renders conversations with it, as training did.")
+        raise UserError(
+            f"the tokenizer of {name_or_path} has no chat template; evaluation renders conversations with it, as training did."
+        )
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
@@ -60,7 +64,9 @@ def load_model(name_or_path: str | Path) -> PreTrainedModel:
     try:
         model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype)
     except OSError as error:
-        raise UserError(f"cannot load the model {name_or_path}: {error}. Pass a local checkpoint directory or a Hub id this machine can reach.") from None
+        raise UserError(
+            f"cannot load the model {name_or_path}: {error}. Pass a local checkpoint directory or a Hub id this machine can reach."
+        ) from None
     return model.to(device).eval()
 
 

@@ -31,24 +31,42 @@ DEFAULT_QUESTIONS = (
 class EvaluateOptions:
     """What one evaluation of a fine-tuned model against its base does."""
 
-    base_model: str = option("", "Base model the run was trained from: a local checkpoint directory or a Hugging Face Hub id.", required=True)
-    fine_tuned_model: Path = option(Path(), "The fine-tuned checkpoint: the training stage's merged/ directory.", required=True)
-    data_dir: Path = option(Path(), "The data stage's output directory; its eval.parquet is the held-out split.", required=True)
-    train_dir: Path = option(Path(), "The training stage's output directory (training_summary.json, loss_curve.png).", required=True)
+    base_model: str = option(
+        "", "Base model the run was trained from: a local checkpoint directory or a Hugging Face Hub id.", required=True
+    )
+    fine_tuned_model: Path = option(
+        Path(), "The fine-tuned checkpoint: the training stage's merged/ directory.", required=True
+    )
+    data_dir: Path = option(
+        Path(), "The data stage's output directory; its eval.parquet is the held-out split.", required=True
+    )
+    train_dir: Path = option(
+        Path(), "The training stage's output directory (training_summary.json, loss_curve.png).", required=True
+    )
     output_dir: Path = option(Path(), "Where evaluation.json, the reports and demo_outputs/ go.", required=True)
-    extra_questions: tuple[str, ...] = option((), "Questions asked of both models after the five built-in demo questions.")
+    extra_questions: tuple[str, ...] = option(
+        (), "Questions asked of both models after the five built-in demo questions."
+    )
     max_new_tokens: int = option(256, "Most tokens generated per answer (sample questions and scored rows).")
-    score_rows: int = option(50, "Held-out rows answered by both models and scored with ROUGE-L against the reference answer.")
-    max_length: int = option(0, "Tokens per held-out conversation for the loss; longer ones are truncated as in training. 0: the max_length in training_summary.json.")
+    score_rows: int = option(
+        50, "Held-out rows answered by both models and scored with ROUGE-L against the reference answer."
+    )
+    max_length: int = option(
+        0,
+        "Tokens per held-out conversation for the loss; longer ones are truncated as in training. 0: the max_length in training_summary.json.",
+    )
     batch_size: int = option(8, "Conversations per forward pass and prompts per generation batch.")
     min_eval_loss_improvement: float = option(
-        0.0, "Quality gate: base eval loss minus fine-tuned eval loss must be at least this (0: the fine-tune must not make it worse)."
+        0.0,
+        "Quality gate: base eval loss minus fine-tuned eval loss must be at least this (0: the fine-tune must not make it worse).",
     )
 
     def __post_init__(self) -> None:
         found = option_problems(self)
         if found:
-            raise UserError("invalid evaluation options: " + "; ".join(f"{name} {problem}" for name, problem in found.items()) + ".")
+            raise UserError(
+                "invalid evaluation options: " + "; ".join(f"{name} {problem}" for name, problem in found.items()) + "."
+            )
 
     @property
     def questions(self) -> list[str]:

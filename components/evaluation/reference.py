@@ -29,7 +29,9 @@ def reference_rows(conversations: Sequence[Sequence[Message]], limit: int) -> li
     for messages in conversations:
         last = max((index for index, message in enumerate(messages) if message["role"] == "assistant"), default=0)
         if last > 0:
-            rows.append(ReferenceRow(prompt=[dict(message) for message in messages[:last]], reference=messages[last]["content"]))
+            rows.append(
+                ReferenceRow(prompt=[dict(message) for message in messages[:last]], reference=messages[last]["content"])
+            )
         if len(rows) == limit:
             break
     return rows
@@ -38,5 +40,8 @@ def reference_rows(conversations: Sequence[Sequence[Message]], limit: int) -> li
 def rouge_l(predictions: Sequence[str], references: Sequence[str]) -> float:
     """Mean ROUGE-L F-measure of each prediction against its reference."""
     scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
-    scores = [scorer.score(reference, prediction)["rougeL"].fmeasure for prediction, reference in zip(predictions, references, strict=True)]
+    scores = [
+        scorer.score(reference, prediction)["rougeL"].fmeasure
+        for prediction, reference in zip(predictions, references, strict=True)
+    ]
     return sum(scores) / len(scores)

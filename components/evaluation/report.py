@@ -55,7 +55,9 @@ def metric_rows(evaluation: Evaluation) -> list[tuple[str, str, str, str]]:
     rows = []
     for key, label, digits, better in METRICS:
         base, tuned, delta = evaluation["base"][key], evaluation["fine_tuned"][key], evaluation["deltas"][key]
-        rows.append((f"{label}, {better} is better", f"{base:.{digits}f}", f"{tuned:.{digits}f}", f"{delta:+.{digits}f}"))
+        rows.append(
+            (f"{label}, {better} is better", f"{base:.{digits}f}", f"{tuned:.{digits}f}", f"{delta:+.{digits}f}")
+        )
     return rows
 
 
@@ -87,14 +89,38 @@ def _blockquote(text: str) -> str:
     return "\n".join(f"> {line}" if line else ">" for line in (_markdown_text(text) or "(empty answer)").splitlines())
 
 
-def render_markdown(evaluation: Evaluation, samples: list[Sample], training: dict[str, Any] | None, loss_curve_src: str | None) -> str:
-    lines = [f"# {TITLE}", "", f"**{gate_headline(evaluation)}**", "", "| Metric | Base | Fine-tuned | Change |", "|---|---:|---:|---:|"]
+def render_markdown(
+    evaluation: Evaluation, samples: list[Sample], training: dict[str, Any] | None, loss_curve_src: str | None
+) -> str:
+    lines = [
+        f"# {TITLE}",
+        "",
+        f"**{gate_headline(evaluation)}**",
+        "",
+        "| Metric | Base | Fine-tuned | Change |",
+        "|---|---:|---:|---:|",
+    ]
     lines += [f"| {label} | {base} | {tuned} | {delta} |" for label, base, tuned, delta in metric_rows(evaluation)]
     lines += ["", _markdown_text(notes(evaluation)), "", "## Training run", ""]
-    lines += [f"- {label}: {_markdown_text(value)}" for label, value in training_facts(training)] or ["- training_summary.json was not found."]
-    lines += ["", f"![Training and eval loss per step]({loss_curve_src})" if loss_curve_src else "No loss curve was found.", "", "## Sample answers"]
+    lines += [f"- {label}: {_markdown_text(value)}" for label, value in training_facts(training)] or [
+        "- training_summary.json was not found."
+    ]
+    lines += [
+        "",
+        f"![Training and eval loss per step]({loss_curve_src})" if loss_curve_src else "No loss curve was found.",
+        "",
+        "## Sample answers",
+    ]
     for number, sample in enumerate(samples, start=1):
-        lines += ["", f"### {number}. {_markdown_text(sample['question'])}", "", "**Base**", "", _blockquote(sample["base"]), ""]
+        lines += [
+            "",
+            f"### {number}. {_markdown_text(sample['question'])}",
+            "",
+            "**Base**",
+            "",
+            _blockquote(sample["base"]),
+            "",
+        ]
         lines += ["**Fine-tuned**", "", _blockquote(sample["fine_tuned"])]
     return "\n".join(lines) + "\n"
 
@@ -113,17 +139,25 @@ img { max-width: 100%; }
 """
 
 
-def render_html(evaluation: Evaluation, samples: list[Sample], training: dict[str, Any] | None, loss_curve_png: bytes | None) -> str:
+def render_html(
+    evaluation: Evaluation, samples: list[Sample], training: dict[str, Any] | None, loss_curve_png: bytes | None
+) -> str:
     gate_class = "passed" if evaluation["gate"]["passed"] else "failed"
     metrics = "".join(
         f"<tr><td>{escape(label)}</td><td class=number>{base}</td><td class=number>{tuned}</td><td class=number>{delta}</td></tr>"
         for label, base, tuned, delta in metric_rows(evaluation)
     )
-    facts = "".join(f"<tr><td>{escape(label)}</td><td>{escape(value)}</td></tr>" for label, value in training_facts(training))
-    curve = f'<img alt="Training and eval loss per step" src="{png_data_uri(loss_curve_png)}">' if loss_curve_png else "<p>No loss curve was found.</p>"
+    facts = "".join(
+        f"<tr><td>{escape(label)}</td><td>{escape(value)}</td></tr>" for label, value in training_facts(training)
+    )
+    curve = (
+        f'<img alt="Training and eval loss per step" src="{png_data_uri(loss_curve_png)}">'
+        if loss_curve_png
+        else "<p>No loss curve was found.</p>"
+    )
     answers = "".join(
-        f'<tr><th colspan=2>{number}. {escape(sample["question"])}</th></tr>'
-        f'<tr><td>{escape(sample["base"]) or "<em>(empty answer)</em>"}</td><td>{escape(sample["fine_tuned"]) or "<em>(empty answer)</em>"}</td></tr>'
+        f"<tr><th colspan=2>{number}. {escape(sample['question'])}</th></tr>"
+        f"<tr><td>{escape(sample['base']) or '<em>(empty answer)</em>'}</td><td>{escape(sample['fine_tuned']) or '<em>(empty answer)</em>'}</td></tr>"
         for number, sample in enumerate(samples, start=1)
     )
     return f"""<!DOCTYPE html>

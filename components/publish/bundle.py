@@ -50,7 +50,9 @@ class RunDirs:
 
     @classmethod
     def of(cls, workspace_root: str, run_id: str) -> "RunDirs":
-        return cls(*(stage_dir(workspace_root, run_id, stage) for stage in ("data", "train", "evaluate", "export", "publish")))
+        return cls(
+            *(stage_dir(workspace_root, run_id, stage) for stage in ("data", "train", "evaluate", "export", "publish"))
+        )
 
     @property
     def upload(self) -> Path:
@@ -84,7 +86,9 @@ def read_run_outputs(dirs: RunDirs) -> RunOutputs:
             "Publish runs after export; run the export step for this run first."
         )
     if not (dirs.export / MODELFILE).is_file():
-        raise UserError(f"The export stage left no {MODELFILE} in {dirs.export}; run the export step for this run again.")
+        raise UserError(
+            f"The export stage left no {MODELFILE} in {dirs.export}; run the export step for this run again."
+        )
     samples_path = dirs.evaluate / SAMPLES
     return RunOutputs(
         fingerprint=stats["fingerprint"],
@@ -100,7 +104,9 @@ def _read_json(path: Path, stage: str) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise UserError(f"{path} does not exist: {stage} has not run for this run (or wrote elsewhere). Run it first.") from None
+        raise UserError(
+            f"{path} does not exist: {stage} has not run for this run (or wrote elsewhere). Run it first."
+        ) from None
     except json.JSONDecodeError as error:
         raise UserError(f"{path} is not valid JSON ({error}); run {stage} again to rewrite it.") from None
 
@@ -137,7 +143,11 @@ def _tree(root: Path, prefix: str, skip: set[str] = frozenset()) -> dict[str, Pa
     files = {}
     for path in sorted(root.rglob("*")):
         relative = path.relative_to(root).as_posix()
-        if path.is_file() and relative not in skip and not any(part.startswith(".") for part in path.relative_to(root).parts):
+        if (
+            path.is_file()
+            and relative not in skip
+            and not any(part.startswith(".") for part in path.relative_to(root).parts)
+        ):
             files[prefix + relative] = path
     return files
 

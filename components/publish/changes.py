@@ -27,7 +27,12 @@ class DataChange:
 
 
 def check_data_changed(
-    fingerprint: str, repo_id: str, workspace_root: str, force: bool, token: str | None, options: PublishOptions = PublishOptions()
+    fingerprint: str,
+    repo_id: str,
+    workspace_root: str,
+    force: bool,
+    token: str | None,
+    options: PublishOptions = PublishOptions(),
 ) -> DataChange:
     """Whether to train: the data differs from the last published model's, nothing was published, or ``force``."""
     if force:
@@ -41,7 +46,10 @@ def check_data_changed(
         record = read_record(workspace_root, repo_id)
         if record is None:
             return DataChange(True, f"no earlier publish is recorded at {record_path(workspace_root, repo_id)}.")
-        published, source = record.data_fingerprint, f"the publish record of run {record.run_id} ({record_path(workspace_root, repo_id)})"
+        published, source = (
+            record.data_fingerprint,
+            f"the publish record of run {record.run_id} ({record_path(workspace_root, repo_id)})",
+        )
     if not published:
         return DataChange(True, f"{source} holds no {FINGERPRINT_KEY}, so the data cannot be compared.")
     if published == fingerprint:
@@ -50,4 +58,6 @@ def check_data_changed(
             f"the prepared data has the fingerprint {fingerprint}, the same as the model in {source}: "
             "training, export and publishing are skipped. Set force to retrain anyway.",
         )
-    return DataChange(True, f"the data changed: its fingerprint is {fingerprint}, the published model's ({source}) is {published}.")
+    return DataChange(
+        True, f"the data changed: its fingerprint is {fingerprint}, the published model's ({source}) is {published}."
+    )

@@ -32,7 +32,9 @@ MAX_RETRY_WAIT_S = 60.0
 KEPT_REMOTE_FILES = {".gitattributes"}
 
 
-def with_retries(call: Callable[[], T], what: str, options: PublishOptions, sleep: Callable[[float], None] = time.sleep) -> T:
+def with_retries(
+    call: Callable[[], T], what: str, options: PublishOptions, sleep: Callable[[float], None] = time.sleep
+) -> T:
     """``call()``, tried up to ``options.attempts`` times while it fails transiently, waiting longer each time."""
     wait = options.first_retry_wait_s
     for attempt in range(1, options.attempts + 1):
@@ -41,7 +43,10 @@ def with_retries(call: Callable[[], T], what: str, options: PublishOptions, slee
         except (HfHubHTTPError, httpx2.TransportError) as error:
             if not _transient(error) or attempt == options.attempts:
                 raise
-            print(f"{what}: {_brief(error)}; retrying in {wait:g} s (attempt {attempt + 1} of {options.attempts})", flush=True)
+            print(
+                f"{what}: {_brief(error)}; retrying in {wait:g} s (attempt {attempt + 1} of {options.attempts})",
+                flush=True,
+            )
             sleep(wait)
             wait = min(MAX_RETRY_WAIT_S, wait * 2)
     raise AssertionError("unreachable: the last attempt returns or raises")
@@ -72,7 +77,11 @@ def hub_errors(action: str, endpoint: str) -> Iterator[None]:
         raise UserError(
             f"The Hugging Face Hub answered HTTP {status} when trying to {action}"
             f"{': ' + server_message if server_message else ''}. "
-            + ("It kept failing after all retries; try again later." if status in TRANSIENT_STATUS else "Check the repository id and its settings.")
+            + (
+                "It kept failing after all retries; try again later."
+                if status in TRANSIENT_STATUS
+                else "Check the repository id and its settings."
+            )
         ) from None
     except httpx2.TransportError as error:
         raise UserError(
@@ -81,10 +90,14 @@ def hub_errors(action: str, endpoint: str) -> Iterator[None]:
         ) from None
 
 
-def publish_folder(api: HfApi, repo_id: str, folder: Path, options: PublishOptions, message: str, description: str) -> str:
+def publish_folder(
+    api: HfApi, repo_id: str, folder: Path, options: PublishOptions, message: str, description: str
+) -> str:
     """Create ``repo_id`` if missing and commit ``folder`` to it as one commit; return the commit URL."""
     with hub_errors(f"create or find the repository {repo_id}", api.endpoint):
-        with_retries(lambda: api.create_repo(repo_id, private=options.private, exist_ok=True), "create repository", options)
+        with_retries(
+            lambda: api.create_repo(repo_id, private=options.private, exist_ok=True), "create repository", options
+        )
     local = {path.relative_to(folder).as_posix(): path for path in sorted(folder.rglob("*")) if path.is_file()}
 
     def commit():
@@ -92,7 +105,9 @@ def publish_folder(api: HfApi, repo_id: str, folder: Path, options: PublishOptio
         operations: list = []
         if options.delete_stale_files:
             remote = api.list_repo_files(repo_id)
-            operations += [CommitOperationDelete(path) for path in remote if path not in local and path not in KEPT_REMOTE_FILES]
+            operations += [
+                CommitOperationDelete(path) for path in remote if path not in local and path not in KEPT_REMOTE_FILES
+            ]
         operations += [CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(path)) for name, path in local.items()]
         return api.create_commit(repo_id, operations=operations, commit_message=message, commit_description=description)
 

@@ -28,7 +28,11 @@ FINGERPRINT_KEY = "data_fingerprint"
 PLACEHOLDER_REPO = "YOUR-NAMESPACE/{name}"
 # Local runs fine-tune a copy of a Hub model materialised on disk; the card names the original.
 LOCAL_MODEL_HUB_IDS = {LOCAL_MODEL_NAME: "HuggingFaceTB/SmolLM2-135M-Instruct"}
-METRICS = (("eval_loss", "eval loss (lower is better)", 4), ("perplexity", "perplexity (lower is better)", 2), ("rouge_l", "ROUGE-L (higher is better)", 3))
+METRICS = (
+    ("eval_loss", "eval loss (lower is better)", 4),
+    ("perplexity", "perplexity (lower is better)", 2),
+    ("rouge_l", "ROUGE-L (higher is better)", 3),
+)
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,11 @@ def render_model_card(outputs: RunOutputs, options: PublishOptions, context: Car
         gate_verdict="passed" if outputs.gate_passed else "failed",
         gate_reason=outputs.evaluation.get("gate", {}).get("reason", ""),
         samples=[
-            {"question": " ".join(str(s["question"]).split()), "base": _quote(s["base"]), "fine_tuned": _quote(s["fine_tuned"])}
+            {
+                "question": " ".join(str(s["question"]).split()),
+                "base": _quote(s["base"]),
+                "fine_tuned": _quote(s["fine_tuned"]),
+            }
             for s in outputs.samples
         ],
         training=_training_rows(outputs.summary),
@@ -66,7 +74,9 @@ def render_model_card(outputs: RunOutputs, options: PublishOptions, context: Car
         quant=_outtype(gguf).upper(),
         ollama_name=repo_id.split("/")[-1].lower(),
         fingerprint=outputs.fingerprint,
-        dataset=f"`{describe_uri(context.dataset_uri)}`" if context.dataset_uri.strip() else "the practical-skills sample bundled with the pipeline",
+        dataset=f"`{describe_uri(context.dataset_uri)}`"
+        if context.dataset_uri.strip()
+        else "the practical-skills sample bundled with the pipeline",
         run_id=context.run_id,
     )
     return str(card).rstrip("\n") + "\n"
@@ -75,7 +85,14 @@ def render_model_card(outputs: RunOutputs, options: PublishOptions, context: Car
 def card_data(outputs: RunOutputs, options: PublishOptions, context: CardContext, base_model: str) -> ModelCardData:
     method = outputs.summary.get("config", {}).get("method", "")
     dataset = hub_dataset_id(context.dataset_uri)
-    tags = ["gguf", "llama.cpp", "ollama", "fine-tuned", *([method] if method in ("lora", "qlora") else []), "llm-finetune-pipeline"]
+    tags = [
+        "gguf",
+        "llama.cpp",
+        "ollama",
+        "fine-tuned",
+        *([method] if method in ("lora", "qlora") else []),
+        "llm-finetune-pipeline",
+    ]
     extra: dict[str, Any] = {FINGERPRINT_KEY: outputs.fingerprint}
     if base_model:
         extra["base_model_relation"] = "finetune"
@@ -119,7 +136,11 @@ def _intro(outputs: RunOutputs, options: PublishOptions, base_model: str, contex
         if method in ("lora", "qlora")
         else "full fine-tuning"
     )
-    base = f"[{base_model}](https://huggingface.co/{base_model})" if base_model else f"`{config.get('model', 'the base model')}`"
+    base = (
+        f"[{base_model}](https://huggingface.co/{base_model})"
+        if base_model
+        else f"`{config.get('model', 'the base model')}`"
+    )
     parts = ["GGUF files for llama.cpp and Ollama"]
     if options.include_merged:
         parts.append("the merged safetensors checkpoint for transformers")
@@ -165,21 +186,30 @@ def _training_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     ]
     if config.get("method") in ("lora", "qlora"):
         rows += [
-            ("LoRA rank / alpha / dropout", f"{config.get('lora_r')} / {config.get('lora_alpha')} / {config.get('lora_dropout')}"),
+            (
+                "LoRA rank / alpha / dropout",
+                f"{config.get('lora_r')} / {config.get('lora_alpha')} / {config.get('lora_dropout')}",
+            ),
             ("LoRA target modules", str(config.get("lora_target_modules", ""))),
         ]
     rows += [
         ("epochs", _number(summary.get("epochs", config.get("epochs")), 2)),
         ("learning rate", str(summary.get("learning_rate", config.get("learning_rate", "")))),
         ("max sequence length", str(config.get("max_length", ""))),
-        ("world size (processes)", f"{summary.get('world_size', '')}" + (f" ({_device_counts(devices)})" if devices else "")),
+        (
+            "world size (processes)",
+            f"{summary.get('world_size', '')}" + (f" ({_device_counts(devices)})" if devices else ""),
+        ),
         ("precision", str(summary.get("precision", ""))),
         ("optimizer steps", str(summary.get("global_step", ""))),
         ("training / eval conversations", f"{summary.get('train_examples', '')} / {summary.get('eval_examples', '')}"),
         ("tokens seen", _count(summary.get("tokens_seen"))),
         ("throughput", f"{_count(summary.get('non_padding_tokens_per_s'))} non-padding tokens/s"),
         ("training time", _duration(summary.get("train_runtime_s"))),
-        ("final train / eval loss", f"{_number(summary.get('final_train_loss'), 4)} / {_number(summary.get('final_eval_loss'), 4)}"),
+        (
+            "final train / eval loss",
+            f"{_number(summary.get('final_train_loss'), 4)} / {_number(summary.get('final_eval_loss'), 4)}",
+        ),
     ]
     return [(name, value.replace("|", "\\|")) for name, value in rows]
 
@@ -206,7 +236,9 @@ def _file_rows(files: list[str], repo_id: str) -> list[tuple[str, str]]:
         elif not name.startswith("adapter/"):
             merged.append(f"`{name}`")
     if any(name.startswith("adapter/") for name in files):
-        rows.append(("`adapter/`", f'LoRA adapter: `PeftModel.from_pretrained(base_model, "{repo_id}", subfolder="adapter")`'))
+        rows.append(
+            ("`adapter/`", f'LoRA adapter: `PeftModel.from_pretrained(base_model, "{repo_id}", subfolder="adapter")`')
+        )
     if merged:
         rows.append((", ".join(merged), f'merged checkpoint: `AutoModelForCausalLM.from_pretrained("{repo_id}")`'))
     return rows
@@ -251,4 +283,3 @@ def _device_counts(devices: list[str]) -> str:
 
 def _join(parts: list[str]) -> str:
     return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
-

@@ -17,16 +17,35 @@ from components.errors import UserError
 class PublishOptions:
     """What one publish does."""
 
-    repo_id: str = option("", "Hub model repository, owner/name. Empty: dry run, the upload folder is written but nothing is sent.")
-    private: bool = option(True, "Create the repository private when it does not exist yet (an existing one keeps its visibility).")
-    include_merged: bool = option(False, "Also upload the merged safetensors checkpoint (transformers can then load the repository).")
-    include_adapter: bool = option(True, "Also upload the LoRA adapter (PEFT) under adapter/, when training produced one.")
-    license: str = option("apache-2.0", "License identifier for the model card metadata; keep the base model's license.")
-    base_model: str = option("", "Hub id of the base model for the model card. Empty: the trainer's --model when it is a Hub id.")
-    delete_stale_files: bool = option(True, "Delete files an earlier upload left in the repository that this upload does not contain (.gitattributes stays).")
-    publish_if_gate_failed: bool = option(False, "Publish even when the evaluation gate failed (the pipeline skips this stage then anyway).")
+    repo_id: str = option(
+        "", "Hub model repository, owner/name. Empty: dry run, the upload folder is written but nothing is sent."
+    )
+    private: bool = option(
+        True, "Create the repository private when it does not exist yet (an existing one keeps its visibility)."
+    )
+    include_merged: bool = option(
+        False, "Also upload the merged safetensors checkpoint (transformers can then load the repository)."
+    )
+    include_adapter: bool = option(
+        True, "Also upload the LoRA adapter (PEFT) under adapter/, when training produced one."
+    )
+    license: str = option(
+        "apache-2.0", "License identifier for the model card metadata; keep the base model's license."
+    )
+    base_model: str = option(
+        "", "Hub id of the base model for the model card. Empty: the trainer's --model when it is a Hub id."
+    )
+    delete_stale_files: bool = option(
+        True,
+        "Delete files an earlier upload left in the repository that this upload does not contain (.gitattributes stays).",
+    )
+    publish_if_gate_failed: bool = option(
+        False, "Publish even when the evaluation gate failed (the pipeline skips this stage then anyway)."
+    )
     attempts: int = option(5, "Tries of each Hub call before giving up on 5xx answers and connection errors.")
-    first_retry_wait_s: float = option(2.0, "Seconds before the first retry; the wait doubles after each failure, up to a minute.")
+    first_retry_wait_s: float = option(
+        2.0, "Seconds before the first retry; the wait doubles after each failure, up to a minute."
+    )
 
     def __post_init__(self) -> None:
         if self.attempts < 1:

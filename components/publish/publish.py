@@ -32,7 +32,9 @@ class PublishResult:
     record_path: Path
 
 
-def publish(workspace_root: str, run_id: str, dataset_uri: str, options: PublishOptions, token: str | None) -> PublishResult:
+def publish(
+    workspace_root: str, run_id: str, dataset_uri: str, options: PublishOptions, token: str | None
+) -> PublishResult:
     """Publish run ``run_id``'s model; ``token`` is the Hub token from the environment, or None."""
     dirs = RunDirs.of(workspace_root, run_id)
     outputs = read_run_outputs(dirs)
@@ -52,14 +54,21 @@ def publish(workspace_root: str, run_id: str, dataset_uri: str, options: Publish
             reason
             for reason, absent in (
                 ("no repository id is set (repo_id)", not options.repo_id),
-                (f"no token is in the environment ({TOKEN_ENV}, from the Kubernetes Secret '{SECRET_NAME}')", not token),
+                (
+                    f"no token is in the environment ({TOKEN_ENV}, from the Kubernetes Secret '{SECRET_NAME}')",
+                    not token,
+                ),
             )
             if absent
         )
-        print(f"dry run: {missing}; nothing was uploaded. The folder that would be uploaded is {dirs.upload}", flush=True)
+        print(
+            f"dry run: {missing}; nothing was uploaded. The folder that would be uploaded is {dirs.upload}", flush=True
+        )
         location = str(dirs.upload)
     else:
-        print(f"uploading {len(files)} files ({total_bytes / 1e6:.1f} MB) to {options.repo_id} as one commit", flush=True)
+        print(
+            f"uploading {len(files)} files ({total_bytes / 1e6:.1f} MB) to {options.repo_id} as one commit", flush=True
+        )
         location = publish_folder(
             HfApi(token=token),
             options.repo_id,

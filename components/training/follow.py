@@ -35,7 +35,9 @@ from components.training.signals import sigterm_raises
 DRAIN_SECONDS = 30  # how long to wait for the replicas' last log lines once the job has ended
 
 
-def run_job(cluster: Cluster, kind: JobKind, manifest: dict[str, Any], timeout: float, out: TextIO | None = None) -> dict[str, Any]:
+def run_job(
+    cluster: Cluster, kind: JobKind, manifest: dict[str, Any], timeout: float, out: TextIO | None = None
+) -> dict[str, Any]:
     """Create the job and stream its replicas' logs until it succeeds (returns the job) or fails (raises TrainingFailed).
 
     Deletes the job when it outlives ``timeout`` seconds (TrainingFailed) and when
@@ -58,7 +60,11 @@ def run_job(cluster: Cluster, kind: JobKind, manifest: dict[str, Any], timeout: 
             logs.stop()
             # A signal during creation may come after the API server stored the job: delete it too.
             if not isinstance(interruption, TrainingFailed) and (created or not isinstance(interruption, Exception)):
-                print(f"stopping ({interruption or type(interruption).__name__}); deleting {kind.kind} {name}", file=out, flush=True)
+                print(
+                    f"stopping ({interruption or type(interruption).__name__}); deleting {kind.kind} {name}",
+                    file=out,
+                    flush=True,
+                )
                 _delete_quietly(cluster, kind, name, out)
             raise
         if job is None:
@@ -98,7 +104,9 @@ def wait_for_end(cluster: Cluster, kind: JobKind, name: str, deadline: float, ou
                 continue
             kind_of_change, job = event
             if kind_of_change == "DELETED":
-                raise TrainingFailed(f"{kind.kind} {name} was deleted while this step was following it (by a user, or its TTL); the step cannot tell how training ended.")
+                raise TrainingFailed(
+                    f"{kind.kind} {name} was deleted while this step was following it (by a user, or its TTL); the step cannot tell how training ended."
+                )
             if kind.phase(job) != phase:
                 phase = kind.phase(job)
                 print(f"{kind.kind} {name}: {phase}", file=out, flush=True)
@@ -115,7 +123,11 @@ def _delete_quietly(cluster: Cluster, kind: JobKind, name: str, out: TextIO) -> 
         delete_job(cluster, kind, name)
         print(f"deleted {kind.kind} {name}", file=out, flush=True)
     except Exception as error:  # noqa: BLE001 - reported, and the interruption is re-raised
-        print(f"could not delete {kind.kind} {name} ({error}); delete it by hand: oc delete {kind.plural} {name} -n {cluster.namespace}", file=out, flush=True)
+        print(
+            f"could not delete {kind.kind} {name} ({error}); delete it by hand: oc delete {kind.plural} {name} -n {cluster.namespace}",
+            file=out,
+            flush=True,
+        )
 
 
 def _tail(cluster: Cluster, kind: JobKind, replica: str, pod_name: str, logs: ReplicaLogs) -> list[str]:
@@ -126,7 +138,12 @@ def _tail(cluster: Cluster, kind: JobKind, replica: str, pod_name: str, logs: Re
     for previous in (False, True):
         try:
             text = cluster.core.read_namespaced_pod_log(
-                pod_name, cluster.namespace, container=kind.container, tail_lines=TAIL_LINES, previous=previous, _request_timeout=REQUEST_TIMEOUT
+                pod_name,
+                cluster.namespace,
+                container=kind.container,
+                tail_lines=TAIL_LINES,
+                previous=previous,
+                _request_timeout=REQUEST_TIMEOUT,
             )
         except (ApiException, *NETWORK_ERRORS):
             continue
@@ -142,7 +159,9 @@ def failure_report(cluster: Cluster, kind: JobKind, job: dict[str, Any], logs: R
     exits = failed_replicas(logs.snapshot(), kind)  # after drain(): what the API has now, and pods deleted since
     if exits:
         first = exits[0]
-        lines.append(f"failing replica: {first.replica} (pod {first.pod}) exited with code {exit_code_text(first.exit_code, first.reason)}")
+        lines.append(
+            f"failing replica: {first.replica} (pod {first.pod}) exited with code {exit_code_text(first.exit_code, first.reason)}"
+        )
         lines += [f"also failed: {other.replica} with exit code {other.exit_code}" for other in exits[1:]]
         tail = _tail(cluster, kind, first.replica, first.pod, logs)
         lines.append(f"last {len(tail)} log lines of {first.replica}:")
@@ -158,7 +177,9 @@ def failure_report(cluster: Cluster, kind: JobKind, job: dict[str, Any], logs: R
 
 def timeout_report(kind: JobKind, name: str, timeout: float, logs: ReplicaLogs) -> str:
     lines = [f"{kind.kind} {name} did not finish within the timeout of {timeout / 60:.1f} minutes and was deleted."]
-    lines.append("Raise the timeout parameter, or shorten training (epochs, max_steps); lines above say whether it was running or waiting for resources.")
+    lines.append(
+        "Raise the timeout parameter, or shorten training (epochs, max_steps); lines above say whether it was running or waiting for resources."
+    )
     for replica in sorted(logs.tails):
         lines.append(f"last lines of {replica}:")
         lines += quoted(logs.tail(replica)[-10:])

@@ -58,7 +58,11 @@ class JobKind:
             if condition.get("status") != "True":
                 continue
             if condition.get("type") in (self.success_condition, "Failed"):
-                return Outcome(condition["type"] == self.success_condition, condition.get("reason", ""), condition.get("message", ""))
+                return Outcome(
+                    condition["type"] == self.success_condition,
+                    condition.get("reason", ""),
+                    condition.get("message", ""),
+                )
         return None
 
     def phase(self, job: dict[str, Any]) -> str:
@@ -85,7 +89,7 @@ PYTORCHJOB = JobKind(
     install_hint=(
         "Install the Kubeflow Training Operator v1: on OpenShift AI 2.x set the trainingoperator component of "
         "the DataScienceCluster to Managed (oc patch datasciencecluster default-dsc --type merge -p "
-        "'{\"spec\":{\"components\":{\"trainingoperator\":{\"managementState\":\"Managed\"}}}}'); elsewhere "
+        '\'{"spec":{"components":{"trainingoperator":{"managementState":"Managed"}}}}\'); elsewhere '
         "kubectl apply --server-side -k 'github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.0'. "
         "Or set the backend parameter to trainjob on clusters with Kubeflow Trainer v2 (OpenShift AI 3.x)."
     ),

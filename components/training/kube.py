@@ -86,7 +86,9 @@ def api_problem(error: ApiException, action: str, cluster: Cluster) -> UserError
             "with the RoleBinding naming your pipeline server's service account; see the README)."
         )
     if error.status == 401:
-        return UserError(f"The Kubernetes API rejected the launcher's credentials when it tried to {action}: {message}.")
+        return UserError(
+            f"The Kubernetes API rejected the launcher's credentials when it tried to {action}: {message}."
+        )
     if error.status in (400, 422):
         return UserError(f"The cluster refused to {action}: {message}. Check the train step's parameters.")
     return None
@@ -95,13 +97,20 @@ def api_problem(error: ApiException, action: str, cluster: Cluster) -> UserError
 def require_kind(cluster: Cluster, kind: JobKind) -> None:
     """Fail with install instructions unless the cluster serves ``kind``."""
     try:
-        served = [resource.name for resource in cluster.custom.get_api_resources(kind.group, kind.version, _request_timeout=REQUEST_TIMEOUT).resources]
+        served = [
+            resource.name
+            for resource in cluster.custom.get_api_resources(
+                kind.group, kind.version, _request_timeout=REQUEST_TIMEOUT
+            ).resources
+        ]
     except ApiException as error:
         if error.status != 404:
             raise api_problem(error, f"discover {kind.api_version}", cluster) or error
         served = []
     except NETWORK_ERRORS as error:
-        raise UserError(f"The Kubernetes API at {cluster.api.configuration.host} cannot be reached ({error}). Check the kubeconfig, or the network.") from None
+        raise UserError(
+            f"The Kubernetes API at {cluster.api.configuration.host} cannot be reached ({error}). Check the kubeconfig, or the network."
+        ) from None
     if kind.plural not in served:
         raise UserError(
             f"This cluster does not serve {kind.kind} ({kind.plural}.{kind.group}/{kind.version}): its "
@@ -120,17 +129,25 @@ def create_job(cluster: Cluster, kind: JobKind, manifest: dict[str, Any], out: T
     name = manifest["metadata"]["name"]
     for attempt in range(2):
         try:
-            cluster.custom.create_namespaced_custom_object(kind.group, kind.version, cluster.namespace, kind.plural, manifest, _request_timeout=REQUEST_TIMEOUT)
+            cluster.custom.create_namespaced_custom_object(
+                kind.group, kind.version, cluster.namespace, kind.plural, manifest, _request_timeout=REQUEST_TIMEOUT
+            )
             print(f"created {kind.kind} {name} in namespace {cluster.namespace}", file=out, flush=True)
             return
         except ApiException as error:
             if error.status != 409 or attempt:
                 raise api_problem(error, f"create {kind.plural}", cluster) or error
-        existing = cluster.custom.get_namespaced_custom_object(kind.group, kind.version, cluster.namespace, kind.plural, name, _request_timeout=REQUEST_TIMEOUT)
+        existing = cluster.custom.get_namespaced_custom_object(
+            kind.group, kind.version, cluster.namespace, kind.plural, name, _request_timeout=REQUEST_TIMEOUT
+        )
         outcome = kind.outcome(existing)
         if outcome is None or outcome.succeeded:
             state = "is still running" if outcome is None else "has succeeded"
-            print(f"{kind.kind} {name} already exists and {state} (an earlier attempt of this step started it); following it", file=out, flush=True)
+            print(
+                f"{kind.kind} {name} already exists and {state} (an earlier attempt of this step started it); following it",
+                file=out,
+                flush=True,
+            )
             return
         print(f"{kind.kind} {name} from an earlier attempt of this step failed; replacing it", file=out, flush=True)
         delete_job(cluster, kind, name)
@@ -141,7 +158,13 @@ def delete_job(cluster: Cluster, kind: JobKind, name: str) -> None:
     """Delete the job and, through Foreground propagation, its pods before the job itself disappears."""
     try:
         cluster.custom.delete_namespaced_custom_object(
-            kind.group, kind.version, cluster.namespace, kind.plural, name, propagation_policy="Foreground", _request_timeout=REQUEST_TIMEOUT
+            kind.group,
+            kind.version,
+            cluster.namespace,
+            kind.plural,
+            name,
+            propagation_policy="Foreground",
+            _request_timeout=REQUEST_TIMEOUT,
         )
     except ApiException as error:
         if error.status != 404:
@@ -152,20 +175,29 @@ def wait_until_gone(cluster: Cluster, kind: JobKind, name: str, timeout: float =
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            cluster.custom.get_namespaced_custom_object(kind.group, kind.version, cluster.namespace, kind.plural, name, _request_timeout=REQUEST_TIMEOUT)
+            cluster.custom.get_namespaced_custom_object(
+                kind.group, kind.version, cluster.namespace, kind.plural, name, _request_timeout=REQUEST_TIMEOUT
+            )
         except ApiException as error:
             if error.status == 404:
                 return
             raise
         time.sleep(1)
-    raise UserError(f"{kind.kind} {name} from an earlier attempt was still being deleted after {timeout:.0f} s; retry the step later.")
+    raise UserError(
+        f"{kind.kind} {name} from an earlier attempt was still being deleted after {timeout:.0f} s; retry the step later."
+    )
 
 
 Event = tuple[str, dict[str, Any]]
 
 
 def watch_objects(
-    list_call: Callable[..., Any], *args: Any, stream_seconds: Callable[[], float], out: TextIO, stop: threading.Event | None = None, **selectors: Any
+    list_call: Callable[..., Any],
+    *args: Any,
+    stream_seconds: Callable[[], float],
+    out: TextIO,
+    stop: threading.Event | None = None,
+    **selectors: Any,
 ) -> Iterator[Event | None]:
     """Every change to the objects ``list_call(*args, **selectors)`` lists, as (type, object dict), until ``stop`` is set.
 
@@ -179,14 +211,21 @@ def watch_objects(
     while not stop.is_set():
         try:
             if resource_version is None:
-                listing = json.loads(list_call(*args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **selectors).data)
+                listing = json.loads(
+                    list_call(*args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **selectors).data
+                )
                 resource_version = listing["metadata"]["resourceVersion"]
                 for item in listing.get("items") or []:
                     yield "ADDED", item
             seconds = max(1, int(stream_seconds()))
             opened, events = time.monotonic(), 0
             stream = watch.Watch().stream(
-                list_call, *args, resource_version=resource_version, timeout_seconds=seconds, _request_timeout=(REQUEST_TIMEOUT[0], seconds + 30), **selectors
+                list_call,
+                *args,
+                resource_version=resource_version,
+                timeout_seconds=seconds,
+                _request_timeout=(REQUEST_TIMEOUT[0], seconds + 30),
+                **selectors,
             )
             for event in stream:
                 events += 1
@@ -210,6 +249,10 @@ def watch_objects(
             if stop.is_set():
                 return
             failures += 1
-            print(f"lost the connection to the Kubernetes API ({type(error).__name__}); reconnecting", file=out, flush=True)
+            print(
+                f"lost the connection to the Kubernetes API ({type(error).__name__}); reconnecting",
+                file=out,
+                flush=True,
+            )
             time.sleep(min(2 ** (failures - 1), 30))
         yield None

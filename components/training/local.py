@@ -33,7 +33,16 @@ ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)
 
 def local_command(config: TrainConfig, processes: int) -> list[str]:
     config = dataclasses.replace(config, expected_world_size=processes)
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}", "-m", "trainer", *to_args(config)]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={processes}",
+        "-m",
+        "trainer",
+        *to_args(config),
+    ]
 
 
 def run_local(config: TrainConfig, processes: int, out: TextIO | None = None) -> None:
@@ -43,7 +52,14 @@ def run_local(config: TrainConfig, processes: int, out: TextIO | None = None) ->
     print(f"starting the trainer with {processes} local processes: {' '.join(command[1:])}", file=out, flush=True)
     tail: deque[str] = deque(maxlen=TAIL_LINES)
     with sigterm_raises():
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
         agent_lines: list[str] = []  # torchrun's own account of a failure, after the ranks' output
         try:
             for line in process.stdout:

@@ -31,7 +31,13 @@ from components.training.kube import NETWORK_ERRORS, REQUEST_TIMEOUT, Cluster, w
 from components.training.reports import TAIL_LINES
 
 LOG_REQUEST_TIMEOUT = (10, 300)  # a trainer silent for 5 minutes (downloading a model) gets its log asked for again
-WAITING_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError")
+WAITING_REASONS = (
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+)
 
 
 @dataclass(frozen=True)
@@ -61,7 +67,13 @@ def failed_replicas(pods: list[dict[str, Any]], kind: JobKind) -> list[ReplicaEx
             terminated = state.get("terminated")
             if terminated and terminated.get("exitCode"):
                 exits.append(
-                    ReplicaExit(kind.replica_name(pod), pod["metadata"]["name"], terminated["exitCode"], terminated.get("reason") or "", terminated.get("finishedAt") or "")
+                    ReplicaExit(
+                        kind.replica_name(pod),
+                        pod["metadata"]["name"],
+                        terminated["exitCode"],
+                        terminated.get("reason") or "",
+                        terminated.get("finishedAt") or "",
+                    )
                 )
                 break
     return sorted(exits, key=lambda item: item.finished_at)
@@ -104,7 +116,10 @@ class ReplicaLogs:
         deadline = time.monotonic() + timeout
         try:
             listing = self.cluster.core.list_namespaced_pod(
-                self.cluster.namespace, label_selector=self.kind.pod_selector(self.job_name), _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+                self.cluster.namespace,
+                label_selector=self.kind.pod_selector(self.job_name),
+                _preload_content=False,
+                _request_timeout=REQUEST_TIMEOUT,
             )
             for pod in json.loads(listing.data).get("items") or []:
                 self._see(pod, deleted=False)
@@ -140,15 +155,24 @@ class ReplicaLogs:
         selector = self.kind.pod_selector(self.job_name)
         try:
             events = watch_objects(
-                core.list_namespaced_pod, self.cluster.namespace, label_selector=selector, stream_seconds=lambda: 60, out=self.out, stop=self._stopped
+                core.list_namespaced_pod,
+                self.cluster.namespace,
+                label_selector=selector,
+                stream_seconds=lambda: 60,
+                out=self.out,
+                stop=self._stopped,
             )
             for event in events:
                 if event is not None and not self._stopped.is_set():
                     self._see(event[1], deleted=event[0] == "DELETED")
         except ApiException as error:
             # The job goes on; only its logs are missing here. Say why instead of dying silently.
-            print(f"cannot watch the pods of {self.job_name} ({error.status} {error.reason}); their logs will not appear here. "
-                  "Check that the RBAC of pipelines/rbac.yaml is applied.", file=self.out, flush=True)
+            print(
+                f"cannot watch the pods of {self.job_name} ({error.status} {error.reason}); their logs will not appear here. "
+                "Check that the RBAC of pipelines/rbac.yaml is applied.",
+                file=self.out,
+                flush=True,
+            )
 
     def _see(self, pod: dict[str, Any], deleted: bool) -> None:
         uid = pod["metadata"]["uid"]
@@ -164,7 +188,9 @@ class ReplicaLogs:
             with self._lock:  # the pod watch and drain() may both see this run of the container
                 if key in self._followers:
                     return
-                thread = threading.Thread(target=self._follow, args=(pod, key[1]), name=f"log-{pod['metadata']['name']}", daemon=True)
+                thread = threading.Thread(
+                    target=self._follow, args=(pod, key[1]), name=f"log-{pod['metadata']['name']}", daemon=True
+                )
                 self._followers[key] = thread
             thread.start()
 
@@ -186,7 +212,11 @@ class ReplicaLogs:
     def _still_running(self, name: str, uid: str, restart_count: int) -> bool:
         """Whether the run of the container we followed is still going (asked afresh: the pod watch may lag)."""
         try:
-            pod = json.loads(self.cluster.core.read_namespaced_pod(name, self.cluster.namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT).data)
+            pod = json.loads(
+                self.cluster.core.read_namespaced_pod(
+                    name, self.cluster.namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+                ).data
+            )
         except ApiException as error:
             if error.status == 404:
                 return False
@@ -199,7 +229,10 @@ class ReplicaLogs:
         """Print the log of one run of the trainer container, following it again if the stream breaks."""
         name, uid, replica = pod["metadata"]["name"], pod["metadata"]["uid"], self.kind.replica_name(pod)
         if restart_count:
-            self.emit(replica, f"--- trainer container restarted (restart {restart_count}); it resumes from the newest checkpoint ---")
+            self.emit(
+                replica,
+                f"--- trainer container restarted (restart {restart_count}); it resumes from the newest checkpoint ---",
+            )
         last: tuple[str, int] | None = None
         while not self._stopped.is_set():
             # Ask again from a minute before the last line printed (clocks differ); repeats are skipped.

@@ -243,7 +243,9 @@ def render_trainjob(spec: JobSpec, runtime_name: str = "torch-distributed") -> d
                     "replicatedJobs": [
                         {
                             "name": TRAINJOB_REPLICATED_JOB,
-                            "template": {"spec": {"template": {"metadata": {"labels": dict(spec.labels)}, "spec": pod_spec}}},
+                            "template": {
+                                "spec": {"template": {"metadata": {"labels": dict(spec.labels)}, "spec": pod_spec}}
+                            },
                         }
                     ]
                 },
