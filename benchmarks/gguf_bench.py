@@ -132,7 +132,8 @@ with open(sys.argv[1], "wb") as log:
     started = time.perf_counter()
     process = subprocess.Popen(sys.argv[3:], cwd=sys.argv[2], stdout=log, stderr=log)
     _, status, usage = os.wait4(process.pid, 0)
-print(json.dumps({"seconds": time.perf_counter() - started, "rss_mb": usage.ru_maxrss / 1024, "status": os.waitstatus_to_exitcode(status)}))
+print(json.dumps({"seconds": time.perf_counter() - started, "rss_mb": usage.ru_maxrss / 1024,
+                  "status": os.waitstatus_to_exitcode(status)}))
 """
 
 
@@ -175,7 +176,10 @@ def tables(measurements: list[Measurement]) -> str:
     ]
     lines += [
         "",
-        f"| checkpoint | outtype | time ours/llama.cpp | RSS ours/llama.cpp | tensors identical | target ≤ {TARGET_RATIO} both |",
+        (
+            "| checkpoint | outtype | time ours/llama.cpp | RSS ours/llama.cpp | tensors identical "
+            f"| target ≤ {TARGET_RATIO} both |"
+        ),
         "| --- | --- | ---: | ---: | --- | --- |",
     ]
     for reference, ours in zip(measurements[::2], measurements[1::2]):
@@ -183,7 +187,8 @@ def tables(measurements: list[Measurement]) -> str:
         identical = first_difference(read_gguf(ours.output), read_gguf(reference.output)) is None
         met = "yes" if time_ratio <= TARGET_RATIO and rss_ratio <= TARGET_RATIO else "no"
         lines.append(
-            f"| {ours.checkpoint} | {ours.outtype} | {time_ratio:.2f} | {rss_ratio:.2f} | {'yes' if identical else 'NO'} | {met} |"
+            f"| {ours.checkpoint} | {ours.outtype} | {time_ratio:.2f} | {rss_ratio:.2f} "
+            f"| {'yes' if identical else 'NO'} | {met} |"
         )
     return "\n".join(lines)
 

@@ -216,11 +216,14 @@ def main(argv: list[str] | None = None) -> None:
         results[name]["eval_loss"] = assistant_eval_loss(results[name]["model_dir"], score_dir)
 
     print(
-        f"\nmodel {model}; {args.train_examples or 'all'} train / {args.eval_examples or 'all'} eval conversations; "
-        f"{args.epochs} epoch(s), lr {args.learning_rate}, baseline batch {args.batch_size}, max_length {args.max_length}\n"
+        f"\nmodel {model}; {args.train_examples or 'all'} train / "
+        f"{args.eval_examples or 'all'} eval conversations; "
+        f"{args.epochs} epoch(s), lr {args.learning_rate}, baseline batch {args.batch_size}, "
+        f"max_length {args.max_length}\n"
     )
     print(
-        "| contender | non-padding tokens | seconds | non-padding tokens/s | peak memory MB | eval loss (assistant tokens) |"
+        "| contender | non-padding tokens | seconds | non-padding tokens/s | peak memory MB "
+        "| eval loss (assistant tokens) |"
     )
     print("|---|---:|---:|---:|---:|---:|")
     for name, label in (
@@ -229,17 +232,20 @@ def main(argv: list[str] | None = None) -> None:
     ):
         r = results[name]
         print(
-            f"| {label} | {r['tokens']:,} | {r['seconds']:.1f} | {r['tokens'] / r['seconds']:,.0f} | {r['peak_mb']:,.0f} | {r['eval_loss']:.4f} |"
+            f"| {label} | {r['tokens']:,} | {r['seconds']:.1f} | {r['tokens'] / r['seconds']:,.0f} "
+            f"| {r['peak_mb']:,.0f} | {r['eval_loss']:.4f} |"
         )
     speedup = (results["ours"]["tokens"] / results["ours"]["seconds"]) / (
         results["baseline"]["tokens"] / results["baseline"]["seconds"]
     )
     no_worse = results["ours"]["eval_loss"] <= results["baseline"]["eval_loss"]
     print(
-        f"\nthroughput ratio ours ÷ baseline: {speedup:.2f}× (target ≥ {TARGET_SPEEDUP}×: {'met' if speedup >= TARGET_SPEEDUP else 'NOT met'})"
+        f"\nthroughput ratio ours ÷ baseline: {speedup:.2f}× "
+        f"(target ≥ {TARGET_SPEEDUP}×: {'met' if speedup >= TARGET_SPEEDUP else 'NOT met'})"
     )
     print(
-        f"eval loss ours {results['ours']['eval_loss']:.4f} vs baseline {results['baseline']['eval_loss']:.4f}: {'no worse' if no_worse else 'WORSE'}"
+        f"eval loss ours {results['ours']['eval_loss']:.4f} vs baseline {results['baseline']['eval_loss']:.4f}: "
+        f"{'no worse' if no_worse else 'WORSE'}"
     )
     print(f"work directory: {work}")
 

@@ -45,7 +45,10 @@ def _fingerprint(stats_path: Path) -> str:
 
 
 def describe(change: DataChange) -> str:
-    return f"{'data changed: training runs' if change.changed else 'data unchanged: training is skipped'}. Why: {change.reason}"
+    return (
+        f"{'data changed: training runs' if change.changed else 'data unchanged: training is skipped'}. "
+        f"Why: {change.reason}"
+    )
 
 
 @exit_on_user_error

@@ -191,7 +191,8 @@ def summary(evaluated: Evaluated) -> str:
     for role, label in (("base", "base      "), ("fine_tuned", "fine-tuned")):
         entry = evaluation[role]
         lines.append(
-            f"{label}  eval loss {entry['eval_loss']:.4f}  perplexity {entry['perplexity']:.3f}  ROUGE-L {entry['rouge_l']:.4f}"
+            f"{label}  eval loss {entry['eval_loss']:.4f}  perplexity {entry['perplexity']:.3f}  "
+            f"ROUGE-L {entry['rouge_l']:.4f}"
         )
     gate = evaluation["gate"]
     lines.append(

@@ -44,7 +44,8 @@ def parse_outtypes(outtype: str) -> list[str]:
         raise UserError(f"outtype {outtype!r} names no output type; use e.g. {DEFAULT_OUTTYPE!r} or 'q8_0,q4_k_m'.")
     if "auto" in types:
         raise UserError(
-            "outtype 'auto' is not allowed in the pipeline: its file name would not say what it holds; name the type (e.g. f16)."
+            "outtype 'auto' is not allowed in the pipeline: its file name would not say what it holds; "
+            "name the type (e.g. f16)."
         )
     return list(dict.fromkeys(types))
 
@@ -59,7 +60,8 @@ def check_model_name(model_name: str) -> str:
     name = model_name.strip()
     if not NAME_PATTERN.match(name):
         raise UserError(
-            f"model_name {model_name!r} must be a file-name-safe word (letters, digits, '.', '_', '-'), e.g. 'smollm2-135m-knots'."
+            f"model_name {model_name!r} must be a file-name-safe word (letters, digits, '.', '_', '-'), "
+            "e.g. 'smollm2-135m-knots'."
         )
     return name
 
@@ -98,18 +100,22 @@ def export_stage(
     include_lora: bool,
     thresholds: Thresholds,
 ) -> tuple[dict[str, Any], str]:
-    """Convert, verify, write the Modelfile and the reports; returns the report body and its Markdown. Raises on failure."""
+    """Convert, verify, write the Modelfile and the reports; returns the report body and its Markdown.
+    Raises on failure.
+    """
     from gguf_export.verify import TransformersReference, markdown, report_json, verify_adapter, verify_conversion
 
     merged = train_dir / "merged"
     if not (merged / "config.json").is_file():
         raise UserError(
-            f"{merged} holds no merged checkpoint (config.json); run the training stage first, or pass the train directory it wrote."
+            f"{merged} holds no merged checkpoint (config.json); run the training stage first, "
+            "or pass the train directory it wrote."
         )
     adapter_dir = train_dir / "adapter"
     if include_lora and not (adapter_dir / "adapter_config.json").is_file():
         raise UserError(
-            f"include_lora is set but {adapter_dir} holds no LoRA adapter (full fine-tuning writes none); unset include_lora."
+            f"include_lora is set but {adapter_dir} holds no LoRA adapter (full fine-tuning writes none); "
+            "unset include_lora."
         )
     metadata = MetadataOptions(model_name=model_name, base_model=hub_id(base_model))
     export_dir.mkdir(parents=True, exist_ok=True)
@@ -201,7 +207,8 @@ def run_in_pipeline(
             if not r["passed"]
         ]
         raise UserError(
-            f"GGUF verification failed ({' | '.join(failed)}); see {Path(export_dir) / REPORT_MD}. Nothing from this export should be published."
+            f"GGUF verification failed ({' | '.join(failed)}); see {Path(export_dir) / REPORT_MD}. "
+            "Nothing from this export should be published."
         )
     link_or_copy(primary, Path(gguf_artifact.path))
     gguf_artifact.metadata.update(

@@ -31,7 +31,8 @@ def token_refused(status: int, action: str) -> str:
     )
     return (
         f"The Hugging Face Hub {meaning}, so the step could not {action}. The token comes from the environment "
-        f"variable {TOKEN_ENV}, which the pipeline fills from the Kubernetes Secret '{SECRET_NAME}' (key {SECRET_KEY}). "
+        f"variable {TOKEN_ENV}, which the pipeline fills from the Kubernetes Secret '{SECRET_NAME}' "
+        f"(key {SECRET_KEY}). "
         "Create a token with write access at https://huggingface.co/settings/tokens and store it with "
         f"`oc create secret generic {SECRET_NAME} --from-literal={SECRET_KEY}=<token>` (or kubectl; delete the old "
         f"Secret first), or export {TOKEN_ENV} for a local run, then start the run again."

@@ -43,7 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--input",
         required=True,
-        help="a .jsonl or .jsonl.gz file, a directory of them, a quoted glob, or a URL: https://..., s3://bucket/key-or-prefix, hf://datasets/owner/name",
+        help=(
+            "a .jsonl or .jsonl.gz file, a directory of them, a quoted glob, or a URL: "
+            "https://..., s3://bucket/key-or-prefix, hf://datasets/owner/name"
+        ),
     )
     parser.add_argument(
         "--output-dir",

@@ -91,7 +91,8 @@ def parse_node_selector(value: str | dict[str, str]) -> dict[str, str]:
             parsed = json.loads(text)
         except ValueError as error:
             raise UserError(
-                f'parameter \'node_selector\' is not valid JSON ({error}): {text!r}. Write it as {{"key": "value"}} or key=value,key2=value2.'
+                f"parameter 'node_selector' is not valid JSON ({error}): {text!r}. "
+                'Write it as {"key": "value"} or key=value,key2=value2.'
             ) from None
         return parse_node_selector(parsed)
     selector = {}
@@ -99,7 +100,8 @@ def parse_node_selector(value: str | dict[str, str]) -> dict[str, str]:
         key, sep, label = pair.partition("=")
         if not sep or not key:
             raise UserError(
-                f"parameter 'node_selector' has {pair!r}, which is not key=value. Write it as key=value,key2=value2 or as a JSON object."
+                f"parameter 'node_selector' has {pair!r}, which is not key=value. "
+                "Write it as key=value,key2=value2 or as a JSON object."
             )
         selector[key.strip()] = label.strip()
     return selector
@@ -116,7 +118,8 @@ def parse_tolerations(value: str | list[dict[str, Any]]) -> list[dict[str, Any]]
             tolerations = json.loads(value)
         except ValueError as error:
             raise UserError(
-                f"parameter 'tolerations' is not valid JSON ({error}): {value!r}. Write a JSON list of tolerations or key[=value][:Effect],..."
+                f"parameter 'tolerations' is not valid JSON ({error}): {value!r}. "
+                "Write a JSON list of tolerations or key[=value][:Effect],..."
             ) from None
     else:
         tolerations = [_short_toleration(item.strip()) for item in value.split(",") if item.strip()]
@@ -206,8 +209,10 @@ def check_parameters(launch: LaunchOptions, config: TrainConfig, pvc_name: str, 
         )
     if not (config.data_dir / "train.parquet").is_file():
         raise UserError(
-            f"The data stage's output {config.data_dir / 'train.parquet'} does not exist, so there is nothing to train on. "
-            "Pass the data_dir the prepare_dataset step returned (and, in a cluster, mount the workspace PVC in this step)."
+            f"The data stage's output {config.data_dir / 'train.parquet'} does not exist, "
+            "so there is nothing to train on. "
+            "Pass the data_dir the prepare_dataset step returned "
+            "(and, in a cluster, mount the workspace PVC in this step)."
         )
 
 
@@ -297,8 +302,8 @@ def _check_local_gpus(processes: int, gpus_per_node: int) -> None:
 
     if gpus_per_node and torch.cuda.is_available() and processes > torch.cuda.device_count():
         raise UserError(
-            f"The local backend would start {processes} processes (nodes x gpus_per_node), one per GPU, but this machine has "
-            f"{torch.cuda.device_count()}. Lower nodes or gpus_per_node."
+            f"The local backend would start {processes} processes (nodes x gpus_per_node), one per GPU, "
+            f"but this machine has {torch.cuda.device_count()}. Lower nodes or gpus_per_node."
         )
 
 
@@ -309,7 +314,8 @@ def record_outputs(config: TrainConfig, launch: LaunchOptions, model_artifact, m
     summary_path = config.output_dir / SUMMARY
     if not summary_path.is_file():
         raise UserError(
-            f"Training finished but {summary_path} is missing. The training pods write it to the workspace PVC, so this step "
+            f"Training finished but {summary_path} is missing. "
+            "The training pods write it to the workspace PVC, so this step "
             "must mount the same PVC at the same path (the workspace root) to read it."
         )
     summary = json.loads(summary_path.read_text(encoding="utf-8"))
@@ -354,9 +360,10 @@ def run_in_pipeline(
     """Train (on the cluster or locally), then record the outputs; returns the run's train directory and base model.
 
     ``training`` holds TrainConfig options and ``launch`` LaunchOptions fields,
-    by name; a name left out keeps that dataclass's default. A failed or timed-out training fails the step (exit 1) with the
-    failure report; a stopped step (SIGTERM) exits 143 after deleting its job or
-    stopping its local trainer.
+    by name; a name left out keeps that dataclass's default. A failed or
+    timed-out training fails the step (exit 1) with the failure report; a
+    stopped step (SIGTERM) exits 143 after deleting its job or stopping its
+    local trainer.
     """
     options = LaunchOptions(**launch)
     train_dir = stage_dir(workspace_root, run_id, "train")

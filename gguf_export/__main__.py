@@ -13,7 +13,8 @@ from gguf_export.options import ExportOptions, Thresholds, parse_options
 
 
 def adapter_outfile(outfile: Path, model_outtype: str, adapter_type: str) -> Path:
-    """``<name>-lora-<adapter type>.gguf`` beside the model's ``<name>[-<model type>].gguf``, as the export stage names it."""
+    """``<name>-lora-<adapter type>.gguf`` beside the model's ``<name>[-<model type>].gguf``,
+    as the export stage names it."""
     name = outfile.name.removesuffix(".gguf").removesuffix(f"-{model_outtype}")
     return outfile.with_name(f"{name}-lora-{adapter_type}.gguf")
 
@@ -51,7 +52,8 @@ def run(options: ExportOptions, thresholds: Thresholds) -> None:
     failures = [failure for report in reports for failure in report.failures()]
     if failures:
         raise UserError(
-            f"verification of {result.path} failed: {'; '.join(failures)}. The file is kept for inspection; do not publish it."
+            f"verification of {result.path} failed: {'; '.join(failures)}. "
+            "The file is kept for inspection; do not publish it."
         )
 
 

@@ -124,7 +124,8 @@ def read_config(model_dir: Path) -> dict[str, Any]:
     if not path.is_file():
         raise UserError(
             f"{model_dir} has no config.json, so it is not a Hugging Face checkpoint directory. Pass the directory "
-            "that save_pretrained wrote (the training stage's merged/), which holds config.json, the safetensors and the tokenizer."
+            "that save_pretrained wrote (the training stage's merged/), which holds config.json, the safetensors "
+            "and the tokenizer."
         )
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
@@ -163,7 +164,10 @@ def tensor_type(name: str, shape: tuple[int, ...], wanted: T, is_output: bool) -
     if shape[-1] % block_size:
         return (
             T.F16,
-            f"{name}: rows of {shape[-1]} values are not a multiple of the {wanted.name} block ({block_size}); stored as F16",
+            (
+                f"{name}: rows of {shape[-1]} values are not a multiple of the {wanted.name} block "
+                f"({block_size}); stored as F16"
+            ),
         )
     return wanted, None
 
@@ -214,7 +218,8 @@ def check_vocab_rows(planned: list[PlannedTensor], config: dict[str, Any], model
     embedding = next((t for t in planned if t.name == "token_embd.weight"), None)
     if embedding is None:
         raise UserError(
-            f"{model_dir}: the checkpoint has no token embedding (model.embed_tokens.weight); the weights are incomplete."
+            f"{model_dir}: the checkpoint has no token embedding (model.embed_tokens.weight); "
+            "the weights are incomplete."
         )
     if embedding.shape[0] != config["vocab_size"]:
         raise UserError(

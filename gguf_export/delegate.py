@@ -31,7 +31,8 @@ def delegate(model_dir: Path, outfile: Path, outtype: str, llama_cpp_dir: Path, 
     script = llama_cpp_dir / SCRIPT
     if not script.is_file():
         raise UserError(
-            f"{LLAMA_CPP_DIR_ENV}={llama_cpp_dir} has no {SCRIPT}; point it at a llama.cpp checkout. (Needed because: {reason})"
+            f"{LLAMA_CPP_DIR_ENV}={llama_cpp_dir} has no {SCRIPT}; point it at a llama.cpp checkout. "
+            f"(Needed because: {reason})"
         )
     if outtype not in SCRIPT_OUTTYPES:
         raise UserError(
@@ -53,7 +54,8 @@ def delegate(model_dir: Path, outfile: Path, outtype: str, llama_cpp_dir: Path, 
         result = subprocess.run(command, env=env, capture_output=True, text=True)
         if result.returncode != 0:
             raise UserError(
-                f"llama.cpp's {SCRIPT} could not convert {model_dir} (exit {result.returncode}): {result.stderr.strip()[-1500:]}"
+                f"llama.cpp's {SCRIPT} could not convert {model_dir} (exit {result.returncode}): "
+                f"{result.stderr.strip()[-1500:]}"
             )
     return ConversionResult(
         path=outfile,

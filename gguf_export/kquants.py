@@ -25,8 +25,9 @@ def llama_cpp_quantizer():
         import llama_cpp
     except ImportError:
         raise UserError(
-            "K-quant output types (q4_k_m, q5_k_m, q6_k) use llama.cpp's quantizer from llama-cpp-python, a dependency of "
-            "this project that is not installed here: pip install llama-cpp-python, or choose q8_0 / q4_0 / q5_0."
+            "K-quant output types (q4_k_m, q5_k_m, q6_k) use llama.cpp's quantizer from llama-cpp-python, "
+            "a dependency of this project that is not installed here: pip install llama-cpp-python, "
+            "or choose q8_0 / q4_0 / q5_0."
         ) from None
     return llama_cpp
 

@@ -51,8 +51,8 @@ def read_adapter_config(adapter_dir: Path) -> dict[str, Any]:
         )
     if config.get("modules_to_save"):
         raise UserError(
-            f"{path}: the adapter also trains whole modules ({', '.join(config['modules_to_save'])}), which a GGUF LoRA "
-            "adapter cannot hold; use the merged model's GGUF instead."
+            f"{path}: the adapter also trains whole modules ({', '.join(config['modules_to_save'])}), "
+            "which a GGUF LoRA adapter cannot hold; use the merged model's GGUF instead."
         )
     return config
 
@@ -81,7 +81,8 @@ def convert_adapter(
                 break
         else:
             raise UserError(
-                f"{adapter_dir / ADAPTER_FILE}: tensor {hf_name} is neither lora_A nor lora_B; the adapter cannot be converted."
+                f"{adapter_dir / ADAPTER_FILE}: tensor {hf_name} is neither lora_A nor lora_B; "
+                "the adapter cannot be converted."
             )
         module = base_name[: -len(marker)]
         name = name_map.get_name(module + ".weight", try_suffixes=(".weight",))

@@ -70,7 +70,8 @@ def special_tokens(model_dir: Path) -> dict[str, str]:
 def quoted(text: str) -> str:
     if '"""' in text:
         raise UserError(
-            'the chat template or system prompt contains """, which a Modelfile cannot quote; write the Modelfile by hand.'
+            'the chat template or system prompt contains """, which a Modelfile cannot quote; '
+            "write the Modelfile by hand."
         )
     return f'"""{text}"""'
 
@@ -80,9 +81,10 @@ def modelfile_text(gguf_name: str, chat_template: str | None, model_dir: Path, c
     fmt = chat_format_of(chat_template)
     if fmt is None:
         raise UserError(
-            f"{model_dir}: the checkpoint has {'an unrecognised' if chat_template else 'no'} chat template, so no Ollama "
-            "Modelfile can be written that chats like the model was trained to (known formats: ChatML <|im_start|>, "
-            "Llama 3 <|start_header_id|>, Mistral [INST]). Save the chat model's tokenizer with the checkpoint."
+            f"{model_dir}: the checkpoint has {'an unrecognised' if chat_template else 'no'} chat template, "
+            "so no Ollama Modelfile can be written that chats like the model was trained to (known formats: "
+            "ChatML <|im_start|>, Llama 3 <|start_header_id|>, Mistral [INST]). "
+            "Save the chat model's tokenizer with the checkpoint."
         )
     generation_path = model_dir / "generation_config.json"
     generation = json.loads(generation_path.read_text(encoding="utf-8")) if generation_path.is_file() else {}

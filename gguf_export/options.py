@@ -127,7 +127,10 @@ class ExportOptions:
     model_name: str = option("", "general.name (default: derived from the directory / model card).")
     base_model: str = option(
         "",
-        "Base model id the checkpoint was fine-tuned from (general.base_model.*), e.g. HuggingFaceTB/SmolLM2-135M-Instruct.",
+        (
+            "Base model id the checkpoint was fine-tuned from (general.base_model.*), "
+            "e.g. HuggingFaceTB/SmolLM2-135M-Instruct."
+        ),
     )
     finetune: str = option("", "general.finetune label, e.g. the dataset or task name.")
     license: str = option("", "general.license, e.g. apache-2.0.")
@@ -139,14 +142,20 @@ class ExportOptions:
     )
     lora_outfile: Path | None = option(
         None,
-        "Where the adapter GGUF goes (default: beside OUTFILE, <name>-lora-<adapter type>.gguf, where OUTFILE is <name>[-<type>].gguf).",
+        (
+            "Where the adapter GGUF goes (default: beside OUTFILE, <name>-lora-<adapter type>.gguf, "
+            "where OUTFILE is <name>[-<type>].gguf)."
+        ),
     )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m gguf_export",
-        description="Convert a Hugging Face checkpoint to GGUF (built-in converter on the gguf library) and verify it in llama.cpp.",
+        description=(
+            "Convert a Hugging Face checkpoint to GGUF (built-in converter on the gguf library) "
+            "and verify it in llama.cpp."
+        ),
     )
     add_options(parser, ExportOptions)
     add_options(parser.add_argument_group("verification thresholds"), Thresholds)

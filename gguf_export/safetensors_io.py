@@ -132,19 +132,22 @@ def open_safetensors(paths: list[Path]) -> dict[str, StoredTensor]:
             parsed = SafetensorsLocal(path).tensors
         except (ValueError, UnicodeDecodeError, KeyError) as error:
             raise UserError(
-                f"{path} is not a readable safetensors file ({error}); it is probably truncated or corrupt: copy it again."
+                f"{path} is not a readable safetensors file ({error}); "
+                "it is probably truncated or corrupt: copy it again."
             ) from None
         size = os.stat(path).st_size
         for name, local in parsed.items():
             data_range = local.data_range
             if local.dtype not in STORED_DTYPES:
                 raise UserError(
-                    f"{path}: tensor {name} has dtype {local.dtype}; only F32, F16, BF16 and F64 checkpoints are supported."
+                    f"{path}: tensor {name} has dtype {local.dtype}; "
+                    "only F32, F16, BF16 and F64 checkpoints are supported."
                 )
             expected = int(np.prod(local.shape, dtype=np.int64)) * STORED_DTYPES[local.dtype].itemsize
             if data_range.size != expected:
                 raise UserError(
-                    f"{path}: tensor {name} claims {data_range.size} bytes but its shape {list(local.shape)} needs {expected}; the file is corrupt."
+                    f"{path}: tensor {name} claims {data_range.size} bytes but its shape {list(local.shape)} "
+                    f"needs {expected}; the file is corrupt."
                 )
             if data_range.offset + data_range.size > size:
                 raise UserError(

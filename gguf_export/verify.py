@@ -51,7 +51,10 @@ CONVERSATIONS = (
         {"role": "user", "content": "How do I fix a dripping tap?"},
         {
             "role": "assistant",
-            "content": "Turn off the water supply, remove the handle, replace the worn washer or cartridge, then reassemble and test.",
+            "content": (
+                "Turn off the water supply, remove the handle, replace the worn washer or cartridge, "
+                "then reassemble and test."
+            ),
         },
     ],
     [
@@ -62,21 +65,30 @@ CONVERSATIONS = (
         {"role": "user", "content": "How should I store fresh herbs?"},
         {
             "role": "assistant",
-            "content": "Wrap soft herbs in a damp paper towel and keep them in the fridge; keep basil in water at room temperature.",
+            "content": (
+                "Wrap soft herbs in a damp paper towel and keep them in the fridge; "
+                "keep basil in water at room temperature."
+            ),
         },
     ],
     [
         {"role": "user", "content": "Tie a bowline knot: what are the steps?"},
         {
             "role": "assistant",
-            "content": "Make a small loop, pass the end up through it, around the standing part, and back down through the loop. Pull tight.",
+            "content": (
+                "Make a small loop, pass the end up through it, around the standing part, "
+                "and back down through the loop. Pull tight."
+            ),
         },
     ],
     [
         {"role": "user", "content": "Explain in one sentence why the sky is blue."},
         {
             "role": "assistant",
-            "content": "Air molecules scatter short blue wavelengths of sunlight much more than red ones, so blue light reaches us from every direction.",
+            "content": (
+                "Air molecules scatter short blue wavelengths of sunlight much more than red ones, "
+                "so blue light reaches us from every direction."
+            ),
         },
     ],
 )
@@ -144,7 +156,8 @@ class TransformersReference:
 
     @cached_property
     def evaluation_ids(self) -> list[int]:
-        """Chat-templated conversations (plain text without a template), cycled until at least ``min_positions`` tokens."""
+        """Chat-templated conversations (plain text without a template), cycled until at least
+        ``min_positions`` tokens."""
         ids: list[int] = []
         index = 0
         while len(ids) < self.min_positions:
@@ -376,13 +389,19 @@ def check_reply(report: VerificationReport, llm, reference: TransformersReferenc
         report.add(
             "reply_stops",
             stops,
-            f"after transformers' {len(expected) - 1}-token greedy reply llama.cpp predicts {shown!r}, {'an' if stops else 'NOT an'} end-of-generation token",
+            (
+                f"after transformers' {len(expected) - 1}-token greedy reply llama.cpp predicts {shown!r}, "
+                f"{'an' if stops else 'NOT an'} end-of-generation token"
+            ),
         )
     else:
         report.add(
             "reply_stops",
             True,
-            f"not applicable: transformers' own greedy reply does not end its turn within {REPLY_TOKENS} tokens (untrained weights)",
+            (
+                f"not applicable: transformers' own greedy reply does not end its turn within {REPLY_TOKENS} tokens "
+                "(untrained weights)"
+            ),
         )
     reply, stopped = greedy_reply(llm, prompt, REPLY_TOKENS)
     report.metrics.update(
@@ -428,7 +447,8 @@ def verify(
 def verify_conversion(
     result: ConversionResult, reference: TransformersReference, thresholds: Thresholds
 ) -> VerificationReport:
-    """``verify`` for a file this package just wrote: its shapes and architecture are checked too (none for delegated files)."""
+    """``verify`` for a file this package just wrote: its shapes and architecture are checked too
+    (none for delegated files)."""
     written_here = bool(result.tensor_shapes)
     return verify(
         result.path,
@@ -457,7 +477,10 @@ def verify_adapter(
         report.add(
             "adapter_matches_merged",
             True,
-            "not checked: the base model is not available locally, so base+adapter cannot be compared with the merged model",
+            (
+                "not checked: the base model is not available locally, "
+                "so base+adapter cannot be compared with the merged model"
+            ),
         )
         return report
     ids = reference.evaluation_ids

@@ -34,7 +34,12 @@ from gguf_export.architectures import NeedsLlamaCpp
 from gguf_export.chat_formats import chat_format_of
 
 # The text llama.cpp's get_vocab_base_pre tokenizes; its ids' sha256 identifies the pre-tokenizer.
-CHECK_TEXT = "\n \n\n \n\n\n \t \t\t \t\n  \n   \n    \n     \n🚀 (normal) 😶\u200d🌫️ (multiple emojis concatenated) ✅ 🦙🦙 3 33 333 3333 33333 333333 3333333 33333333 3.3 3..3 3...3 កាន់តែពិសេសអាច😁 ?我想在apple工作1314151天～ ------======= нещо на Български ''''''```````\"\"\"\"......!!!!!!?????? I've been 'told he's there, 'RE you sure? 'M not sure I'll make it, 'D you like some tea? We'Ve a'lL"
+CHECK_TEXT = (
+    "\n \n\n \n\n\n \t \t\t \t\n  \n   \n    \n     \n🚀 (normal) 😶\u200d🌫️ (multiple emojis "
+    "concatenated) ✅ 🦙🦙 3 33 333 3333 33333 333333 3333333 33333333 3.3 3..3 3...3 កាន់តែពិសេសអាច😁 "
+    "?我想在apple工作1314151天～ ------======= нещо на Български ''''''```````\"\"\"\"......!!!!!!?????? "
+    "I've been 'told he's there, 'RE you sure? 'M not sure I'll make it, 'D you like some tea? We'Ve a'lL"
+)
 
 # Hashes of CHECK_TEXT's ids for the families we convert, from llama.cpp's
 # get_vocab_base_pre (convert_hf_to_gguf_update.py generates that table).
@@ -102,9 +107,9 @@ def check_byte_level_bpe(model_dir: Path, spec: dict[str, Any]) -> None:
     if model.get("type") != "BPE" or model.get("byte_fallback") or (model_dir / "tokenizer.model").is_file():
         raise NeedsLlamaCpp(
             f"{model_dir / 'tokenizer.json'} is a {model.get('type')} tokenizer"
-            f"{' with byte fallback (SentencePiece style)' if model.get('byte_fallback') else ''}; the built-in converter "
-            "handles byte-level BPE tokenizers (SmolLM, Llama 3, Qwen, Mistral Tekken). Set LLAMA_CPP_DIR to a "
-            "llama.cpp checkout to convert it with llama.cpp's convert_hf_to_gguf.py."
+            f"{' with byte fallback (SentencePiece style)' if model.get('byte_fallback') else ''}; "
+            "the built-in converter handles byte-level BPE tokenizers (SmolLM, Llama 3, Qwen, Mistral Tekken). "
+            "Set LLAMA_CPP_DIR to a llama.cpp checkout to convert it with llama.cpp's convert_hf_to_gguf.py."
         )
 
 
@@ -192,7 +197,8 @@ def load_vocabulary(model_dir: Path, vocab_size: int, pre_tokenizer_override: st
     special = gguf.SpecialVocab(model_dir, load_merges=True, n_vocab=len(tokens))
     if not special.merges:
         raise UserError(
-            f"{model_dir / 'tokenizer.json'} has no BPE merges; the tokenizer file is incomplete. Save the tokenizer again."
+            f"{model_dir / 'tokenizer.json'} has no BPE merges; the tokenizer file is incomplete. "
+            "Save the tokenizer again."
         )
     add_bos = adds_token(tokenizer, special.special_token_ids.get("bos"), first=True)
     add_eos = adds_token(tokenizer, special.special_token_ids.get("eos"), first=False)

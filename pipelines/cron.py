@@ -34,13 +34,14 @@ def validate_cron(expression: str) -> str:
         if text in DESCRIPTORS or (text.startswith("@every ") and GO_DURATION.match(text[len("@every ") :])):
             return text
         raise UserError(
-            f"--schedule {expression!r} is not a known descriptor; use one of {', '.join(DESCRIPTORS)}, '@every 6h', or six fields such as {EXAMPLE}."
+            f"--schedule {expression!r} is not a known descriptor; use one of {', '.join(DESCRIPTORS)}, "
+            f"'@every 6h', or six fields such as {EXAMPLE}."
         )
     fields = text.split(" ") if text else []
     if len(fields) == 5:
         raise UserError(
-            f"--schedule {expression!r} has five fields, but KFP reads six with seconds first, so it would mean something "
-            f"else. Put the seconds in front: '0 {text}'. Examples: {EXAMPLE}."
+            f"--schedule {expression!r} has five fields, but KFP reads six with seconds first, "
+            f"so it would mean something else. Put the seconds in front: '0 {text}'. Examples: {EXAMPLE}."
         )
     if len(fields) != 6:
         raise UserError(

@@ -26,7 +26,8 @@ def parse_params(pairs: list[str], declared: dict[str, str]) -> dict[str, Any]:
             close = difflib.get_close_matches(name, declared, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise UserError(
-                f"--param {name!r} is not a pipeline parameter{hint}; the parameters are: {', '.join(sorted(declared))}."
+                f"--param {name!r} is not a pipeline parameter{hint}; "
+                f"the parameters are: {', '.join(sorted(declared))}."
             )
         values[name] = _parse_value(name, text, declared[name])
     return values
@@ -40,7 +41,8 @@ def _parse_json(name: str, text: str, kind: str) -> Any:
         value = None
     if not isinstance(value, expected):
         raise UserError(
-            f"--param {name}={text!r}: {name} is a JSON {'list' if kind == 'LIST' else 'object'}, e.g. --param '{name}={example}'."
+            f"--param {name}={text!r}: {name} is a JSON {'list' if kind == 'LIST' else 'object'}, "
+            f"e.g. --param '{name}={example}'."
         )
     return value
 
@@ -61,7 +63,9 @@ def _parse_value(name: str, text: str, kind: str) -> Any:
 
 
 def checked_arguments(pairs: list[str], pipeline) -> dict[str, Any]:
-    """The typed ``NAME=VALUE`` overrides, once the run's every value (defaults included) passes the first step's checks."""
+    """The typed ``NAME=VALUE`` overrides, once the run's every value (defaults included) passes the first
+    step's checks.
+    """
     overrides = parse_params(pairs, declared_parameters(pipeline))
     validate({**defaults_of(pipeline), **overrides})
     return overrides

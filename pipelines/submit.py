@@ -47,12 +47,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--schedule",
         metavar="CRON",
-        help="create a recurring run: six cron fields, seconds first, e.g. '0 0 3 * * *' (03:00 daily, the server's time zone, usually UTC)",
+        help=(
+            "create a recurring run: six cron fields, seconds first, e.g. '0 0 3 * * *' "
+            "(03:00 daily, the server's time zone, usually UTC)"
+        ),
     )
     parser.add_argument(
         "--catchup",
         action="store_true",
-        help="with --schedule: start the runs missed while the schedule was paused or the server down (default: only the latest)",
+        help=(
+            "with --schedule: start the runs missed while the schedule was paused or the server down "
+            "(default: only the latest)"
+        ),
     )
     parser.add_argument(
         "--experiment",
@@ -107,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
                 pipeline_package_path=str(args.package),
             )
             print(
-                f"created recurring run {recurring.recurring_run_id} ({cron!r}, one at a time, catch-up {'on' if args.catchup else 'off'}) in experiment {args.experiment!r}",
+                f"created recurring run {recurring.recurring_run_id} ({cron!r}, one at a time, "
+                f"catch-up {'on' if args.catchup else 'off'}) in experiment {args.experiment!r}",
                 flush=True,
             )
     return 0
@@ -118,7 +125,8 @@ def _load_package(path: Path):
 
     if not path.is_file():
         raise UserError(
-            f"The pipeline package {path} does not exist; compile it with `python -m pipelines.compile` or pass --package."
+            f"The pipeline package {path} does not exist; "
+            "compile it with `python -m pipelines.compile` or pass --package."
         )
     try:
         return components.load_component_from_file(str(path))
@@ -202,7 +210,10 @@ def _api_problem(host: str, status: int, body) -> str:
             f"project. Log in again (`oc login`, then `oc whoami -t`) and pass it with --token or ${TOKEN_ENV}."
         )
     if status == 404:
-        return f"{host} has no Kubeflow Pipelines v2 API (HTTP 404 on /apis/v2beta1). Check --host: it is the pipelines API route, not the dashboard."
+        return (
+            f"{host} has no Kubeflow Pipelines v2 API (HTTP 404 on /apis/v2beta1). "
+            "Check --host: it is the pipelines API route, not the dashboard."
+        )
     detail = body.decode(errors="replace") if isinstance(body, bytes) else str(body or "")
     return f"{host} answered HTTP {status}: {' '.join(detail.split())[:500]}"
 

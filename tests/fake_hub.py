@@ -14,8 +14,9 @@ publishing and downloading need, as the Hub does it:
 
 Writes need ``Authorization: Bearer <a valid token>``; an invalid token is refused
 on every endpoint (401), and a private repository looks missing without a token
-(401 with ``X-Error-Code: RepoNotFound``), as on the Hub. ``fail_next(method, path_part, status)`` makes the next matching
-request answer ``status``, to test retries.
+(401 with ``X-Error-Code: RepoNotFound``), as on the Hub.
+``fail_next(method, path_part, status)`` makes the next matching request answer
+``status``, to test retries.
 """
 
 from __future__ import annotations

@@ -88,13 +88,16 @@ with torch.inference_mode():
         hparams = ModelBase.load_hparams(Path(model_dir), False)
         model_class = get_model_class(get_model_architecture(hparams, ModelType.TEXT))
         if pre:  # the converter has no --pre-tokenizer option: stand in for it
-            model_class = type(model_class.__name__, (model_class,), {"model_arch": model_class.model_arch, "get_vocab_base_pre": lambda self, tokenizer, pre=pre: pre})
+            model_class = type(model_class.__name__, (model_class,),
+                               {"model_arch": model_class.model_arch,
+                                "get_vocab_base_pre": lambda self, tokenizer, pre=pre: pre})
         model_class(Path(model_dir), ftypes[outtype], Path(outfile)).write()
 """
 
 
 def reference_convert(jobs: list[tuple[Path, str, Path, str]], timeout: float = 900) -> None:
-    """Convert each (model_dir, outtype, outfile, pre-tokenizer override or "") with llama.cpp's converter, in one subprocess."""
+    """Convert each (model_dir, outtype, outfile, pre-tokenizer override or "") with llama.cpp's converter,
+    in one subprocess."""
     encoded = json.dumps([[str(model), outtype, str(out), pre] for model, outtype, out, pre in jobs])
     result = subprocess.run(
         [sys.executable, "-c", DRIVER, str(reference_dir()), encoded], capture_output=True, text=True, timeout=timeout

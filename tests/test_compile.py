@@ -95,7 +95,8 @@ def parent_of(spec, component):
 
 
 def source(spec, owner, task, input_name):
-    """Where a task input comes from, followed up to the root: ('param', name), ('task', producer, key) or ('constant', v)."""
+    """Where a task input comes from, followed up to the root: ('param', name), ('task', producer, key)
+    or ('constant', v)."""
     binding = task["inputs"]["parameters"][input_name]
     if "componentInputParameter" in binding:
         if owner is ROOT:
@@ -287,7 +288,8 @@ def test_hub_token_comes_only_from_the_secret(tmp_path, platform):
 
 
 def test_every_parameter_has_default_and_description(spec):
-    """The run form shows these; a parameter without a default blocks one-click runs, one without a description is a guess."""
+    """The run form shows these; a parameter without a default blocks one-click runs, one without a description
+    is a guess."""
     parameters = spec["root"]["inputDefinitions"]["parameters"]
     assert set(parameters) == {
         "dataset_uri",

@@ -44,7 +44,8 @@ def held_out(data_dir, tokenizer, max_length):
 def test_held_out_loss_is_the_training_loss_averaged_over_every_assistant_token(
     tiny_model, tokenizer, prepared_data_dir
 ):
-    """Each conversation scored alone, as the model scores labels that are -100 outside the assistant turns, then token-weighted."""
+    """Each conversation scored alone, as the model scores labels that are -100 outside the assistant turns,
+    then token-weighted."""
     conversations = held_out(prepared_data_dir, tokenizer, max_length=96)
     total_nll, total_tokens = 0.0, 0
     with torch.no_grad():
@@ -108,7 +109,8 @@ def test_batched_left_padded_generation_gives_each_prompt_its_own_greedy_answer(
 
 
 def test_generation_stops_at_the_templates_end_of_turn_token(tokenizer):
-    """SmolLM2's template closes a turn with <|im_end|>; it is a stop token even when the model's config names another EOS."""
+    """SmolLM2's template closes a turn with <|im_end|>; it is a stop token even when the model's config names
+    another EOS."""
     im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
     assert end_of_turn_id(tokenizer) == im_end
     model_with_other_eos = SimpleNamespace(generation_config=GenerationConfig(eos_token_id=[0, 7]))
@@ -147,7 +149,10 @@ def test_rouge_l_is_the_longest_common_subsequence_f_measure():
             2.2,
             0.5,
             False,
-            "improved by 0.3000 (base 2.5000, fine-tuned 2.2000), which falls short of the required minimum improvement of 0.5000",
+            (
+                "improved by 0.3000 (base 2.5000, fine-tuned 2.2000), "
+                "which falls short of the required minimum improvement of 0.5000"
+            ),
         ),
         (2.0, 2.3, -0.5, True, "got worse by 0.3000"),
         (2.0, math.nan, -100.0, False, "not a finite number"),

@@ -107,7 +107,8 @@ def succeeded(result: subprocess.CompletedProcess) -> None:
 
 
 def test_whole_pipeline_runs_locally_and_says_where_outputs_went(runs):
-    """`make run` on a fresh machine: every stage runs, training with two processes, and the user is told where to look."""
+    """`make run` on a fresh machine: every stage runs, training with two processes, and the user is told
+    where to look."""
     output_dir, [(result, run_dir), *_] = runs
     succeeded(result)
     assert executed(result) == [
@@ -257,7 +258,8 @@ def test_missing_dataset_fails_cleanly(tmp_path):
 
 
 def test_url_of_an_unsupported_scheme_is_refused_with_the_fix(tmp_path):
-    """https://, s3:// and hf://datasets/ are fetched (tests/test_sources.py); any other scheme is told which ones work."""
+    """https://, s3:// and hf://datasets/ are fetched (tests/test_sources.py); any other scheme is told
+    which ones work."""
     result = run_pipeline("--output-dir", tmp_path / "out", "--param", "dataset_uri=ftp://host/data.jsonl", timeout=300)
     assert result.returncode == 1
     assert squash(

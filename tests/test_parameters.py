@@ -61,7 +61,10 @@ def test_bad_values_are_named(name, value):
 def test_messages_show_the_value_and_the_rule():
     """The message must say what was given and what is allowed, not just "invalid"."""
     assert problems({"eval_fraction": 1.5}) == [
-        "parameter 'eval_fraction' must be above 0 and below 1 (got 1.5): the evaluation stage compares the models on the held-out rows"
+        (
+            "parameter 'eval_fraction' must be above 0 and below 1 (got 1.5): "
+            "the evaluation stage compares the models on the held-out rows"
+        )
     ]
     assert problems({"split_seed": -1}) == ["parameter 'split_seed' must be between 0 and 2**64 - 1 (got -1)"]
     (size,) = problems({"pvc_size": "20GB"})
@@ -220,7 +223,10 @@ def test_cli_lists_every_bad_parameter(tmp_path):
         ("eval_fraction", "--param 'eval_fraction' is not NAME=VALUE, e.g. --param eval_fraction=0.2."),
         (
             "evil_fraction=0.2",
-            "--param 'evil_fraction' is not a pipeline parameter (did you mean eval_fraction?); the parameters are: base_model, dataset_uri,",
+            (
+                "--param 'evil_fraction' is not a pipeline parameter (did you mean eval_fraction?); "
+                "the parameters are: base_model, dataset_uri,"
+            ),
         ),
         ("split_seed=abc", "--param split_seed='abc': split_seed must be a whole number."),
         ("split_seed=1.5", "--param split_seed='1.5': split_seed must be a whole number."),

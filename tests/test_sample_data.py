@@ -65,7 +65,8 @@ def test_every_record_is_exactly_topic_question_answer_strings(records):
 
 
 def test_covers_exactly_the_nine_topics_in_balance(records):
-    """The dataset is advertised as these nine skills; a missing or misspelt topic, or a lopsided one, skews the model."""
+    """The dataset is advertised as these nine skills; a missing or misspelt topic, or a lopsided one,
+    skews the model."""
     counts = Counter(record["topic"] for record in records)
     assert set(counts) == TOPICS
     assert min(counts.values()) >= 25

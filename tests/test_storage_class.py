@@ -54,7 +54,10 @@ class FakeCluster:
             "kind": "Status",
             "apiVersion": "v1",
             "status": "Failure",
-            "message": 'storageclasses.storage.k8s.io is forbidden: User "system:serviceaccount:ds:pipeline-runner" cannot list resource "storageclasses"',
+            "message": (
+                'storageclasses.storage.k8s.io is forbidden: User "system:serviceaccount:ds:pipeline-runner" '
+                'cannot list resource "storageclasses"'
+            ),
             "reason": "Forbidden",
             "code": self.status,
         }

@@ -158,7 +158,8 @@ def assert_granted_by_rbac(requests: list[Request]) -> None:
             group in rule["apiGroups"] and resource in rule["resources"] and verb in rule["verbs"] for rule in rules
         )
         assert granted, (
-            f"{request.method} {request.path} needs {verb} on {resource} ({group or 'core'}), which pipelines/rbac.yaml does not grant"
+            f"{request.method} {request.path} needs {verb} on {resource} ({group or 'core'}), "
+            "which pipelines/rbac.yaml does not grant"
         )
 
 

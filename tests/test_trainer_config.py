@@ -1,4 +1,5 @@
-"""``to_args`` is the exact inverse of ``parse_config``: what the launcher writes into a job is what the trainer runs."""
+"""``to_args`` is the exact inverse of ``parse_config``: what the launcher writes into a job is what
+the trainer runs."""
 
 from __future__ import annotations
 

@@ -42,7 +42,8 @@ def masked_runs(input_ids, mask, tokenizer):
 
 
 def test_only_each_reply_and_its_end_token_are_trained(tokenizer):
-    """The loss must cover what the assistant says and the token that ends its turn (so it learns to stop), nothing else."""
+    """The loss must cover what the assistant says and the token that ends its turn (so it learns to stop),
+    nothing else."""
     encoded = tokenise_conversation(tokenizer, CONVERSATION)
     assert masked_runs(encoded.input_ids, encoded.assistant_masks, tokenizer) == [
         "A bowline makes a fixed loop that will not slip.<|im_end|>",
@@ -88,7 +89,8 @@ def test_loss_on_all_tokens_keeps_no_mask(tokenizer, prepared_data_dir):
 def test_template_that_rewrites_history_is_refused(tokenizer):
     """A template that renders earlier turns differently would put the loss on the wrong tokens: refuse it."""
     rewriting = (
-        "{% for m in messages %}{% if m.role == 'assistant' and not loop.last %}<|im_start|>assistant\n[earlier]<|im_end|>\n"
+        "{% for m in messages %}{% if m.role == 'assistant' and not loop.last %}"
+        "<|im_start|>assistant\n[earlier]<|im_end|>\n"
         "{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}{% endfor %}"
         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
     )

@@ -1,4 +1,5 @@
-"""Options that change how a step is computed, not what it computes: gradient checkpointing, and packing's token count."""
+"""Options that change how a step is computed, not what it computes: gradient checkpointing,
+and packing's token count."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ SINGLE = Topology(rank=0, local_rank=0, world_size=1)
 
 
 def train_steps(tiny_model_dir, prepared_data_dir, output_dir, **options) -> SFTTrainer:
-    """Three LoRA steps (unless ``options`` say otherwise) on the tiny model with the trainer's own SFT and LoRA settings."""
+    """Three LoRA steps (unless ``options`` say otherwise) on the tiny model with the trainer's own SFT and LoRA
+    settings."""
     settings = dict(max_length=128, per_device_batch_size=2, max_steps=3, logging_steps=1, learning_rate=1e-2)
     config = TrainConfig(
         model=str(tiny_model_dir), data_dir=prepared_data_dir, output_dir=output_dir, **{**settings, **options}

@@ -38,7 +38,8 @@ if _directory and "RANK" in os.environ:
             if (isinstance(mode, str) and any(c in mode for c in "wax+")) or flags & _WRITE_FLAGS:
                 _log.write("open %s\\n" % os.path.abspath(os.fsdecode(args[0])))
         elif event in ("os.rename", "os.replace"):
-            _log.write("%s %s -> %s\\n" % (event, os.path.abspath(os.fsdecode(args[0])), os.path.abspath(os.fsdecode(args[1]))))
+            _log.write("%s %s -> %s\\n" % (event, os.path.abspath(os.fsdecode(args[0])),
+                                            os.path.abspath(os.fsdecode(args[1]))))
         elif event in ("os.mkdir", "os.remove", "os.rmdir", "shutil.rmtree"):
             _log.write("%s %s\\n" % (event, os.path.abspath(os.fsdecode(args[0]))))
     sys.addaudithook(_hook)

@@ -254,8 +254,8 @@ def _check_usable(files, stats: dict, options: PrepareOptions, tally: _Tally, st
             f"{stats['rejected']} of {stats['records']} records ({stats['reject_fraction']:.1%}) in {names} were "
             f"rejected, more than the allowed {options.max_reject_fraction:.1%} (--max-reject-fraction / "
             f"max_reject_fraction).{first_text} Every reject and its reason is listed in "
-            f"{stage.target / FAILED_REJECTS_FILE}. Fix those records, or raise the limit if losing them is acceptable. "
-            "Nothing was written to the output files."
+            f"{stage.target / FAILED_REJECTS_FILE}. Fix those records, or raise the limit if losing them is "
+            "acceptable. Nothing was written to the output files."
         )
 
 

@@ -107,8 +107,8 @@ def _fetch_http(url: str, destination: Path) -> Path:
                 write_file_atomic(target, lambda handle: _copy_stream(response.iter_content(1 << 20), handle))
         except requests.RequestException as error:
             raise UserError(
-                f"Could not download {shown}: {type(error).__name__} after {HTTP_RETRIES} retries. Check that the host is "
-                "reachable from the cluster (proxy, egress rules) and try again."
+                f"Could not download {shown}: {type(error).__name__} after {HTTP_RETRIES} retries. "
+                "Check that the host is reachable from the cluster (proxy, egress rules) and try again."
             ) from None
     return _name_by_content(target)
 
@@ -211,8 +211,8 @@ def _s3_problem(uri: str, error) -> str:
     code = str(error.response.get("Error", {}).get("Code", ""))
     if code in ("403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
         return (
-            f"S3 refused access to {uri} ({code}): the credentials in AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY are wrong "
-            "or may not read that bucket. Fix the Secret the prepare step reads them from."
+            f"S3 refused access to {uri} ({code}): the credentials in AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY "
+            "are wrong or may not read that bucket. Fix the Secret the prepare step reads them from."
         )
     if code in ("404", "NoSuchKey", "NoSuchBucket"):
         return f"{uri} does not exist ({code}). Check the bucket and key (and AWS_ENDPOINT_URL for non-AWS stores)."

@@ -22,7 +22,9 @@ class GateDecision:
 
 
 def decide(base_eval_loss: float, fine_tuned_eval_loss: float, min_eval_loss_improvement: float) -> GateDecision:
-    """Passed when ``base_eval_loss - fine_tuned_eval_loss >= min_eval_loss_improvement``; the reason gives the numbers."""
+    """Passed when ``base_eval_loss - fine_tuned_eval_loss >= min_eval_loss_improvement``; the reason gives
+    the numbers.
+    """
     improvement = base_eval_loss - fine_tuned_eval_loss
     losses = f"(base {base_eval_loss:.4f}, fine-tuned {fine_tuned_eval_loss:.4f})"
     required = f"the required minimum improvement of {min_eval_loss_improvement:.4f}"
@@ -30,7 +32,8 @@ def decide(base_eval_loss: float, fine_tuned_eval_loss: float, min_eval_loss_imp
         return GateDecision(
             False,
             min_eval_loss_improvement,
-            f"The eval loss is not a finite number {losses}, so the fine-tuned model cannot be shown to meet {required}.",
+            f"The eval loss is not a finite number {losses}, so the fine-tuned model cannot be shown to meet "
+            f"{required}.",
         )
     passed = improvement >= min_eval_loss_improvement
     change = f"improved by {improvement:.4f}" if improvement >= 0 else f"got worse by {-improvement:.4f}"

@@ -36,7 +36,8 @@ class HeldOutLoss:
 def usable_conversations(
     split: Dataset, path: Path, tokenizer: PreTrainedTokenizerBase, max_length: int
 ) -> list[TokenisedConversation]:
-    """The eval split (read from ``path``) tokenised and truncated, keeping conversations with an assistant token left to predict.
+    """The eval split (read from ``path``) tokenised and truncated, keeping conversations with an assistant
+    token left to predict.
 
     The first token is never predicted (nothing precedes it), so a
     conversation whose only assistant tokens were cut off, or sit at position 0,
@@ -65,7 +66,9 @@ def usable_conversations(
 def _padded_batch(
     batch: Sequence[TokenisedConversation], pad_token_id: int, device: torch.device
 ) -> tuple[torch.Tensor, ...]:
-    """Right-padded ids, attention mask and assistant mask; padding sits after the tokens, so causal attention never sees it."""
+    """Right-padded ids, attention mask and assistant mask; padding sits after the tokens, so causal attention
+    never sees it.
+    """
     width = max(len(conversation.input_ids) for conversation in batch)
     ids = torch.full((len(batch), width), pad_token_id, dtype=torch.long)
     attention = torch.zeros((len(batch), width), dtype=torch.long)

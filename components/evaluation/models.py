@@ -28,7 +28,8 @@ def check_fine_tuned_dir(path: Path) -> None:
     if not (path / "config.json").is_file():
         raise UserError(
             f"{path} is not a model checkpoint (no config.json). The fine-tuned model must be the merged/ directory "
-            "that the training stage (python -m trainer --output-dir DIR) writes into DIR; check that training finished."
+            "that the training stage (python -m trainer --output-dir DIR) writes into DIR; check that training "
+            "finished."
         )
 
 
@@ -38,11 +39,13 @@ def load_tokenizer(name_or_path: str | Path) -> PreTrainedTokenizerBase:
         tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     except OSError as error:
         raise UserError(
-            f"cannot load the tokenizer of {name_or_path}: {error}. Pass a local checkpoint directory or a Hub id this machine can reach."
+            f"cannot load the tokenizer of {name_or_path}: {error}. "
+            "Pass a local checkpoint directory or a Hub id this machine can reach."
         ) from None
     if tokenizer.chat_template is None:
         raise UserError(
-            f"the tokenizer of {name_or_path} has no chat template; evaluation renders conversations with it, as training did."
+            f"the tokenizer of {name_or_path} has no chat template; "
+            "evaluation renders conversations with it, as training did."
         )
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -53,8 +56,9 @@ def check_same_vocabulary(base: PreTrainedTokenizerBase, fine_tuned: PreTrainedT
     """Losses over the same token ids are comparable only when both models read them the same way."""
     if base.get_vocab() != fine_tuned.get_vocab():
         raise UserError(
-            f"the base model {base_name} has a different vocabulary from the fine-tuned model, so their losses cannot be "
-            "compared. Pass the base model the run was trained from (training_summary.json, config.model)."
+            f"the base model {base_name} has a different vocabulary from the fine-tuned model, so their losses "
+            "cannot be compared. "
+            "Pass the base model the run was trained from (training_summary.json, config.model)."
         )
 
 
@@ -65,7 +69,8 @@ def load_model(name_or_path: str | Path) -> PreTrainedModel:
         model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype)
     except OSError as error:
         raise UserError(
-            f"cannot load the model {name_or_path}: {error}. Pass a local checkpoint directory or a Hub id this machine can reach."
+            f"cannot load the model {name_or_path}: {error}. "
+            "Pass a local checkpoint directory or a Hub id this machine can reach."
         ) from None
     return model.to(device).eval()
 

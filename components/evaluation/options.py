@@ -53,12 +53,14 @@ class EvaluateOptions:
     )
     max_length: int = option(
         0,
-        "Tokens per held-out conversation for the loss; longer ones are truncated as in training. 0: the max_length in training_summary.json.",
+        "Tokens per held-out conversation for the loss; longer ones are truncated as in training. "
+        "0: the max_length in training_summary.json.",
     )
     batch_size: int = option(8, "Conversations per forward pass and prompts per generation batch.")
     min_eval_loss_improvement: float = option(
         0.0,
-        "Quality gate: base eval loss minus fine-tuned eval loss must be at least this (0: the fine-tune must not make it worse).",
+        "Quality gate: base eval loss minus fine-tuned eval loss must be at least this "
+        "(0: the fine-tune must not make it worse).",
     )
 
     def __post_init__(self) -> None:

@@ -144,7 +144,8 @@ def render_html(
 ) -> str:
     gate_class = "passed" if evaluation["gate"]["passed"] else "failed"
     metrics = "".join(
-        f"<tr><td>{escape(label)}</td><td class=number>{base}</td><td class=number>{tuned}</td><td class=number>{delta}</td></tr>"
+        f"<tr><td>{escape(label)}</td><td class=number>{base}</td>"
+        f"<td class=number>{tuned}</td><td class=number>{delta}</td></tr>"
         for label, base, tuned, delta in metric_rows(evaluation)
     )
     facts = "".join(
@@ -157,7 +158,8 @@ def render_html(
     )
     answers = "".join(
         f"<tr><th colspan=2>{number}. {escape(sample['question'])}</th></tr>"
-        f"<tr><td>{escape(sample['base']) or '<em>(empty answer)</em>'}</td><td>{escape(sample['fine_tuned']) or '<em>(empty answer)</em>'}</td></tr>"
+        f"<tr><td>{escape(sample['base']) or '<em>(empty answer)</em>'}</td>"
+        f"<td>{escape(sample['fine_tuned']) or '<em>(empty answer)</em>'}</td></tr>"
         for number, sample in enumerate(samples, start=1)
     )
     return f"""<!DOCTYPE html>

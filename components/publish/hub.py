@@ -85,7 +85,8 @@ def hub_errors(action: str, endpoint: str) -> Iterator[None]:
         ) from None
     except httpx2.TransportError as error:
         raise UserError(
-            f"Could not reach the Hugging Face Hub at {endpoint} to {action} ({type(error).__name__}, also after all retries). "
+            f"Could not reach the Hugging Face Hub at {endpoint} to {action} "
+            f"({type(error).__name__}, also after all retries). "
             "Check that the cluster can reach it (proxy, egress rules; HF_ENDPOINT for a mirror) and try again."
         ) from None
 

@@ -147,7 +147,8 @@ def _intro(outputs: RunOutputs, options: PublishOptions, base_model: str, contex
     if any(name.startswith("adapter/") for name in context.files):
         parts.append("the LoRA adapter for PEFT (`adapter/`)")
     return (
-        f"{base} fine-tuned on {outputs.summary.get('train_examples', 'the')} question/answer conversations with {how}. "
+        f"{base} fine-tuned on {outputs.summary.get('train_examples', 'the')} question/answer conversations "
+        f"with {how}. "
         f"This repository holds {_join(parts)}."
     )
 

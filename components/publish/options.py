@@ -37,7 +37,8 @@ class PublishOptions:
     )
     delete_stale_files: bool = option(
         True,
-        "Delete files an earlier upload left in the repository that this upload does not contain (.gitattributes stays).",
+        "Delete files an earlier upload left in the repository that this upload does not contain "
+        "(.gitattributes stays).",
     )
     publish_if_gate_failed: bool = option(
         False, "Publish even when the evaluation gate failed (the pipeline skips this stage then anyway)."

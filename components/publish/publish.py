@@ -40,7 +40,8 @@ def publish(
     outputs = read_run_outputs(dirs)
     if not outputs.gate_passed and not options.publish_if_gate_failed:
         raise UserError(
-            f"The evaluation gate of this run failed ({outputs.evaluation.get('gate', {}).get('reason', 'no reason given')}), "
+            "The evaluation gate of this run failed "
+            f"({outputs.evaluation.get('gate', {}).get('reason', 'no reason given')}), "
             "so the model is not published. Improve the run, or set publish_if_gate_failed to publish it anyway."
         )
     plan = upload_plan(dirs, outputs, options)

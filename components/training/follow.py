@@ -38,7 +38,8 @@ DRAIN_SECONDS = 30  # how long to wait for the replicas' last log lines once the
 def run_job(
     cluster: Cluster, kind: JobKind, manifest: dict[str, Any], timeout: float, out: TextIO | None = None
 ) -> dict[str, Any]:
-    """Create the job and stream its replicas' logs until it succeeds (returns the job) or fails (raises TrainingFailed).
+    """Create the job and stream its replicas' logs until it succeeds (returns the job) or fails
+    (raises TrainingFailed).
 
     Deletes the job when it outlives ``timeout`` seconds (TrainingFailed) and when
     this process is interrupted (``Terminated`` on SIGTERM, KeyboardInterrupt)
@@ -105,7 +106,8 @@ def wait_for_end(cluster: Cluster, kind: JobKind, name: str, deadline: float, ou
             kind_of_change, job = event
             if kind_of_change == "DELETED":
                 raise TrainingFailed(
-                    f"{kind.kind} {name} was deleted while this step was following it (by a user, or its TTL); the step cannot tell how training ended."
+                    f"{kind.kind} {name} was deleted while this step was following it (by a user, or its TTL); "
+                    "the step cannot tell how training ended."
                 )
             if kind.phase(job) != phase:
                 phase = kind.phase(job)
@@ -124,7 +126,8 @@ def _delete_quietly(cluster: Cluster, kind: JobKind, name: str, out: TextIO) -> 
         print(f"deleted {kind.kind} {name}", file=out, flush=True)
     except Exception as error:  # noqa: BLE001 - reported, and the interruption is re-raised
         print(
-            f"could not delete {kind.kind} {name} ({error}); delete it by hand: oc delete {kind.plural} {name} -n {cluster.namespace}",
+            f"could not delete {kind.kind} {name} ({error}); "
+            f"delete it by hand: oc delete {kind.plural} {name} -n {cluster.namespace}",
             file=out,
             flush=True,
         )
@@ -160,7 +163,8 @@ def failure_report(cluster: Cluster, kind: JobKind, job: dict[str, Any], logs: R
     if exits:
         first = exits[0]
         lines.append(
-            f"failing replica: {first.replica} (pod {first.pod}) exited with code {exit_code_text(first.exit_code, first.reason)}"
+            f"failing replica: {first.replica} (pod {first.pod}) exited with code "
+            f"{exit_code_text(first.exit_code, first.reason)}"
         )
         lines += [f"also failed: {other.replica} with exit code {other.exit_code}" for other in exits[1:]]
         tail = _tail(cluster, kind, first.replica, first.pod, logs)
@@ -178,7 +182,8 @@ def failure_report(cluster: Cluster, kind: JobKind, job: dict[str, Any], logs: R
 def timeout_report(kind: JobKind, name: str, timeout: float, logs: ReplicaLogs) -> str:
     lines = [f"{kind.kind} {name} did not finish within the timeout of {timeout / 60:.1f} minutes and was deleted."]
     lines.append(
-        "Raise the timeout parameter, or shorten training (epochs, max_steps); lines above say whether it was running or waiting for resources."
+        "Raise the timeout parameter, or shorten training (epochs, max_steps); "
+        "lines above say whether it was running or waiting for resources."
     )
     for replica in sorted(logs.tails):
         lines.append(f"last lines of {replica}:")

@@ -90,7 +90,8 @@ PYTORCHJOB = JobKind(
         "Install the Kubeflow Training Operator v1: on OpenShift AI 2.x set the trainingoperator component of "
         "the DataScienceCluster to Managed (oc patch datasciencecluster default-dsc --type merge -p "
         '\'{"spec":{"components":{"trainingoperator":{"managementState":"Managed"}}}}\'); elsewhere '
-        "kubectl apply --server-side -k 'github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.0'. "
+        "kubectl apply --server-side -k "
+        "'github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.0'. "
         "Or set the backend parameter to trainjob on clusters with Kubeflow Trainer v2 (OpenShift AI 3.x)."
     ),
 )

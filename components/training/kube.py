@@ -109,7 +109,8 @@ def require_kind(cluster: Cluster, kind: JobKind) -> None:
         served = []
     except NETWORK_ERRORS as error:
         raise UserError(
-            f"The Kubernetes API at {cluster.api.configuration.host} cannot be reached ({error}). Check the kubeconfig, or the network."
+            f"The Kubernetes API at {cluster.api.configuration.host} cannot be reached ({error}). "
+            "Check the kubeconfig, or the network."
         ) from None
     if kind.plural not in served:
         raise UserError(
@@ -144,7 +145,8 @@ def create_job(cluster: Cluster, kind: JobKind, manifest: dict[str, Any], out: T
         if outcome is None or outcome.succeeded:
             state = "is still running" if outcome is None else "has succeeded"
             print(
-                f"{kind.kind} {name} already exists and {state} (an earlier attempt of this step started it); following it",
+                f"{kind.kind} {name} already exists and {state} "
+                "(an earlier attempt of this step started it); following it",
                 file=out,
                 flush=True,
             )
@@ -184,7 +186,8 @@ def wait_until_gone(cluster: Cluster, kind: JobKind, name: str, timeout: float =
             raise
         time.sleep(1)
     raise UserError(
-        f"{kind.kind} {name} from an earlier attempt was still being deleted after {timeout:.0f} s; retry the step later."
+        f"{kind.kind} {name} from an earlier attempt was still being deleted after {timeout:.0f} s; "
+        "retry the step later."
     )
 
 
@@ -199,7 +202,8 @@ def watch_objects(
     stop: threading.Event | None = None,
     **selectors: Any,
 ) -> Iterator[Event | None]:
-    """Every change to the objects ``list_call(*args, **selectors)`` lists, as (type, object dict), until ``stop`` is set.
+    """Every change to the objects ``list_call(*args, **selectors)`` lists, as (type, object dict), until
+    ``stop`` is set.
 
     Starts with a listing (each object as ``ADDED``), then watches from the
     listing's resourceVersion. ``None`` is yielded each time a stream ends, so

@@ -83,7 +83,9 @@ def run_local(config: TrainConfig, processes: int, out: TextIO | None = None) ->
 
 
 def failure_report(exit_code: int, processes: int, tail: list[str], agent_summary: str) -> str:
-    """The failing rank (from torchrun's root cause), the trainer's error line and its last lines before torchrun's own traceback."""
+    """The failing rank (from torchrun's root cause), the trainer's error line and its last lines before
+    torchrun's own traceback.
+    """
     lines = [f"the local trainer (torchrun, {processes} processes) exited with code {exit_code}"]
     root_cause = ROOT_CAUSE.search(agent_summary)
     if root_cause:

@@ -59,7 +59,9 @@ def container_status(pod: dict[str, Any], container: str) -> dict[str, Any] | No
 
 
 def failed_replicas(pods: list[dict[str, Any]], kind: JobKind) -> list[ReplicaExit]:
-    """Non-zero exits of the trainer container (current or previous run), earliest first: the first is usually the cause."""
+    """Non-zero exits of the trainer container (current or previous run), earliest first: the first is
+    usually the cause.
+    """
     exits = []
     for pod in pods:
         status = container_status(pod, kind.container) or {}
@@ -168,7 +170,8 @@ class ReplicaLogs:
         except ApiException as error:
             # The job goes on; only its logs are missing here. Say why instead of dying silently.
             print(
-                f"cannot watch the pods of {self.job_name} ({error.status} {error.reason}); their logs will not appear here. "
+                f"cannot watch the pods of {self.job_name} ({error.status} {error.reason}); "
+                "their logs will not appear here. "
                 "Check that the RBAC of pipelines/rbac.yaml is applied.",
                 file=self.out,
                 flush=True,

@@ -12,7 +12,10 @@ TAIL_LINES = 50
 EXIT_CODE_HINTS = {
     1: "the trainer raised an error; its traceback is in the lines below",
     2: "the trainer rejected its input or options; its error line is below",
-    137: "killed (SIGKILL): usually out of memory (raise the memory parameter, or lower per_device_batch_size or max_length) or a lost node",
+    137: (
+        "killed (SIGKILL): usually out of memory (raise the memory parameter, or lower per_device_batch_size or "
+        "max_length) or a lost node"
+    ),
     143: "stopped (SIGTERM): evicted or preempted; the trainer saved a checkpoint first",
 }
 

@@ -18,7 +18,9 @@ TERMINATED_EXIT_CODE = 128 + signal.SIGTERM
 
 
 class Terminated(BaseException):
-    """The process received SIGTERM (a BaseException, like KeyboardInterrupt, so no ``except Exception`` swallows it)."""
+    """The process received SIGTERM (a BaseException, like KeyboardInterrupt, so no ``except Exception``
+    swallows it).
+    """
 
 
 def _raise_terminated(signum: int, frame: object) -> None:
