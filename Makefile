@@ -22,6 +22,8 @@ run: install
 	$(PY) -m pipelines.run
 
 test: install
+	$(PY) -m ruff format --check .
+	$(PY) -m ruff check .
 	$(PY) -m pytest
 
 compile: install

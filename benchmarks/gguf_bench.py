@@ -202,7 +202,7 @@ def main() -> None:
     parser.add_argument("--skip-large", action="store_true", help="only SmolLM2-135M (no 1B checkpoint)")
     args = parser.parse_args()
 
-    from pipelines.local_model import local_base_model
+    from components.local_model import local_base_model
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="gguf-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)

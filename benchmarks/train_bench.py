@@ -179,8 +179,8 @@ def main(argv: list[str] | None = None) -> None:
         return
 
     from components.dataprep.prepare import PrepareOptions, prepare
+    from components.local_model import local_base_model
     from components.sample_data import bundled_dataset_path
-    from pipelines.local_model import local_base_model
 
     model = args.model or str(local_base_model())
     work = Path(tempfile.mkdtemp(prefix="train-bench-"))

@@ -8,7 +8,7 @@ agree on what "the base model" was.
 
 from __future__ import annotations
 
-from pipelines.local_model import CLUSTER_BASE_MODEL, local_base_model
+from components.local_model import CLUSTER_BASE_MODEL, local_base_model
 
 LOCAL_BACKEND = "local"
 

@@ -30,9 +30,9 @@ def prepare_dataset(
     """Validate and normalise the JSONL dataset into train/eval Parquet on the workspace."""
     from collections import namedtuple
 
+    from common.run_layout import stage_dir
     from components.dataprep.prepare import PrepareOptions
-    from components.prepare_dataset import run_in_pipeline
-    from components.workspace import stage_dir
+    from components.dataprep.stage import run_in_pipeline
 
     options = PrepareOptions(eval_fraction, split_seed, max_reject_fraction, system_prompt)
     data_dir = str(stage_dir(workspace_root, run_id, "data"))
@@ -51,7 +51,7 @@ def check_data_changed(fingerprint: str, repo_id: str, workspace_root: str, forc
     """
     from collections import namedtuple
 
-    from components.data_changed import run_in_pipeline
+    from components.publish.change_check import run_in_pipeline
 
     return namedtuple("DataChange", ["changed", "reason"])(
         *run_in_pipeline(fingerprint, repo_id, workspace_root, force)
@@ -85,7 +85,7 @@ def publish_model(
     from collections import namedtuple
 
     from components.publish.options import PublishOptions
-    from components.publish_model import run_in_pipeline
+    from components.publish.stage import run_in_pipeline
 
     options = PublishOptions(
         repo_id=repo_id,
@@ -158,7 +158,7 @@ def train_model(
     """
     from collections import namedtuple
 
-    from components.train_model import run_in_pipeline
+    from components.training.stage import run_in_pipeline
 
     launch = dict(
         backend=backend,
@@ -236,8 +236,8 @@ def evaluate_model(
     # copied from EvaluateOptions. The pipeline passes every value, defaulting to EvaluateOptions'.
     from collections import namedtuple
 
-    from components.evaluate_model import run_in_pipeline
-    from components.workspace import stage_dir
+    from common.run_layout import stage_dir
+    from components.evaluation.stage import run_in_pipeline
 
     eval_dir = str(stage_dir(workspace_root, run_id, "evaluate"))
     gate_passed, gate_reason = run_in_pipeline(
@@ -276,8 +276,8 @@ def export_gguf(
     ``model_name`` is derived from the base model. Returns the GGUF's path on
     the workspace.
     """
-    from components.export_gguf import run_in_pipeline
-    from components.workspace import stage_dir
+    from common.run_layout import stage_dir
+    from components.export.stage import run_in_pipeline
 
     export_dir = str(stage_dir(workspace_root, run_id, "export"))
     return run_in_pipeline(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from components.atomic import write_text_atomic
-from components.errors import UserError, exit_on_user_error
+from common.atomic import write_text_atomic
+from common.errors import UserError, exit_on_user_error
 from gguf_export.export import export
 from gguf_export.lora import adapter_outtype, convert_adapter
 from gguf_export.metadata import MetadataOptions

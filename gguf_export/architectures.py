@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import gguf
 
-from components.errors import UserError
+from common.errors import UserError
 
 
 def check_smollm3(config: dict[str, Any], config_path: str) -> None:

@@ -34,7 +34,7 @@ import gguf
 import numpy as np
 from gguf.quants import quant_shape_to_byte_shape
 
-from components.errors import UserError
+from common.errors import UserError
 from gguf_export.architectures import Architecture, architecture_of, permute_rows
 from gguf_export.hparams import add_hparams, check_rope, llama3_rope_factors
 from gguf_export.metadata import MetadataOptions, model_metadata

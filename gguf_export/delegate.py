@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from components.errors import UserError
+from common.errors import UserError
 from gguf_export.convert import ConversionResult, atomic_output
 
 LLAMA_CPP_DIR_ENV = "LLAMA_CPP_DIR"

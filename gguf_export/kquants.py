@@ -13,7 +13,7 @@ import ctypes
 import os
 from pathlib import Path
 
-from components.errors import UserError
+from common.errors import UserError
 from gguf_export.convert import ConversionResult, atomic_output, convert, guess_outtype
 from gguf_export.metadata import MetadataOptions
 from gguf_export.options import K_QUANT_TYPES

@@ -22,7 +22,7 @@ from typing import Any
 import gguf
 import numpy as np
 
-from components.errors import UserError
+from common.errors import UserError
 from gguf_export.architectures import architecture_of
 from gguf_export.convert import ConversionResult, PlannedTensor, add_tensor_infos, read_config, tensor_type, write_file
 from gguf_export.metadata import MetadataOptions, model_metadata

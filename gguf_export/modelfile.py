@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from components.errors import UserError
+from common.errors import UserError
 from gguf_export.chat_formats import ChatFormat, chat_format_of
 
 DEFAULT_TEMPERATURE = 0.7

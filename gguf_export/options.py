@@ -26,8 +26,8 @@ from typing import Any, Sequence
 
 import gguf
 
-from components.cli_options import add_options, option, options_from
-from components.errors import UserError
+from common.cli_options import add_options, option, options_from
+from common.errors import UserError
 
 T = gguf.GGMLQuantizationType
 F = gguf.LlamaFileType

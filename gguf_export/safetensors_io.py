@@ -20,7 +20,7 @@ from typing import Iterator
 import numpy as np
 from gguf.utility import SafetensorsLocal
 
-from components.errors import UserError
+from common.errors import UserError
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"

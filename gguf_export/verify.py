@@ -27,7 +27,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from components.errors import UserError
+from common.errors import UserError
 from gguf_export.chat_formats import chat_format_of
 from gguf_export.convert import ConversionResult
 from gguf_export.options import Thresholds

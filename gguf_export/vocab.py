@@ -29,7 +29,7 @@ from typing import Any
 
 import gguf
 
-from components.errors import UserError
+from common.errors import UserError
 from gguf_export.architectures import NeedsLlamaCpp
 from gguf_export.chat_formats import chat_format_of
 

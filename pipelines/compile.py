@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from components.atomic import write_text_atomic
+from common.atomic import write_text_atomic
 from components.runtime_image import IMAGE_ENV_VAR
 
 DEFAULT_OUTPUT = Path(__file__).resolve().parent.parent / "compiled" / "fine_tune_pipeline.yaml"

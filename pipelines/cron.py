@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from components.errors import UserError
+from common.errors import UserError
 
 FIELDS = (  # name, lowest, highest, names accepted instead of numbers
     ("second", 0, 59, ()),

@@ -32,7 +32,7 @@ from components.steps import (
     report_skipped,
     train_model,
 )
-from components.train_model import LaunchOptions
+from components.training.stage import LaunchOptions
 from gguf_export.options import DEFAULT_OUTTYPE
 from pipelines.tasks import validate_parameters
 from pipelines.workspace import ClusterWorkspace, Workspace

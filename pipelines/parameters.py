@@ -11,7 +11,7 @@ import re
 from types import SimpleNamespace
 from typing import Any, Callable
 
-from components.errors import UserError, exit_on_user_error
+from common.errors import UserError, exit_on_user_error
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -104,7 +104,7 @@ def _stage_problems(values: dict[str, Any]) -> list[str]:
     """The stages' own checks of their options, for the run parameters in ``values``, each named as in the run form."""
     from components.evaluation.options import EvaluateOptions
     from components.evaluation.options import option_problems as evaluate_problems
-    from components.train_model import LaunchOptions, launch_problems
+    from components.training.stage import LaunchOptions, launch_problems
     from trainer.config import TrainConfig
     from trainer.config import option_problems as training_problems
 
@@ -131,7 +131,7 @@ def _stage_problems(values: dict[str, Any]) -> list[str]:
 
 
 def _export_problems(values: dict[str, Any]) -> list[str]:
-    from components.export_gguf import check_model_name, parse_outtypes
+    from components.export.stage import check_model_name, parse_outtypes
     from gguf_export.options import Thresholds
 
     found = []

@@ -14,7 +14,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from components.errors import exit_on_user_error
+from common.errors import exit_on_user_error
 from pipelines.run_params import checked_arguments
 
 DEFAULT_OUTPUT_DIR = Path("local-run")

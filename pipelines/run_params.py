@@ -9,7 +9,7 @@ import difflib
 import json
 from typing import Any
 
-from components.errors import UserError
+from common.errors import UserError
 from pipelines.parameters import validate
 
 _PARSERS = {"STRING": str, "NUMBER_INTEGER": int, "NUMBER_DOUBLE": float, "BOOLEAN": None}

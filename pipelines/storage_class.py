@@ -7,10 +7,11 @@ Pending forever), and sends ``standard`` when the input is absent. Neither means
 run time, to the class the cluster marks as default.
 """
 
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from components.errors import UserError, exit_on_user_error
+from common.errors import UserError, exit_on_user_error
+from common.kube import connect
 
 DEFAULT_CLASS_ANNOTATIONS = (
     "storageclass.kubernetes.io/is-default-class",
@@ -18,20 +19,16 @@ DEFAULT_CLASS_ANNOTATIONS = (
 )
 
 
-def storage_api() -> client.StorageV1Api:
-    """A client for the cluster this pod runs in, or the local kubeconfig."""
-    try:
-        config.load_incluster_config()
-    except config.ConfigException:
-        config.load_kube_config()
-    return client.StorageV1Api()
-
-
-def resolve_storage_class(requested: str, api: client.StorageV1Api | None = None) -> str:
+def choose_storage_class(requested: str, api: client.StorageV1Api | None = None) -> str:
     """``requested`` itself, or the cluster's default StorageClass when it is empty."""
     if requested:
         return requested
-    api = api or storage_api()
+    api = (
+        api
+        or connect(
+            "find its default StorageClass in", "Set the pipeline parameter pvc_storage_class, or name an existing PVC."
+        ).storage
+    )
     try:
         classes = api.list_storage_class().items
     except ApiException as error:
@@ -56,6 +53,6 @@ def resolve_storage_class(requested: str, api: client.StorageV1Api | None = None
 
 @exit_on_user_error
 def resolve_in_pipeline(requested: str) -> str:
-    chosen = resolve_storage_class(requested)
+    chosen = choose_storage_class(requested)
     print(f"workspace PVC storage class: {chosen}", flush=True)
     return chosen

@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
-from components.errors import UserError, exit_on_user_error
+from common.errors import UserError, exit_on_user_error
 from pipelines.compile import DEFAULT_OUTPUT as DEFAULT_PACKAGE
 from pipelines.cron import validate_cron
 from pipelines.run_params import checked_arguments
@@ -148,15 +148,11 @@ def resolve_token(option: str | None) -> tuple[str | None, str]:
 
 def kubeconfig_token() -> str | None:
     """The bearer token of the current kubeconfig context (static or from an exec plugin), if any."""
-    from kubernetes import client, config
+    from common.kube import kubeconfig_configuration
 
-    configuration = client.Configuration()
     try:
-        # KUBECONFIG as set now (the library reads it once, at import); it may list several files.
-        config.load_kube_config(
-            config_file=os.environ.get("KUBECONFIG") or "~/.kube/config", client_configuration=configuration
-        )
-    except Exception:  # no kubeconfig, no current context, or a context without a token: fall back to none
+        configuration, _ = kubeconfig_configuration()
+    except Exception:  # no kubeconfig, no current context, or a broken one: this source has no token
         return None
     return configuration.api_key.get("authorization", "").removeprefix("Bearer ").strip() or None
 

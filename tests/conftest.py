@@ -52,8 +52,8 @@ def run_module(
 
 
 def run_cli(*args, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run ``python -m components.prepare_dataset`` with ``args`` in a real subprocess."""
-    return run_module("components.prepare_dataset", *args, timeout=timeout)
+    """Run ``python -m components.dataprep.stage`` with ``args`` in a real subprocess."""
+    return run_module("components.dataprep.stage", *args, timeout=timeout)
 
 
 def read_split(output_dir: Path, split: str) -> list[dict]:
@@ -93,7 +93,7 @@ def qa(i: int, topic: str = "knots") -> dict:
 @pytest.fixture(scope="session")
 def smollm2_dir(tmp_path_factory) -> Path:
     """SmolLM2-135M-Instruct materialised once per test session into a private cache."""
-    from pipelines.local_model import local_base_model
+    from components.local_model import local_base_model
 
     return local_base_model(cache_dir=tmp_path_factory.mktemp("model-cache"))
 

@@ -1,4 +1,4 @@
-"""A finished run's stage directories as CONTRACT.md describes them, with small files.
+"""A finished run's stage directories as common.run_layout describes them, with small files.
 
 Publishing only reads, links and uploads these files, so real models are not
 needed: the GGUF and safetensors files here are a few kilobytes of bytes with
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from components.workspace import stage_dir
+from common.run_layout import stage_dir
 
 FINGERPRINT = "sha256:" + "ab" * 32
 GGUF = "practical-skills-q8_0.gguf"

@@ -20,7 +20,7 @@ import tempfile
 from importlib.metadata import version
 from pathlib import Path
 
-from pipelines.local_model import cache_root
+from components.local_model import cache_root
 
 PACKAGE = "llama-cpp-python"
 MEMBERS = ("convert_hf_to_gguf.py", "convert_lora_to_gguf.py", "conversion/", "gguf-py/")

@@ -1,7 +1,7 @@
 """Atomic publication: a file under its final name is always a finished file.
 
 Pipeline pods get evicted, OOM-killed and interrupted. The unit tests pin down the
-contract of components/atomic.py; the integration tests SIGKILL the real data
+contract of common/atomic.py; the integration tests SIGKILL the real data
 stage at many moments and check that nothing it leaves behind under a final name
 is partial, and that stats.json (the completion marker) never vouches for files
 it does not describe.
@@ -21,8 +21,8 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import PUBLISHED, REPO_ROOT, qa, read_stats, run_cli, snapshot, write_jsonl
 
+from common.atomic import STAGING_PREFIX, staging_dir, write_text_atomic
 from components import atomic
-from components.atomic import STAGING_PREFIX, staging_dir, write_text_atomic
 
 
 def visible(directory: Path) -> set[str]:
@@ -245,7 +245,7 @@ def replace(src, dst):
     calls += 1
     real_replace(src, dst)
 os.replace = replace
-from components.prepare_dataset import main
+from components.dataprep.stage import main
 main(sys.argv[2:])
 """
 
@@ -313,7 +313,7 @@ def kill_at(moment: str, duration: float, args: list, output_dir: Path) -> bool:
     """Start the CLI and SIGKILL it at ``moment``; True when it was caught mid-run with work staged."""
     condition, fraction = KILL_MOMENTS[moment]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "components.prepare_dataset", *map(str, args)],
+        [sys.executable, "-m", "components.dataprep.stage", *map(str, args)],
         cwd=REPO_ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -462,7 +462,7 @@ def test_every_stage_option_defaults_to_its_dataclass(spec):
     options dataclass default, or, where the run form does not show it, as that default itself."""
     from components.evaluation.options import EvaluateOptions
     from components.publish.options import PublishOptions
-    from components.train_model import LaunchOptions
+    from components.training.stage import LaunchOptions
     from pipelines.parameters import EVALUATE_PARAMETERS, LAUNCH_PARAMETERS, PUBLISH_PARAMETERS
     from trainer.config import TrainConfig
 

@@ -15,8 +15,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, GenerationConfig
 
+from common.errors import UserError
 from components.dataprep.schema import OUTPUT_SCHEMA
-from components.errors import UserError
 from components.evaluation.gate import decide
 from components.evaluation.generation import end_of_turn_id, generate_answers, stop_token_ids
 from components.evaluation.heldout import held_out_loss, usable_conversations

@@ -97,7 +97,7 @@ def evaluate_cli(
     base: Path, fine_tuned: Path, data_dir: Path, train_dir: Path, output_dir: Path, *extra
 ) -> subprocess.CompletedProcess:
     return run_module(
-        "components.evaluate_model",
+        "components.evaluation.stage",
         "--base-model",
         base,
         "--fine-tuned-model",

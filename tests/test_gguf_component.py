@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from conftest import REPO_ROOT
 
-from components.export_gguf import run_in_pipeline
+from components.export.stage import run_in_pipeline
 from tests.gguf_files import read_gguf
 
 RANDOM_WEIGHTS = {"float_min_top1": 0.97}  # see tests/test_gguf_verify.py

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from components.local_model import cache_root
 from gguf_export.modelfile import modelfile_text
-from pipelines.local_model import cache_root
 
 RENDERER = """package main
 
@@ -153,7 +153,7 @@ def test_mistral_falls_back_to_the_embedded_template(smollm2_dir):
 
 
 def test_unknown_or_missing_template_is_a_clear_error(smollm2_dir):
-    from components.errors import UserError
+    from common.errors import UserError
 
     with pytest.raises(UserError, match="no chat template"):
         modelfile_text("m.gguf", None, smollm2_dir, 2048)

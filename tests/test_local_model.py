@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO_ROOT, run_module
 
-from components.errors import UserError
-from pipelines import local_model
-from pipelines.local_model import (
+from common.errors import UserError
+from components.local_model import (
     CACHE_ENV_VAR,
     CLUSTER_BASE_MODEL,
     LOCAL_MODEL_NAME,
@@ -23,6 +22,7 @@ from pipelines.local_model import (
     cache_root,
     local_base_model,
 )
+from pipelines import local_model
 
 slow = pytest.mark.slow
 
@@ -52,7 +52,7 @@ def model_cli(*args, cache: Path | None = None, timeout: float = 600) -> subproc
     env = dict(os.environ)
     if cache is not None:
         env[CACHE_ENV_VAR] = str(cache)
-    return run_module("pipelines.local_model", *args, env=env, timeout=timeout)
+    return run_module("components.local_model", *args, env=env, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +127,7 @@ def test_missing_package_is_a_user_error(monkeypatch):
 
 @slow
 def test_cli_builds_and_prints_the_path(built):
-    """`python -m pipelines.local_model` prints exactly the checkpoint directory (scripts capture it)."""
+    """`python -m components.local_model` prints exactly the checkpoint directory (scripts capture it)."""
     cache, result, _ = built
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout == f"{cache / 'models' / LOCAL_MODEL_NAME}\n"

@@ -7,7 +7,7 @@ import subprocess
 import pytest
 from conftest import run_module
 
-from components.errors import UserError
+from common.errors import UserError
 from pipelines import run, run_params
 from pipelines.fine_tune import fine_tune_pipeline
 from pipelines.parameters import CHECKS, check_in_pipeline, problems, validate

@@ -16,11 +16,11 @@ from conftest import run_module
 from fake_run import FINGERPRINT, GGUF, LORA_GGUF, SAMPLES, make_run
 from huggingface_hub import ModelCard
 
-from components.atomic import link_or_copy
-from components.errors import UserError
+from common.atomic import link_or_copy
+from common.errors import UserError
 from components.publish.options import PublishOptions
 from components.publish.publish import publish
-from components.publish_model import run_in_pipeline
+from components.publish.stage import run_in_pipeline
 
 
 class FakeMetrics:
@@ -128,7 +128,7 @@ def test_missing_export_is_a_clear_error_and_keeps_the_previous_folder(tmp_path)
     run_dir = make_run(tmp_path)
     publish(str(tmp_path), "run-1", "", PublishOptions(), token=None)
     (run_dir / "export" / GGUF).unlink()
-    result = run_module("components.publish_model", "--workspace-root", tmp_path, "--run-id", "run-1")
+    result = run_module("components.publish.stage", "--workspace-root", tmp_path, "--run-id", "run-1")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "export stage left no model GGUF" in result.stderr and "run the export step" in " ".join(
         result.stderr.split()

@@ -12,8 +12,8 @@ from fake_hub import FakeHub
 from fake_run import FINGERPRINT, make_run
 from huggingface_hub import ModelCard, ModelCardData, constants
 
-from components.errors import UserError
-from components.publish.changes import check_data_changed
+from common.errors import UserError
+from components.publish.changes import compare_with_published
 from components.publish.options import PublishOptions
 from components.publish.publish import publish
 
@@ -35,18 +35,18 @@ def card_with(fingerprint: str | None) -> bytes:
 
 
 def test_nothing_published_yet_means_changed(tmp_path):
-    change = check_data_changed(FINGERPRINT, "", str(tmp_path), force=False, token=None)
+    change = compare_with_published(FINGERPRINT, "", str(tmp_path), force=False, token=None)
     assert change.changed and "no earlier publish is recorded" in change.reason
 
 
 def test_same_data_as_the_last_dry_run_is_unchanged_and_force_overrides(tmp_path):
     make_run(tmp_path)
     publish(str(tmp_path), "run-1", "", PublishOptions(), token=None)
-    same = check_data_changed(FINGERPRINT, "", str(tmp_path), force=False, token=None)
+    same = compare_with_published(FINGERPRINT, "", str(tmp_path), force=False, token=None)
     assert not same.changed
     assert FINGERPRINT in same.reason and "run-1" in same.reason and "Set force" in same.reason
-    assert check_data_changed(FINGERPRINT, "", str(tmp_path), force=True, token=None).changed
-    other = check_data_changed(OTHER, "", str(tmp_path), force=False, token=None)
+    assert compare_with_published(FINGERPRINT, "", str(tmp_path), force=True, token=None).changed
+    other = compare_with_published(OTHER, "", str(tmp_path), force=False, token=None)
     assert other.changed and OTHER in other.reason and FINGERPRINT in other.reason
 
 
@@ -54,46 +54,46 @@ def test_the_record_is_kept_per_repository(tmp_path):
     """Without a token, a repository's own record on the workspace is what counts."""
     make_run(tmp_path)
     publish(str(tmp_path), "run-1", "", PublishOptions(repo_id="me/skills"), token=None)
-    assert not check_data_changed(FINGERPRINT, "me/skills", str(tmp_path), force=False, token=None).changed
-    assert check_data_changed(FINGERPRINT, "me/other", str(tmp_path), force=False, token=None).changed
+    assert not compare_with_published(FINGERPRINT, "me/skills", str(tmp_path), force=False, token=None).changed
+    assert compare_with_published(FINGERPRINT, "me/other", str(tmp_path), force=False, token=None).changed
 
 
 def test_an_unreadable_record_means_changed(tmp_path):
     (tmp_path / "published").mkdir()
     (tmp_path / "published" / "dry-run.json").write_text("{not json")
-    assert check_data_changed(FINGERPRINT, "", str(tmp_path), force=False, token=None).changed
+    assert compare_with_published(FINGERPRINT, "", str(tmp_path), force=False, token=None).changed
 
 
 def test_hub_card_fingerprint_decides(hub, tmp_path):
     hub.add_repo("model", "me/skills", {"README.md": card_with(FINGERPRINT)}, private=True)
-    same = check_data_changed(FINGERPRINT, "me/skills", str(tmp_path), force=False, token=TOKEN, options=FAST)
+    same = compare_with_published(FINGERPRINT, "me/skills", str(tmp_path), force=False, token=TOKEN, options=FAST)
     assert not same.changed and "the model card of me/skills" in same.reason
-    assert check_data_changed(OTHER, "me/skills", str(tmp_path), force=False, token=TOKEN, options=FAST).changed
+    assert compare_with_published(OTHER, "me/skills", str(tmp_path), force=False, token=TOKEN, options=FAST).changed
 
 
 def test_hub_without_repository_card_or_fingerprint_means_changed(hub, tmp_path):
     assert (
         "nothing is published at me/new"
-        in check_data_changed(FINGERPRINT, "me/new", str(tmp_path), False, TOKEN, FAST).reason
+        in compare_with_published(FINGERPRINT, "me/new", str(tmp_path), False, TOKEN, FAST).reason
     )
     hub.add_repo("model", "me/bare", {".gitattributes": b""})
-    assert check_data_changed(FINGERPRINT, "me/bare", str(tmp_path), False, TOKEN, FAST).changed
+    assert compare_with_published(FINGERPRINT, "me/bare", str(tmp_path), False, TOKEN, FAST).changed
     hub.add_repo("model", "me/plain", {"README.md": card_with(None)})
-    change = check_data_changed(FINGERPRINT, "me/plain", str(tmp_path), False, TOKEN, FAST)
+    change = compare_with_published(FINGERPRINT, "me/plain", str(tmp_path), False, TOKEN, FAST)
     assert change.changed and "holds no data_fingerprint" in change.reason
 
 
 def test_hub_5xx_is_retried(hub, tmp_path):
     hub.add_repo("model", "me/skills", {"README.md": card_with(FINGERPRINT)})
     hub.fail_next("GET", "/me/skills/resolve/", 502)
-    assert not check_data_changed(FINGERPRINT, "me/skills", str(tmp_path), False, TOKEN, FAST).changed
+    assert not compare_with_published(FINGERPRINT, "me/skills", str(tmp_path), False, TOKEN, FAST).changed
     assert [status for _, _, status in hub.requests_to("/resolve/")] == [502, 200]
 
 
 def test_hub_rejecting_the_token_is_a_clear_error(hub, tmp_path):
     hub.add_repo("model", "me/skills", {"README.md": card_with(FINGERPRINT)}, private=True)
     with pytest.raises(UserError, match="Secret 'hf-token'") as raised:
-        check_data_changed(FINGERPRINT, "me/skills", str(tmp_path), False, "hf_expired_token", FAST)
+        compare_with_published(FINGERPRINT, "me/skills", str(tmp_path), False, "hf_expired_token", FAST)
     assert "hf_expired_token" not in str(raised.value)
 
 
@@ -101,11 +101,16 @@ def test_cli_reads_the_data_stage_stats(tmp_path):
     run_dir = make_run(tmp_path)
     publish(str(tmp_path), "run-1", "", PublishOptions(), token=None)
     result = run_module(
-        "components.data_changed", "--stats", run_dir / "data" / "stats.json", "--workspace-root", tmp_path
+        "components.publish.change_check", "--stats", run_dir / "data" / "stats.json", "--workspace-root", tmp_path
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("data unchanged: training is skipped.")
     forced = run_module(
-        "components.data_changed", "--stats", run_dir / "data" / "stats.json", "--workspace-root", tmp_path, "--force"
+        "components.publish.change_check",
+        "--stats",
+        run_dir / "data" / "stats.json",
+        "--workspace-root",
+        tmp_path,
+        "--force",
     )
     assert forced.stdout.startswith("data changed: training runs. Why: force is set")

@@ -44,7 +44,7 @@ def hub_env(hub: FakeHub, home: Path, token: str | None = CANARY) -> dict[str, s
 
 def publish_cli(workspace: Path, env: dict[str, str], *extra: str):
     return run_module(
-        "components.publish_model",
+        "components.publish.stage",
         "--workspace-root",
         workspace,
         "--run-id",

@@ -19,7 +19,7 @@ import pytest
 from conftest import REPO_ROOT, all_rows, read_rejects
 
 from components.dataprep.prepare import PrepareOptions, prepare
-from components.prepare_dataset import resolve_dataset_uri
+from components.dataprep.stage import resolve_dataset_uri
 from components.sample_data import SAMPLE_FILE, bundled_dataset_path
 
 TOPICS = {

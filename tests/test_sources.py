@@ -21,9 +21,9 @@ from huggingface_hub import constants
 from local_server import LocalServer
 from moto.server import ThreadedMotoServer
 
+from common.errors import UserError
 from components.dataprep.prepare import prepare
-from components.errors import UserError
-from components.prepare_dataset import resolve_dataset_uri
+from components.dataprep.stage import resolve_dataset_uri
 from components.sample_data import bundled_dataset_path
 
 SAMPLE = bundled_dataset_path().read_bytes()

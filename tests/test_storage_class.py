@@ -19,8 +19,8 @@ import pytest
 from conftest import REPO_ROOT
 from kubernetes import client
 
-from components.errors import UserError
-from pipelines.storage_class import resolve_storage_class
+from common.errors import UserError
+from pipelines.storage_class import choose_storage_class
 
 LIST_PATH = "/apis/storage.k8s.io/v1/storageclasses"
 GA = "storageclass.kubernetes.io/is-default-class"
@@ -107,7 +107,7 @@ def test_explicit_name_is_used_as_is_without_asking_the_cluster(cluster, api):
     """A named class is the user's choice: returned unchanged, and not even looked up (so a run needs no
     StorageClass permissions when the class is given)."""
     state, _ = cluster
-    assert resolve_storage_class("ocs-storagecluster-cephfs", api=api) == "ocs-storagecluster-cephfs"
+    assert choose_storage_class("ocs-storagecluster-cephfs", api=api) == "ocs-storagecluster-cephfs"
     assert state.requests == []
 
 
@@ -115,7 +115,7 @@ def test_explicit_name_needs_no_cluster_config(monkeypatch, tmp_path):
     """With a class given, no client is built at all: no kubeconfig or in-cluster config is needed."""
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing-kubeconfig"))
-    assert resolve_storage_class("nfs-client") == "nfs-client"
+    assert choose_storage_class("nfs-client") == "nfs-client"
 
 
 @pytest.mark.parametrize("annotation", [GA, BETA], ids=["ga", "beta"])
@@ -127,7 +127,7 @@ def test_default_class_found_by_annotation(cluster, api, annotation):
         storage_class("shared-rwx", {annotation: "true", "description": "NFS"}),
         storage_class("local", {GA: "false", BETA: "false"}),
     ]
-    assert resolve_storage_class("", api=api) == "shared-rwx"
+    assert choose_storage_class("", api=api) == "shared-rwx"
     assert [path.split("?")[0] for path in state.requests] == [LIST_PATH]
 
 
@@ -135,7 +135,7 @@ def test_several_defaults_pick_the_first_by_name(cluster, api):
     """A misconfigured cluster with two defaults still gives the same answer on every run."""
     state, _ = cluster
     state.items = [storage_class("zeta", {GA: "true"}), storage_class("alpha", {BETA: "true"}), storage_class("mid")]
-    assert resolve_storage_class("", api=api) == "alpha"
+    assert choose_storage_class("", api=api) == "alpha"
 
 
 def test_no_default_tells_the_user_to_set_pvc_storage_class(cluster, api):
@@ -144,7 +144,7 @@ def test_no_default_tells_the_user_to_set_pvc_storage_class(cluster, api):
     state, _ = cluster
     state.items = [storage_class("gp3", {GA: "false"}), storage_class("efs-sc"), storage_class("odd", {GA: "True"})]
     with pytest.raises(UserError) as raised:
-        resolve_storage_class("", api=api)
+        choose_storage_class("", api=api)
     message = str(raised.value)
     assert message.startswith("The cluster has no default StorageClass (classes found: efs-sc, gp3, odd).")
     assert "Set the pipeline parameter pvc_storage_class" in message
@@ -154,7 +154,7 @@ def test_no_default_tells_the_user_to_set_pvc_storage_class(cluster, api):
 def test_no_classes_at_all(cluster, api):
     """An empty cluster says "none" rather than an empty list."""
     with pytest.raises(UserError, match=r"classes found: none\)"):
-        resolve_storage_class("", api=api)
+        choose_storage_class("", api=api)
 
 
 def test_forbidden_asks_for_the_parameter_or_rbac(cluster, api):
@@ -163,7 +163,7 @@ def test_forbidden_asks_for_the_parameter_or_rbac(cluster, api):
     state, _ = cluster
     state.status = 403
     with pytest.raises(UserError) as raised:
-        resolve_storage_class("", api=api)
+        choose_storage_class("", api=api)
     message = str(raised.value)
     assert message.startswith("Could not list StorageClasses to find the cluster default (HTTP 403 Forbidden).")
     assert "Set the pipeline parameter pvc_storage_class" in message

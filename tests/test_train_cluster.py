@@ -26,14 +26,14 @@ from conftest import REPO_ROOT
 from fake_kube import FakeKube, Request
 from train_jobs import RUN_ID, example_spec, replica_pods, stand_in_artifacts
 
-from components.errors import UserError
-from components.train_model import run_in_pipeline
+from common.errors import UserError
+from components.local_model import CLUSTER_BASE_MODEL
 from components.training.follow import run_job
 from components.training.kinds import PYTORCHJOB, TRAINJOB, JobKind
 from components.training.kube import connect
 from components.training.manifests import render_pytorchjob, render_trainjob
 from components.training.reports import TrainingFailed
-from pipelines.local_model import CLUSTER_BASE_MODEL
+from components.training.stage import run_in_pipeline
 
 SUCCESS = {PYTORCHJOB: "Succeeded", TRAINJOB: "Complete"}
 
@@ -441,7 +441,7 @@ LAUNCHER = """
 import sys
 sys.path[:0] = [{repo!r}, {tests!r}]
 from train_jobs import stand_in_artifacts
-from components.train_model import run_in_pipeline
+from components.training.stage import run_in_pipeline
 run_in_pipeline(**{arguments!r}, **stand_in_artifacts(__import__("pathlib").Path({artifacts!r})))
 """
 

@@ -16,11 +16,11 @@ import pytest
 import yaml
 from train_jobs import stand_in_artifacts
 
+from common.errors import UserError
 from components.base_model import resolve_base_model
-from components.errors import UserError
+from components.local_model import CLUSTER_BASE_MODEL, LOCAL_MODEL_NAME
 from components.steps import train_model
-from components.train_model import LaunchOptions, parse_node_selector, parse_tolerations, run_in_pipeline
-from pipelines.local_model import CLUSTER_BASE_MODEL, LOCAL_MODEL_NAME
+from components.training.stage import LaunchOptions, parse_node_selector, parse_tolerations, run_in_pipeline
 from trainer.config import TrainConfig
 
 FAST = dict(

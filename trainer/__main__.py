@@ -6,7 +6,7 @@ import logging
 import os
 import sys
 
-from components.errors import exit_on_user_error
+from common.errors import exit_on_user_error
 from trainer.config import parse_config
 from trainer.train import run
 

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from components.atomic import write_json
+from common.atomic import write_json
 
 MANIFEST = "checkpoint_complete.json"
 _CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)$")

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from components.cli_options import add_options, flag, option, options_from
+from common.cli_options import add_options, flag, option, options_from
+from common.run_layout import ADAPTER, CHECKPOINTS, MERGED
 
 METHODS = ("lora", "full", "qlora")
 LOSS_ON = ("assistant", "all")
@@ -63,15 +64,15 @@ class TrainConfig:
 
     @property
     def adapter_dir(self) -> Path:
-        return self.output_dir / "adapter"
+        return self.output_dir / ADAPTER
 
     @property
     def merged_dir(self) -> Path:
-        return self.output_dir / "merged"
+        return self.output_dir / MERGED
 
     @property
     def checkpoints_dir(self) -> Path:
-        return self.output_dir / "checkpoints"
+        return self.output_dir / CHECKPOINTS
 
     def as_json(self) -> dict[str, Any]:
         return {

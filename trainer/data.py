@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 from datasets import Dataset
 from transformers import PreTrainedTokenizerBase
 
-from components.errors import UserError
+from common.errors import UserError
 from trainer.masking import TemplateError, tokenise_conversation
 
 SPLITS = ("train", "eval")
@@ -30,7 +30,7 @@ def load_split(data_dir: Path, split: str) -> Dataset:
     if not path.is_file():
         raise UserError(
             f"{path} does not exist. --data-dir must be the output directory of the data preparation stage "
-            "(python -m components.prepare_dataset), which holds train.parquet and eval.parquet."
+            "(python -m components.dataprep.stage), which holds train.parquet and eval.parquet."
         )
     # Read with pyarrow: datasets' Parquet builder fails on a file with no rows,
     # which is what the data stage writes for eval when eval_fraction is 0.

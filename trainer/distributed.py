@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from components.errors import UserError
+from common.errors import UserError
 
 
 @dataclass(frozen=True)

@@ -15,12 +15,7 @@ import matplotlib
 matplotlib.use("Agg")  # pods have no display
 import matplotlib.pyplot as plt  # noqa: E402
 
-from components.atomic import write_file_atomic  # noqa: E402
-
-SUMMARY = "training_summary.json"
-HISTORY = "training_history.json"
-LOSS_CURVE = "loss_curve.png"
-DATA_SHARDS = "data_shards.json"
+from common.atomic import write_file_atomic  # noqa: E402
 
 
 def plot_loss_curve(history: list[dict[str, Any]], path: Path) -> None:

@@ -22,9 +22,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from transformers.trainer_callback import PrinterCallback
 from trl import SFTConfig, SFTTrainer
 
-from components.atomic import replace_dir, write_json
-from components.cli_options import flag
-from components.errors import UserError
+from common.atomic import replace_dir, write_json
+from common.cli_options import flag
+from common.errors import UserError
 from trainer import checkpoints, data, diagnostics, distributed, outputs
 from trainer.callbacks import CompletionManifest, PreemptionSave, ProgressLines
 from trainer.config import TrainConfig, option_problems

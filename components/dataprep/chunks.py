@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
-from components.errors import UserError
+from common.errors import UserError
 
 # Bytes read per chunk. Peak memory is about 60x this (raw bytes, parsed and normalised
 # Arrow tables, the next chunk parsed ahead) plus 8 bytes per distinct record for

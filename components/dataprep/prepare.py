@@ -21,16 +21,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from components.atomic import staging_dir
+from common.atomic import staging_dir
+from common.errors import UserError
+from common.run_layout import DATA_STATS as STATS_FILE
+from common.run_layout import EVAL_SPLIT as EVAL_FILE
+from common.run_layout import REJECTS as REJECTS_FILE
+from common.run_layout import TRAIN_SPLIT as TRAIN_FILE
 from components.dataprep.chunks import Chunk, read_chunks, resolve_inputs
 from components.dataprep.dedup import SeenHashes, content_hashes, eval_mask
 from components.dataprep.lengths import LengthHistogram
 from components.dataprep.normalise import normalise
 from components.dataprep.parse import ParsedChunk, Reject, excerpt, parse_chunk, split_lines
 from components.dataprep.schema import OUTPUT_SCHEMA, Shape
-from components.errors import UserError
 
-TRAIN_FILE, EVAL_FILE, REJECTS_FILE, STATS_FILE = "train.parquet", "eval.parquet", "rejects.jsonl", "stats.json"
 FAILED_REJECTS_FILE = "rejects.failed.jsonl"
 PERCENTILES = (50, 90, 99)
 

@@ -27,9 +27,9 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 from urllib.parse import urlsplit, urlunsplit
 
-from components.atomic import write_file_atomic
+from common.atomic import write_file_atomic
+from common.errors import UserError
 from components.dataprep.chunks import SUFFIXES
-from components.errors import UserError
 from components.hub_auth import TOKEN_ENV, hub_token, token_refused
 
 SCHEMES = ("http", "https", "s3", "hf")

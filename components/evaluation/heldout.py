@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from datasets import Dataset
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from components.errors import UserError
+from common.errors import UserError
 from trainer.data import tokenise
 from trainer.masking import TokenisedConversation
 

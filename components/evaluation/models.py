@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from components.errors import UserError
+from common.errors import UserError
 
 
 def device_and_dtype() -> tuple[torch.device, torch.dtype]:

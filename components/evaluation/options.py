@@ -1,7 +1,7 @@
 """Every knob of the evaluation stage, its default and its help text, in one place.
 
 ``EvaluateOptions`` is the single source of truth: the command line of
-``python -m components.evaluate_model`` is generated from its fields and the KFP
+``python -m components.evaluation.stage`` is generated from its fields and the KFP
 component takes its defaults from it. This module imports nothing heavy, so the
 pipeline definition can read the defaults without loading torch.
 """
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from components.cli_options import add_options, option, options_from
-from components.errors import UserError
+from common.cli_options import add_options, option, options_from
+from common.errors import UserError
 
 # The questions of the original project's demo, asked of both models in every run.
 DEFAULT_QUESTIONS = (
@@ -93,7 +93,7 @@ def option_problems(options: EvaluateOptions) -> dict[str, str]:
 def build_parser() -> argparse.ArgumentParser:
     """An argparse parser whose options are exactly ``EvaluateOptions``' fields."""
     parser = argparse.ArgumentParser(
-        prog="python -m components.evaluate_model",
+        prog="python -m components.evaluation.stage",
         description="Compare a fine-tuned model with its base on the held-out split and decide the quality gate.",
     )
     add_options(parser, EvaluateOptions)

@@ -24,23 +24,33 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from components.atomic import link_or_copy, replace_dir
-from components.errors import UserError
+from common.atomic import link_or_copy, replace_dir
+from common.errors import UserError
+from common.run_layout import (
+    ADAPTER,
+    DATA_STATS,
+    EVALUATION,
+    EVALUATION_MARKDOWN,
+    LORA_MARKER,
+    LOSS_CURVE,
+    MERGED,
+    MODELFILE,
+    SAMPLE_RESPONSES,
+    STAGES,
+    TRAINING_SUMMARY,
+    UPLOAD,
+    VERIFICATION_JSON,
+    VERIFICATION_MARKDOWN,
+    stage_dir,
+)
 from components.publish.options import PublishOptions
-from components.workspace import stage_dir
 
 CARD_NAME = "README.md"
-MODELFILE = "Modelfile"
-SUMMARY = "training_summary.json"
-EVALUATION = "evaluation.json"
-SAMPLES = Path("demo_outputs") / "sample_responses.json"
-UPLOAD_DIR = "upload"
-LORA_MARKER = "-lora-"
 
 
 @dataclass(frozen=True)
 class RunDirs:
-    """The stage directories of one run (CONTRACT.md)."""
+    """The stage directories of one run (common.run_layout)."""
 
     data: Path
     train: Path
@@ -50,13 +60,11 @@ class RunDirs:
 
     @classmethod
     def of(cls, workspace_root: str, run_id: str) -> "RunDirs":
-        return cls(
-            *(stage_dir(workspace_root, run_id, stage) for stage in ("data", "train", "evaluate", "export", "publish"))
-        )
+        return cls(*(stage_dir(workspace_root, run_id, stage) for stage in STAGES))
 
     @property
     def upload(self) -> Path:
-        return self.publish / UPLOAD_DIR
+        return self.publish / UPLOAD
 
 
 @dataclass(frozen=True)
@@ -77,7 +85,7 @@ class RunOutputs:
 
 def read_run_outputs(dirs: RunDirs) -> RunOutputs:
     """Read what data, train, evaluate and export left; a missing piece is a clear error."""
-    stats = _read_json(dirs.data / "stats.json", "the data stage")
+    stats = _read_json(dirs.data / DATA_STATS, "the data stage")
     ggufs = sorted(dirs.export.glob("*.gguf")) if dirs.export.is_dir() else []
     models = [path for path in ggufs if LORA_MARKER not in path.name]
     if not models:
@@ -89,10 +97,10 @@ def read_run_outputs(dirs: RunDirs) -> RunOutputs:
         raise UserError(
             f"The export stage left no {MODELFILE} in {dirs.export}; run the export step for this run again."
         )
-    samples_path = dirs.evaluate / SAMPLES
+    samples_path = dirs.evaluate / SAMPLE_RESPONSES
     return RunOutputs(
         fingerprint=stats["fingerprint"],
-        summary=_read_json(dirs.train / SUMMARY, "the training stage"),
+        summary=_read_json(dirs.train / TRAINING_SUMMARY, "the training stage"),
         evaluation=_read_json(dirs.evaluate / EVALUATION, "the evaluation stage"),
         samples=_read_json(samples_path, "the evaluation stage") if samples_path.exists() else [],
         ggufs=models,
@@ -115,24 +123,24 @@ def upload_plan(dirs: RunDirs, outputs: RunOutputs, options: PublishOptions) -> 
     """Path in the repository → local file, for everything except the model card."""
     plan: dict[str, Path] = {}
     if options.include_merged:
-        merged = dirs.train / "merged"
+        merged = dirs.train / MERGED
         if not (merged / "config.json").is_file():
             raise UserError(
                 f"include_merged is set but {merged} holds no checkpoint (no config.json); "
                 "the training stage writes it. Turn include_merged off or rerun training."
             )
         plan.update(_tree(merged, "", skip={CARD_NAME}))
-    for path in [*outputs.ggufs, *outputs.lora_ggufs, dirs.export / MODELFILE, dirs.train / SUMMARY]:
+    for path in [*outputs.ggufs, *outputs.lora_ggufs, dirs.export / MODELFILE, dirs.train / TRAINING_SUMMARY]:
         plan[path.name] = path
-    for name in (EVALUATION, "report.md", "loss_curve.png"):
+    for name in (EVALUATION, EVALUATION_MARKDOWN, LOSS_CURVE):
         if (dirs.evaluate / name).is_file():
             plan[f"evaluation/{name}"] = dirs.evaluate / name
-    if (dirs.evaluate / SAMPLES).is_file():
-        plan["evaluation/sample_responses.json"] = dirs.evaluate / SAMPLES
-    for name in ("verification.json", "verification.md"):
+    if (dirs.evaluate / SAMPLE_RESPONSES).is_file():
+        plan["evaluation/sample_responses.json"] = dirs.evaluate / SAMPLE_RESPONSES
+    for name in (VERIFICATION_JSON, VERIFICATION_MARKDOWN):
         if (dirs.export / name).is_file():
             plan[f"verification/{name}"] = dirs.export / name
-    adapter = dirs.train / "adapter"
+    adapter = dirs.train / ADAPTER
     if options.include_adapter and (adapter / "adapter_config.json").is_file():
         plan.update(_tree(adapter, "adapter/"))
     return plan

@@ -26,7 +26,7 @@ class DataChange:
     reason: str  # one sentence for the run's log and the UI
 
 
-def check_data_changed(
+def compare_with_published(
     fingerprint: str,
     repo_id: str,
     workspace_root: str,

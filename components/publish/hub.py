@@ -21,7 +21,7 @@ from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
 from huggingface_hub.errors import HfHubHTTPError, RemoteEntryNotFoundError, RepositoryNotFoundError
 from huggingface_hub.utils import build_hf_headers, hf_raise_for_status, http_backoff
 
-from components.errors import UserError
+from common.errors import UserError
 from components.hub_auth import token_refused
 from components.publish.bundle import CARD_NAME
 from components.publish.options import PublishOptions

@@ -18,10 +18,11 @@ from huggingface_hub import ModelCard, ModelCardData
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
+from common.run_layout import LORA_MARKER, MODELFILE
 from components.dataprep.sources import describe_uri, hub_dataset_id
-from components.publish.bundle import LORA_MARKER, MODELFILE, RunOutputs
+from components.local_model import LOCAL_MODEL_NAME
+from components.publish.bundle import RunOutputs
 from components.publish.options import PublishOptions
-from pipelines.local_model import LOCAL_MODEL_NAME
 
 TEMPLATE = Path(__file__).with_name("model_card.md.j2")
 FINGERPRINT_KEY = "data_fingerprint"

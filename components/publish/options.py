@@ -1,6 +1,6 @@
 """Every knob of the publish stage, its default and its help text, in one place.
 
-The CLI of ``python -m components.publish_model`` is generated from these
+The CLI of ``python -m components.publish.stage`` is generated from these
 fields and the KFP component passes the same names. The Hub token is not among
 them on purpose: it comes from the environment only (``components.hub_auth``).
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from components.cli_options import option
-from components.errors import UserError
+from common.cli_options import option
+from common.errors import UserError
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from huggingface_hub import HfApi
 
-from components.errors import UserError
+from common.errors import UserError
 from components.hub_auth import SECRET_NAME, TOKEN_ENV
 from components.publish.bundle import RunDirs, read_run_outputs, upload_plan, write_upload_folder
 from components.publish.hub import publish_folder

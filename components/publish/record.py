@@ -14,9 +14,9 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from components.atomic import write_json
+from common.atomic import write_json
+from common.run_layout import PUBLISHED
 
-RECORDS_DIR = "published"
 DRY_RUN_NAME = "dry-run"
 
 
@@ -32,7 +32,7 @@ class PublishedRecord:
 
 def record_path(workspace_root: str, repo_id: str) -> Path:
     name = repo_id.replace("/", "--") if repo_id else DRY_RUN_NAME
-    return Path(workspace_root) / RECORDS_DIR / f"{name}.json"
+    return Path(workspace_root) / PUBLISHED / f"{name}.json"
 
 
 def write_record(workspace_root: str, record: PublishedRecord) -> Path:

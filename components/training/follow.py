@@ -16,12 +16,12 @@ from typing import Any, TextIO
 
 from kubernetes.client.exceptions import ApiException
 
+from common.kube import Cluster
 from components.training.kinds import JobKind
 from components.training.kube import (
     NETWORK_ERRORS,
     REQUEST_TIMEOUT,
     STREAM_SECONDS,
-    Cluster,
     api_problem,
     create_job,
     delete_job,

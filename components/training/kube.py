@@ -16,21 +16,19 @@ CustomResourceDefinitions.
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Iterator, TextIO
 
 import urllib3
-from kubernetes import client, config, watch
+from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
-from components.errors import UserError
+import common.kube
+from common.errors import UserError
+from common.kube import Cluster
 from components.training.kinds import JobKind
 
-SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 REQUEST_TIMEOUT = (10, 60)  # seconds to connect, to read a reply (not a stream)
 STREAM_SECONDS = 30  # a watch ends after this and is renewed, so its caller can check its clock
 RETRYABLE_STATUS = (429, 500, 502, 503, 504)
@@ -38,39 +36,11 @@ NETWORK_ERRORS = (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError)
 DELETE_WAIT_SECONDS = 180
 
 
-@dataclass(frozen=True)
-class Cluster:
-    api: client.ApiClient
-    namespace: str
-
-    @property
-    def custom(self) -> client.CustomObjectsApi:
-        return client.CustomObjectsApi(self.api)
-
-    @property
-    def core(self) -> client.CoreV1Api:
-        return client.CoreV1Api(self.api)
-
-
 def connect() -> Cluster:
-    """The cluster this process runs in, else the kubeconfig's current context."""
-    configuration = client.Configuration()
-    try:
-        config.load_incluster_config(client_configuration=configuration)
-        namespace = SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
-    except config.ConfigException:
-        kubeconfig = os.environ.get("KUBECONFIG") or None  # read now: the client reads it once, at import
-        try:
-            config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-            _, context = config.list_kube_config_contexts(config_file=kubeconfig)
-        except (config.ConfigException, OSError) as error:
-            raise UserError(
-                f"The train step found no Kubernetes cluster to start its job in ({error}). In a pipeline pod it uses "
-                "the pod's service account; elsewhere it reads the kubeconfig (KUBECONFIG or ~/.kube/config). "
-                "To train on this machine instead, set the backend parameter to local."
-            ) from None
-        namespace = context.get("context", {}).get("namespace") or "default"
-    return Cluster(client.ApiClient(configuration), namespace)
+    """The cluster to start the training job in: the pod's own, else the kubeconfig's current context."""
+    return common.kube.connect(
+        "start the training job in", "To train on this machine instead, set the backend parameter to local."
+    )
 
 
 def api_problem(error: ApiException, action: str, cluster: Cluster) -> UserError | None:

@@ -1,7 +1,7 @@
 """Data preparation stage: the CLI, and what its KFP component runs.
 
-    python -m components.prepare_dataset --input 'data/*.jsonl' --output-dir out/
-    python -m components.prepare_dataset --input s3://bucket/qa/ --output-dir out/
+    python -m components.dataprep.stage --input 'data/*.jsonl' --output-dir out/
+    python -m components.dataprep.stage --input s3://bucket/qa/ --output-dir out/
 
 A URL input (https://, s3://, hf://datasets/owner/name) is first fetched into
 ``out/source/`` (see ``components.dataprep.sources``).
@@ -15,9 +15,9 @@ import argparse
 import shutil
 from pathlib import Path
 
+from common.errors import exit_on_user_error
 from components.dataprep import sources
 from components.dataprep.prepare import PrepareOptions, PrepareResult, prepare
-from components.errors import exit_on_user_error
 from components.sample_data import bundled_dataset_path
 
 DEFAULTS = PrepareOptions()
@@ -37,7 +37,7 @@ def fraction(text: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m components.prepare_dataset",
+        prog="python -m components.dataprep.stage",
         description="Validate and normalise JSONL question/answer data into train/eval Parquet.",
     )
     parser.add_argument(

@@ -23,15 +23,15 @@ from typing import Any
 
 from kubernetes.utils import parse_quantity
 
-from components.atomic import write_json, write_text_atomic
+from common.atomic import write_json, write_text_atomic
+from common.errors import UserError, exit_on_user_error
+from common.run_layout import stage_dir
 from components.base_model import LOCAL_BACKEND, resolve_base_model
-from components.errors import UserError, exit_on_user_error
 from components.hub_auth import SECRET_NAME
 from components.training.kinds import KINDS, PYTORCHJOB
 from components.training.manifests import JobSpec, job_name, render_pytorchjob, render_trainjob, run_labels, to_yaml
 from components.training.reports import TrainingFailed
 from components.training.signals import TERMINATED_EXIT_CODE, Terminated
-from components.workspace import stage_dir
 from trainer.config import TrainConfig, option_problems
 
 BACKENDS = (LOCAL_BACKEND, *KINDS)

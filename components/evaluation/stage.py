@@ -1,6 +1,6 @@
 """Evaluation stage: the CLI, and what its KFP component runs.
 
-    python -m components.evaluate_model --base-model BASE --fine-tuned-model TRAIN/merged \\
+    python -m components.evaluation.stage --base-model BASE --fine-tuned-model TRAIN/merged \\
         --data-dir DATA --train-dir TRAIN --output-dir EVAL [--extra-questions "Q1" "Q2"]
 
 One path: options → the held-out split tokenised as in training → for the base
@@ -20,8 +20,13 @@ from typing import Any, Sequence
 
 from transformers import PreTrainedTokenizerBase
 
-from components.atomic import link_or_copy, staging_dir
-from components.errors import exit_on_user_error
+from common.atomic import link_or_copy, staging_dir
+from common.errors import exit_on_user_error
+from common.run_layout import EVALUATION as EVALUATION_FILE
+from common.run_layout import EVALUATION_HTML as REPORT_HTML
+from common.run_layout import EVALUATION_MARKDOWN as REPORT_MARKDOWN
+from common.run_layout import MERGED as MERGED_DIR
+from common.run_layout import SAMPLE_RESPONSES as SAMPLES_FILE
 from components.evaluation.gate import decide
 from components.evaluation.generation import generate_answers
 from components.evaluation.heldout import HeldOutLoss, held_out_loss, usable_conversations
@@ -40,12 +45,7 @@ from trainer.data import load_split, split_path
 from trainer.masking import Message, TokenisedConversation
 from trainer.outputs import LOSS_CURVE, SUMMARY
 
-EVALUATION_FILE = "evaluation.json"
-SAMPLES_FILE = "demo_outputs/sample_responses.json"
-REPORT_MARKDOWN = "report.md"
-REPORT_HTML = "report.html"
 COMPARED = ("eval_loss", "perplexity", "rouge_l")
-MERGED_DIR = "merged"  # where the training stage writes the fine-tuned checkpoint inside its directory
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,10 @@
 """Publish stage: the CLI, and what its KFP component runs.
 
-    HF_TOKEN=... python -m components.publish_model --workspace-root local-run/workspace --run-id RUN \\
+    HF_TOKEN=... python -m components.publish.stage --workspace-root local-run/workspace --run-id RUN \\
         --repo-id my-org/my-model
-    python -m components.publish_model --workspace-root local-run/workspace --run-id RUN   # dry run
+    python -m components.publish.stage --workspace-root local-run/workspace --run-id RUN   # dry run
 
-Reads the run's train, evaluate and export files (CONTRACT.md), writes the upload
+Reads the run's train, evaluate and export files (common.run_layout), writes the upload
 folder to ``<run>/publish/upload/`` and, with a repository id and ``HF_TOKEN`` in
 the environment, commits it to the Hub as one commit. The token is read from the
 environment only; there is no option for it.
@@ -14,8 +14,8 @@ import argparse
 import shutil
 from pathlib import Path
 
-from components.cli_options import add_options, options_from
-from components.errors import exit_on_user_error
+from common.cli_options import add_options, options_from
+from common.errors import exit_on_user_error
 from components.hub_auth import hub_token
 from components.publish.options import PublishOptions
 from components.publish.publish import PublishResult, publish
@@ -23,7 +23,7 @@ from components.publish.publish import PublishResult, publish
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m components.publish_model",
+        prog="python -m components.publish.stage",
         description="Upload a run's GGUF, Modelfile, reports and model card to the Hugging Face Hub as one commit "
         "(token from $HF_TOKEN), or write the folder that would be uploaded (dry run).",
     )

@@ -22,8 +22,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from components.atomic import link_or_copy, write_text_atomic
-from components.errors import UserError, exit_on_user_error
+from common.atomic import link_or_copy, write_text_atomic
+from common.errors import UserError, exit_on_user_error
+from common.run_layout import ADAPTER, MERGED, MODELFILE
+from common.run_layout import VERIFICATION_JSON as REPORT_JSON
+from common.run_layout import VERIFICATION_MARKDOWN as REPORT_MD
 from gguf_export.convert import ConversionResult, read_config
 from gguf_export.export import export
 from gguf_export.lora import adapter_outtype, convert_adapter
@@ -31,9 +34,6 @@ from gguf_export.metadata import MetadataOptions
 from gguf_export.modelfile import modelfile_text
 from gguf_export.options import DEFAULT_OUTTYPE, Thresholds, normalise_outtype
 
-REPORT_JSON = "verification.json"
-REPORT_MD = "verification.md"
-MODELFILE = "Modelfile"
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -105,13 +105,13 @@ def export_stage(
     """
     from gguf_export.verify import TransformersReference, markdown, report_json, verify_adapter, verify_conversion
 
-    merged = train_dir / "merged"
+    merged = train_dir / MERGED
     if not (merged / "config.json").is_file():
         raise UserError(
             f"{merged} holds no merged checkpoint (config.json); run the training stage first, "
             "or pass the train directory it wrote."
         )
-    adapter_dir = train_dir / "adapter"
+    adapter_dir = train_dir / ADAPTER
     if include_lora and not (adapter_dir / "adapter_config.json").is_file():
         raise UserError(
             f"include_lora is set but {adapter_dir} holds no LoRA adapter (full fine-tuning writes none); "

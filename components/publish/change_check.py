@@ -1,6 +1,6 @@
 """Fingerprint check before training: the CLI, and what its KFP component runs.
 
-    python -m components.data_changed --stats local-run/workspace/runs/RUN/data/stats.json \\
+    python -m components.publish.change_check --stats local-run/workspace/runs/RUN/data/stats.json \\
         --workspace-root local-run/workspace [--repo-id my-org/my-model] [--force]
 
 Prints whether the prepared data differs from the data of the last published
@@ -12,14 +12,14 @@ import argparse
 import json
 from pathlib import Path
 
-from components.errors import UserError, exit_on_user_error
+from common.errors import UserError, exit_on_user_error
 from components.hub_auth import hub_token
-from components.publish.changes import DataChange, check_data_changed
+from components.publish.changes import DataChange, compare_with_published
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m components.data_changed",
+        prog="python -m components.publish.change_check",
         description="Tell whether the prepared data differs from the data of the last published model.",
     )
     parser.add_argument(
@@ -54,14 +54,16 @@ def describe(change: DataChange) -> str:
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    change = check_data_changed(_fingerprint(args.stats), args.repo_id, args.workspace_root, args.force, hub_token())
+    change = compare_with_published(
+        _fingerprint(args.stats), args.repo_id, args.workspace_root, args.force, hub_token()
+    )
     print(describe(change), flush=True)
 
 
 @exit_on_user_error
 def run_in_pipeline(fingerprint: str, repo_id: str, workspace_root: str, force: bool) -> tuple[bool, str]:
     """What the KFP component does: decide and say why; return (changed, reason)."""
-    change = check_data_changed(fingerprint, repo_id, workspace_root, force, hub_token())
+    change = compare_with_published(fingerprint, repo_id, workspace_root, force, hub_token())
     print(describe(change), flush=True)
     return change.changed, change.reason
 

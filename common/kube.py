@@ -1,0 +1,99 @@
+"""Kubernetes names, quantities and the one way this project connects to a cluster.
+
+Names and quantities are checked the way the API server checks them, so a bad
+value is refused by the first pipeline step instead of by the cluster an hour
+later. Quantities are parsed by the ``kubernetes`` client's own
+``parse_quantity``; the name patterns are Kubernetes' DNS-1123 rules
+(k8s.io/apimachinery/pkg/util/validation/validation.go).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from kubernetes import client, config
+from kubernetes.utils import parse_quantity
+
+from common.errors import UserError
+
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")  # at most 63 characters: PVC names, job names
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")  # at most 253
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def is_label_name(value: str) -> bool:
+    """A DNS-1123 label: what a PVC or a Secret's key-free object name may be."""
+    return len(value) <= 63 and bool(DNS1123_LABEL.match(value))
+
+
+def is_subdomain_name(value: str) -> bool:
+    """A DNS-1123 subdomain: what a StorageClass or a Secret may be named."""
+    return len(value) <= 253 and bool(DNS1123_SUBDOMAIN.match(value))
+
+
+def is_positive_quantity(value: str) -> bool:
+    """``value`` is a quantity the API server accepts ('8', '500m', '48Gi', '1.5Ti') and above zero."""
+    try:
+        return parse_quantity(value) > 0
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """An API client and the namespace this process works in."""
+
+    api: client.ApiClient
+    namespace: str
+
+    @property
+    def custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.api)
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    @property
+    def storage(self) -> client.StorageV1Api:
+        return client.StorageV1Api(self.api)
+
+
+def kubeconfig_configuration() -> tuple[client.Configuration, dict]:
+    """The current kubeconfig context as a client configuration, and that context.
+
+    ``KUBECONFIG`` is read now (the client library reads it once, at import), so a
+    variable set after start-up still counts; it may list several files. Raises
+    ``config.ConfigException`` or ``OSError`` when there is no usable kubeconfig.
+    """
+    kubeconfig = os.environ.get("KUBECONFIG") or None
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    _, context = config.list_kube_config_contexts(config_file=kubeconfig)
+    return configuration, context
+
+
+def connect(needed_for: str, otherwise: str) -> Cluster:
+    """The cluster this pod runs in (its service account), else the kubeconfig's current context.
+
+    ``needed_for`` says what the caller needs the cluster for and ``otherwise``
+    what the user can do instead; both go into the error when there is no cluster.
+    """
+    try:
+        configuration = client.Configuration()
+        config.load_incluster_config(client_configuration=configuration)
+        return Cluster(client.ApiClient(configuration), SERVICE_ACCOUNT_NAMESPACE.read_text().strip())
+    except config.ConfigException:
+        pass
+    try:
+        configuration, context = kubeconfig_configuration()
+    except (config.ConfigException, OSError) as error:
+        raise UserError(
+            f"Found no Kubernetes cluster to {needed_for} ({error}). In a pipeline pod the step uses the pod's "
+            f"service account; elsewhere it reads the kubeconfig (KUBECONFIG or ~/.kube/config). {otherwise}"
+        ) from None
+    namespace = context.get("context", {}).get("namespace") or "default"
+    return Cluster(client.ApiClient(configuration), namespace)

@@ -1,0 +1,80 @@
+"""The run directory: what each stage reads and writes under ``<workspace>/runs/<run id>/``.
+
+This module is the contract between the stages. Every path a stage hands to
+another is named here; a stage that writes a new file for a later stage adds its
+name here first. Every run writes only below its own run directory, so runs that
+share a PVC (scheduled retraining) never overwrite each other; the one thing
+shared across runs is the publish record.
+
+    <workspace>/
+      runs/<run id>/
+        data/          written by prepare; read by train, evaluate, publish
+          train.parquet, eval.parquet   chat ``messages`` rows (see components.dataprep.schema)
+          rejects.jsonl                 every refused record: file, line, reason
+          stats.json                    counts, length percentiles, the data ``fingerprint``;
+                                        written last: its presence means the split is complete
+        train/         written by the training pods (rank 0); read by evaluate, export, publish
+          checkpoints/checkpoint-<step>/  resumable Trainer state, each with checkpoint_complete.json
+          adapter/                      the PEFT LoRA adapter (lora and qlora only)
+          merged/                       the full fine-tuned checkpoint (config.json, safetensors, tokenizer)
+          training_summary.json         resolved options, losses, tokens/s, world size; written last
+          training_history.json, loss_curve.png, data_shards.json
+        evaluate/      written by evaluate; read by publish
+          evaluation.json               losses of both models, ROUGE-L, the gate decision; written last
+          report.md, report.html, demo_outputs/sample_responses.json
+        export/        written by export; read by publish
+          <model>-<outtype>.gguf        one per requested type; the first is the Modelfile's
+          <model>-lora-<type>.gguf      the LoRA adapter as a GGUF adapter (gguf_lora_adapter)
+          Modelfile                     Ollama, FROM ./<model>-<outtype>.gguf
+          verification.json, verification.md   llama.cpp vs transformers; the JSON is written last
+        publish/       written by publish
+          upload/                       exactly what was (or, in a dry run, would be) committed to the Hub
+      published/<owner>--<name>.json    the last publish of that repository (dry-run.json without one);
+                                        read by the next run's data-change check
+
+Files are written under a temporary name and renamed into place
+(``common.atomic``), so a name listed here is always a complete file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+RUNS = "runs"
+DATA, TRAIN, EVALUATE, EXPORT, PUBLISH = "data", "train", "evaluate", "export", "publish"
+STAGES = (DATA, TRAIN, EVALUATE, EXPORT, PUBLISH)
+
+# data/
+TRAIN_SPLIT = "train.parquet"
+EVAL_SPLIT = "eval.parquet"
+REJECTS = "rejects.jsonl"
+DATA_STATS = "stats.json"
+# train/
+CHECKPOINTS = "checkpoints"
+ADAPTER = "adapter"
+MERGED = "merged"
+TRAINING_SUMMARY = "training_summary.json"
+TRAINING_HISTORY = "training_history.json"
+LOSS_CURVE = "loss_curve.png"
+DATA_SHARDS = "data_shards.json"
+# evaluate/
+EVALUATION = "evaluation.json"
+EVALUATION_MARKDOWN = "report.md"
+EVALUATION_HTML = "report.html"
+SAMPLE_RESPONSES = "demo_outputs/sample_responses.json"
+# export/
+MODELFILE = "Modelfile"
+VERIFICATION_JSON = "verification.json"
+VERIFICATION_MARKDOWN = "verification.md"
+LORA_MARKER = "-lora-"  # in the file name of an adapter GGUF: <model>-lora-<type>.gguf
+# publish/
+UPLOAD = "upload"
+# beside runs/
+PUBLISHED = "published"
+
+
+def stage_dir(workspace_root: str | Path, run_id: str, stage: str) -> Path:
+    """The directory of ``stage`` (one of ``STAGES``) for run ``run_id``."""
+    if stage not in STAGES:
+        raise ValueError(f"unknown stage {stage!r}; the stages are {', '.join(STAGES)}")
+    return Path(workspace_root) / RUNS / run_id / stage

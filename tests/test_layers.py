@@ -1,0 +1,104 @@
+"""The packages form layers: common <- trainer, gguf_export <- components <- pipelines.
+
+A module may import its own package and the layers below it, never a layer above
+or a package beside it (trainer and gguf_export run without each other: in the
+training pods and in the standalone converter). Imports are read from the source
+with ``ast`` (inside functions too), so a lazy import cannot hide an upward
+dependency, and no module is executed.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import REPO_ROOT
+
+# package -> the packages it may import besides itself
+ALLOWED = {
+    "common": set(),
+    "trainer": {"common"},
+    "gguf_export": {"common"},
+    "components": {"common", "trainer", "gguf_export"},
+    "pipelines": {"common", "trainer", "gguf_export", "components"},
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO_ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def project_imports(path: Path) -> set[str]:
+    """The project modules ``path`` may import, by dotted name.
+
+    ``from a.b import c`` yields ``a.b`` and ``a.b.c``: ``c`` may be a module of package ``a.b`` or a name in it.
+    """
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        found |= {name for name in names if name.split(".")[0] in ALLOWED}
+    return found
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(path): path for package in ALLOWED for path in sorted((REPO_ROOT / package).rglob("*.py"))}
+
+
+def test_no_module_imports_a_layer_above_or_beside_its_own():
+    found = []
+    for name, path in modules().items():
+        package = name.split(".")[0]
+        for imported in project_imports(path):
+            target = imported.split(".")[0]
+            if target != package and target not in ALLOWED[package]:
+                found.append(f"{name} imports {imported}")
+    assert found == []
+
+
+def test_no_import_cycles_between_modules():
+    """A cycle makes import order matter and ties modules that should be read (and changed) on their own."""
+    known = modules()
+    graph = {
+        name: {imported for imported in project_imports(path) if imported in known and imported != name}
+        for name, path in known.items()
+    }
+    cycles = []
+    state: dict[str, str] = {}
+
+    def visit(name: str, trail: list[str]) -> None:
+        state[name] = "open"
+        for imported in sorted(graph[name]):
+            if state.get(imported) == "open":
+                cycles.append(" -> ".join([*trail[trail.index(imported) :], imported]))
+            elif imported not in state:
+                visit(imported, [*trail, imported])
+        state[name] = "done"
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    assert cycles == []
+
+
+def test_the_checks_see_imports_inside_functions(tmp_path):
+    """The walk must not miss the lazy imports this project uses to keep torch out of light modules."""
+    module = tmp_path / "lazy.py"
+    module.write_text("def f():\n    from pipelines.fine_tune import build_pipeline\n    import components.steps\n")
+    assert {"pipelines.fine_tune", "components.steps"} <= project_imports(module)
+
+
+def test_gguf_export_and_common_import_without_torch():
+    """The standalone converter runs where torch is not installed; its package and the leaf must not pull it in."""
+    blocker = "import sys; sys.modules['torch'] = None; "
+    code = blocker + "import common.atomic, common.cli_options, common.errors, common.run_layout, common.kube; "
+    code += "import gguf_export.__main__, gguf_export.export, gguf_export.lora, gguf_export.modelfile"
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
