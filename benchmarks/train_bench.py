@@ -178,7 +178,8 @@ def main(argv: list[str] | None = None) -> None:
         (args.output / "result.json").write_text(json.dumps(result))
         return
 
-    from components.dataprep.prepare import PrepareOptions, prepare
+    from components.dataprep.options import PrepareOptions
+    from components.dataprep.prepare import prepare
     from components.local_model import local_base_model
     from components.sample_data import bundled_dataset_path
 

@@ -17,8 +17,19 @@ from typing import Any
 
 
 def option(default: Any, help: str, **extra: Any) -> Any:
-    """A dataclass field with its help text (and e.g. ``choices``, ``required``) for the generated CLI."""
-    return field(default=default, metadata={"help": help, **extra})
+    """A dataclass field with its help text (and e.g. ``choices``, ``required``) for the generated CLI.
+
+    A dict default (a mutable value) becomes a ``default_factory`` returning a copy; ``default_of`` reads either.
+    """
+    metadata = {"help": help, **extra}
+    if isinstance(default, dict):
+        return field(default_factory=lambda: dict(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def default_of(spec: dataclasses.Field) -> Any:
+    """The default value of a field declared with ``option``."""
+    return spec.default_factory() if spec.default_factory is not dataclasses.MISSING else spec.default
 
 
 def flag(name: str) -> str:
@@ -47,15 +58,16 @@ def add_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, optio
     for spec in dataclasses.fields(options_type):
         kind, meta = types[spec.name], spec.metadata
         required = meta.get("required", False)
+        help_text = meta["help"].replace("%", "%%")  # argparse %-formats help strings
         shown = "" if required or spec.default is None else f" Default: {_shown(spec.default)}."
         if meta.get("positional"):
-            parser.add_argument(spec.name, type=_converter(kind, meta), help=meta["help"])
+            parser.add_argument(spec.name, type=_converter(kind, meta), help=help_text)
         elif kind is bool:
             parser.add_argument(
-                flag(spec.name), action=argparse.BooleanOptionalAction, default=spec.default, help=meta["help"] + shown
+                flag(spec.name), action=argparse.BooleanOptionalAction, default=spec.default, help=help_text + shown
             )
         elif kind == tuple[str, ...]:
-            parser.add_argument(flag(spec.name), nargs="*", type=str, default=spec.default, help=meta["help"] + shown)
+            parser.add_argument(flag(spec.name), nargs="*", type=str, default=spec.default, help=help_text + shown)
         else:
             parser.add_argument(
                 flag(spec.name),
@@ -63,7 +75,7 @@ def add_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, optio
                 required=required,
                 default=None if required else spec.default,
                 choices=meta.get("choices"),
-                help=meta["help"] + shown,
+                help=help_text + shown,
             )
 
 

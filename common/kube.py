@@ -35,7 +35,13 @@ def is_subdomain_name(value: str) -> bool:
 
 
 def is_positive_quantity(value: str) -> bool:
-    """``value`` is a quantity the API server accepts ('8', '500m', '48Gi', '1.5Ti') and above zero."""
+    """``value`` is a quantity the API server accepts ('8', '500m', '48Gi', '1.5Ti') and above zero.
+
+    The client's ``parse_quantity`` tolerates spaces ('20 Gi') that the API server's parser refuses, so
+    those are refused first.
+    """
+    if any(character.isspace() for character in value):
+        return False
     try:
         return parse_quantity(value) > 0
     except ValueError:

@@ -19,7 +19,7 @@ def prepare_dataset(
     workspace_root: str,
     run_id: str,
     eval_fraction: float,
-    split_seed: int,
+    seed: int,
     max_reject_fraction: float,
     system_prompt: str,
     train_data: dsl.Output[dsl.Dataset],
@@ -31,10 +31,10 @@ def prepare_dataset(
     from collections import namedtuple
 
     from common.run_layout import stage_dir
-    from components.dataprep.prepare import PrepareOptions
+    from components.dataprep.options import PrepareOptions
     from components.dataprep.stage import run_in_pipeline
 
-    options = PrepareOptions(eval_fraction, split_seed, max_reject_fraction, system_prompt)
+    options = PrepareOptions(eval_fraction, seed, max_reject_fraction, system_prompt)
     data_dir = str(stage_dir(workspace_root, run_id, "data"))
     fingerprint, written_to = run_in_pipeline(dataset_uri, data_dir, options, train_data, eval_data, rejects, metrics)
     return namedtuple("PrepareOutputs", ["fingerprint", "data_dir"])(fingerprint, written_to)
@@ -148,70 +148,20 @@ def train_model(
 ) -> NamedTuple("TrainOutputs", [("train_dir", str), ("base_model", str)]):
     """Fine-tune the base model: a PyTorchJob or TrainJob on the cluster, or local torchrun processes.
 
-    Launch options (backend ... trainjob_runtime) are ``LaunchOptions`` fields and
-    training options (method ... seed) ``TrainConfig`` fields. No defaults here:
-    the pod runs this source as written, so they could only be copies; the
-    pipeline passes every value, defaulting to those dataclasses'. ``image`` is
-    the training pods' image, ``pvc_name`` the workspace PVC (empty for the
-    local backend). Returns the run's train directory and the base model it
-    resolved, which the evaluation compares against.
+    The inputs from ``backend`` to ``trainjob_runtime`` are ``LaunchOptions``
+    fields and those from ``method`` to ``seed`` ``TrainConfig`` fields, named
+    alike (tests/test_run_parameters.py checks it). No defaults here: the pod
+    runs this source as written, so they could only be copies; the pipeline
+    passes every value. ``image`` is the training pods' image, ``pvc_name`` the
+    workspace PVC (empty for the local backend). Returns the run's train
+    directory and the base model it resolved, which the evaluation compares against.
     """
+    arguments = dict(locals())  # every input by name, taken before anything else is bound here
     from collections import namedtuple
 
-    from components.training.stage import run_in_pipeline
+    from components.training.stage import run_step
 
-    launch = dict(
-        backend=backend,
-        nodes=nodes,
-        gpus_per_node=gpus_per_node,
-        cpu=cpu,
-        memory=memory,
-        shm_size=shm_size,
-        node_selector=node_selector,
-        tolerations=tolerations,
-        hf_token_secret=hf_token_secret,
-        timeout_minutes=timeout_minutes,
-        backoff_limit=backoff_limit,
-        trainjob_runtime=trainjob_runtime,
-    )
-    training = dict(
-        method=method,
-        lora_r=lora_r,
-        lora_alpha=lora_alpha,
-        lora_dropout=lora_dropout,
-        lora_target_modules=lora_target_modules,
-        epochs=epochs,
-        max_steps=max_steps,
-        learning_rate=learning_rate,
-        scale_lr=scale_lr,
-        warmup_ratio=warmup_ratio,
-        weight_decay=weight_decay,
-        per_device_batch_size=per_device_batch_size,
-        gradient_accumulation_steps=gradient_accumulation_steps,
-        max_length=max_length,
-        packing=packing,
-        loss_on=loss_on,
-        gradient_checkpointing=gradient_checkpointing,
-        save_steps=save_steps,
-        save_total_limit=save_total_limit,
-        logging_steps=logging_steps,
-        eval_steps=eval_steps,
-        seed=seed,
-    )
-    train_dir, resolved_base_model = run_in_pipeline(
-        workspace_root=workspace_root,
-        run_id=run_id,
-        data_dir=data_dir,
-        base_model=base_model,
-        training=training,
-        launch=launch,
-        pvc_name=pvc_name,
-        image=image,
-        pipeline_name=pipeline_name,
-        model_artifact=model,
-        metrics=metrics,
-        manifest_artifact=manifest,
-    )
+    train_dir, resolved_base_model = run_step(arguments)
     return namedtuple("TrainOutputs", ["train_dir", "base_model"])(train_dir, resolved_base_model)
 
 

@@ -1,26 +1,178 @@
-"""Validation of the pipeline's run parameters, before any work starts.
+"""The run form: every pipeline parameter, declared once, by the stage option it sets.
 
-The OpenShift AI run form accepts any value of the right type, so the first task
-of the DAG checks them all and fails in seconds with every problem listed, each
-naming its parameter, instead of failing an hour later in a training pod.
-``python -m pipelines.run`` calls the same checks before starting a local run.
+A parameter's default, type, help text and validation live in its stage's
+options dataclass; ``RUN_PARAMETERS`` only gives each field its name in the run
+form, which is one flat list (``cpu`` alone would not say which stage it is
+for). Everything else is derived from that table: the pipeline's parameter
+descriptions (what the OpenShift AI run form shows), the README's parameter
+table, the arguments the DAG passes to each step, and the checks of the first
+pipeline step, which fails in seconds naming every bad parameter instead of an
+hour later in a training pod. ``python -m pipelines.run`` runs the same checks
+before a local run. Where KFP needs a literal Python signature (the pipeline
+function, and the step functions, whose source ships to the pod),
+``tests/test_run_parameters.py`` proves it equals this table.
+
+This module imports no KFP: the first pipeline step imports it in its pod.
 """
 
+from __future__ import annotations
+
 import dataclasses
-import re
+import json
+import typing
+from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any, Callable, List
 
+from common.cli_options import default_of
 from common.errors import UserError, exit_on_user_error
+from components.dataprep.options import PrepareOptions
+from components.dataprep.options import option_problems as prepare_problems
+from components.evaluation.options import EvaluateOptions
+from components.evaluation.options import option_problems as evaluate_problems
+from components.export.options import ExportStageOptions
+from components.export.options import option_problems as export_problems
+from components.publish.options import PublishOptions
+from components.publish.options import option_problems as publish_problems
+from components.training.options import LaunchOptions, launch_problems
+from pipelines.run_options import RunInputs, WorkspaceOptions, workspace_problems
+from trainer.config import TrainConfig
+from trainer.config import option_problems as training_problems
 
-DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
-MAX_SEED = 2**64
+
+@dataclass(frozen=True)
+class RunParameter:
+    """One field of the run form: the stage option ``options.<field>`` under the name ``name``."""
+
+    name: str
+    options: type
+    field: str
+
+    @property
+    def declaration(self) -> dataclasses.Field:
+        return next(spec for spec in dataclasses.fields(self.options) if spec.name == self.field)
+
+    @property
+    def default(self) -> Any:
+        """The default as KFP holds it: a list, not a tuple."""
+        value = default_of(self.declaration)
+        return list(value) if isinstance(value, tuple) else value
+
+    @property
+    def type(self) -> Any:
+        """The type as KFP declares it: ``List[str]`` for a ``tuple[str, ...]`` field."""
+        kind = typing.get_type_hints(self.options)[self.field]
+        return List[str] if kind == tuple[str, ...] else kind
+
+    @property
+    def help(self) -> str:
+        return self.declaration.metadata["help"]
 
 
-def _fraction(value: float) -> str | None:
-    return None if 0.0 <= value < 1.0 else f"must be at least 0 and below 1 (got {value})"
+def _options_of(options: type, **fields_by_parameter: str) -> list[RunParameter]:
+    return [RunParameter(name, options, field) for name, field in fields_by_parameter.items()]
+
+
+# In the order of the run form. Unrenamed parameters map to the field of the same name.
+RUN_PARAMETERS: tuple[RunParameter, ...] = (
+    *_options_of(RunInputs, dataset_uri="dataset_uri"),
+    *_options_of(
+        PrepareOptions,
+        eval_fraction="eval_fraction",
+        split_seed="seed",
+        max_reject_fraction="max_reject_fraction",
+        system_prompt="system_prompt",
+    ),
+    *_options_of(RunInputs, force="force", base_model="base_model"),
+    *_options_of(
+        TrainConfig,
+        **{
+            name: name
+            for name in (
+                "method",
+                "epochs",
+                "max_steps",
+                "learning_rate",
+                "scale_lr",
+                "warmup_ratio",
+                "weight_decay",
+                "lora_r",
+                "lora_alpha",
+                "lora_dropout",
+                "lora_target_modules",
+                "per_device_batch_size",
+                "gradient_accumulation_steps",
+                "max_length",
+                "packing",
+                "loss_on",
+                "gradient_checkpointing",
+                "save_steps",
+                "save_total_limit",
+                "logging_steps",
+                "eval_steps",
+                "seed",
+            )
+        },
+    ),
+    *_options_of(
+        LaunchOptions,
+        training_backend="backend",
+        training_nodes="nodes",
+        gpus_per_node="gpus_per_node",
+        training_cpu="cpu",
+        training_memory="memory",
+        training_shm_size="shm_size",
+        node_selector="node_selector",
+        tolerations="tolerations",
+        training_timeout_minutes="timeout_minutes",
+        training_backoff_limit="backoff_limit",
+        trainjob_runtime="trainjob_runtime",
+    ),
+    *_options_of(
+        EvaluateOptions,
+        extra_questions="extra_questions",
+        eval_max_new_tokens="max_new_tokens",
+        eval_score_rows="score_rows",
+        eval_batch_size="batch_size",
+        min_eval_loss_improvement="min_eval_loss_improvement",
+    ),
+    *_options_of(
+        ExportStageOptions,
+        model_name="model_name",
+        gguf_outtype="outtype",
+        gguf_lora_adapter="include_lora",
+        gguf_thresholds="thresholds",
+    ),
+    *_options_of(
+        PublishOptions,
+        hub_repo_id="repo_id",
+        hub_private="private",
+        publish_merged="include_merged",
+        publish_adapter="include_adapter",
+        model_license="license",
+    ),
+    *_options_of(
+        WorkspaceOptions,
+        pvc_name="pvc_name",
+        pvc_size="pvc_size",
+        pvc_storage_class="pvc_storage_class",
+        keep_pvc="keep_pvc",
+    ),
+)
+BY_NAME = {parameter.name: parameter for parameter in RUN_PARAMETERS}
+
+# Each options dataclass's validation: field name -> problem, read from any object with the fields
+# (the values are checked before the dataclass, whose __post_init__ may refuse them, is built).
+VALIDATION: dict[type, Callable[[Any], dict[str, str]]] = {
+    RunInputs: lambda options: {},
+    PrepareOptions: prepare_problems,
+    TrainConfig: training_problems,
+    LaunchOptions: launch_problems,
+    EvaluateOptions: evaluate_problems,
+    ExportStageOptions: export_problems,
+    PublishOptions: publish_problems,
+    WorkspaceOptions: workspace_problems,
+}
 
 
 def _held_out_fraction(value: float) -> str | None:
@@ -29,144 +181,32 @@ def _held_out_fraction(value: float) -> str | None:
     return f"must be above 0 and below 1 (got {value}): the evaluation stage compares the models on the held-out rows"
 
 
-def _seed(value: int) -> str | None:
-    return None if 0 <= value < MAX_SEED else f"must be between 0 and 2**64 - 1 (got {value})"
+# Rules a pipeline run adds to a stage's own: the data stage alone may hold nothing out, the DAG may not.
+PIPELINE_RULES: dict[str, Callable[[Any], str | None]] = {"eval_fraction": _held_out_fraction}
 
 
-def _optional_label(value: str) -> str | None:
-    if not value or (len(value) <= 63 and DNS1123_LABEL.match(value)):
-        return None
-    return (
-        f"{value!r} is not a valid Kubernetes name: use at most 63 lowercase letters, digits and '-', "
-        "starting and ending with a letter or digit (or leave it empty)"
-    )
-
-
-def _optional_subdomain(value: str) -> str | None:
-    if not value or (len(value) <= 253 and DNS1123_SUBDOMAIN.match(value)):
-        return None
-    return f"{value!r} is not a valid StorageClass name (lowercase letters, digits, '-' and '.'; empty means the cluster default)"
-
-
-def _quantity(value: str) -> str | None:
-    if QUANTITY.match(value) and float(re.sub(r"[A-Za-z]+$", "", value)) > 0:
-        return None
-    return f"{value!r} is not a positive Kubernetes quantity such as '20Gi' or '500Mi'"
-
-
-CHECKS: dict[str, Callable[[Any], str | None]] = {
-    "eval_fraction": _held_out_fraction,
-    "split_seed": _seed,
-    "max_reject_fraction": _fraction,
-    "pvc_name": _optional_label,
-    "pvc_size": _quantity,
-    "pvc_storage_class": _optional_subdomain,
-}
-
-
-# Run parameters that carry a stage option under another name (the run form is
-# one flat list, so "cpu" or "batch_size" alone would not say which stage they are for).
-LAUNCH_PARAMETERS = {
-    "training_backend": "backend",
-    "training_nodes": "nodes",
-    "gpus_per_node": "gpus_per_node",
-    "training_cpu": "cpu",
-    "training_memory": "memory",
-    "training_shm_size": "shm_size",
-    "node_selector": "node_selector",
-    "tolerations": "tolerations",
-    "training_timeout_minutes": "timeout_minutes",
-    "training_backoff_limit": "backoff_limit",
-    "trainjob_runtime": "trainjob_runtime",
-}
-EVALUATE_PARAMETERS = {
-    "extra_questions": "extra_questions",
-    "eval_max_new_tokens": "max_new_tokens",
-    "eval_score_rows": "score_rows",
-    "eval_batch_size": "batch_size",
-    "min_eval_loss_improvement": "min_eval_loss_improvement",
-}
-PUBLISH_PARAMETERS = {
-    "hub_repo_id": "repo_id",
-    "hub_private": "private",
-    "publish_merged": "include_merged",
-    "publish_adapter": "include_adapter",
-    "model_license": "license",
-}
-
-
-def _renamed(values: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
-    """Stage option name -> value, for the run parameters in ``values`` that ``names`` maps."""
-    return {option: values[parameter] for parameter, option in names.items() if parameter in values}
-
-
-def _stage_problems(values: dict[str, Any]) -> list[str]:
-    """The stages' own checks of their options, for the run parameters in ``values``, each named as in the run form."""
-    from components.evaluation.options import EvaluateOptions
-    from components.evaluation.options import option_problems as evaluate_problems
-    from components.training.stage import LaunchOptions, launch_problems
-    from trainer.config import TrainConfig
-    from trainer.config import option_problems as training_problems
-
-    training = {name: values[name] for name in TrainConfig.__dataclass_fields__ if name in values}
-    found = {name: problem for name, problem in training_problems(TrainConfig(**training)).items() if name in training}
-    for names, problems_of in (
-        (LAUNCH_PARAMETERS, lambda options: launch_problems(LaunchOptions(**options))),
-        # Checked on the field values, before EvaluateOptions would refuse to exist.
-        (
-            EVALUATE_PARAMETERS,
-            lambda options: evaluate_problems(SimpleNamespace(**{**dataclasses.asdict(EvaluateOptions()), **options})),
-        ),
-    ):
-        options = _renamed(values, names)
-        parameter_of = {option: parameter for parameter, option in names.items()}
-        found.update(
-            {parameter_of[option]: problem for option, problem in problems_of(options).items() if option in options}
-        )
-    return (
-        [f"parameter '{name}' {problem}" for name, problem in found.items()]
-        + _export_problems(values)
-        + _publish_problems(values)
-    )
-
-
-def _export_problems(values: dict[str, Any]) -> list[str]:
-    from components.export.stage import check_model_name, parse_outtypes
-    from gguf_export.options import Thresholds
-
-    found = []
-    for name, check in (
-        ("gguf_outtype", parse_outtypes),
-        ("model_name", check_model_name),
-        ("gguf_thresholds", Thresholds.from_mapping),
-    ):
-        if values.get(name):
-            try:
-                check(values[name])
-            except UserError as error:
-                found.append(f"parameter '{name}': {str(error).rstrip('.')}")
-    return found
-
-
-def _publish_problems(values: dict[str, Any]) -> list[str]:
-    from components.publish.options import PublishOptions
-
-    try:
-        PublishOptions(**_renamed(values, PUBLISH_PARAMETERS))
-    except UserError as error:
-        return [f"parameter 'hub_repo_id': {str(error).rstrip('.')}"]
-    return []
+def arguments_for(options: type, run: dict[str, Any]) -> dict[str, Any]:
+    """The run parameters that ``options`` declares, from ``run`` (name -> value), keyed by field name."""
+    return {parameter.field: run[parameter.name] for parameter in RUN_PARAMETERS if parameter.options is options}
 
 
 def problems(values: dict[str, Any]) -> list[str]:
-    """One line per invalid parameter among ``values``."""
-    found = []
-    for name, check in CHECKS.items():
-        if name in values:
-            problem = check(values[name])
-            if problem:
-                found.append(f"parameter '{name}' {problem}")
-    return found + _stage_problems(values)
+    """One line per invalid parameter among ``values`` (run parameter name -> value), in run-form order."""
+    found: dict[str, str] = {}
+    for options, validation in VALIDATION.items():
+        given = {p.field: values[p.name] for p in RUN_PARAMETERS if p.options is options and p.name in values}
+        if not given:
+            continue
+        fields = {spec.name: default_of(spec) for spec in dataclasses.fields(options)}
+        stage_problems = validation(SimpleNamespace(**{**fields, **given}))
+        for parameter in RUN_PARAMETERS:
+            if parameter.options is options and parameter.field in given and parameter.field in stage_problems:
+                found[parameter.name] = stage_problems[parameter.field]
+    for name, rule in PIPELINE_RULES.items():
+        problem = rule(values[name]) if name in values else None
+        if problem:
+            found[name] = problem
+    return [f"parameter '{p.name}' {found[p.name]}" for p in RUN_PARAMETERS if p.name in found]
 
 
 def validate(values: dict[str, Any]) -> None:
@@ -180,3 +220,23 @@ def validate(values: dict[str, Any]) -> None:
 def check_in_pipeline(values: dict[str, Any]) -> None:
     validate(values)
     print("run parameters are valid", flush=True)
+
+
+def docstring(summary: str) -> str:
+    """``summary`` and a Google-style ``Args:`` section: where KFP reads each parameter's description."""
+    return summary + "\n\nArgs:\n" + "".join(f"    {p.name}: {p.help}\n" for p in RUN_PARAMETERS)
+
+
+def shown_default(value: Any) -> str:
+    """A default as the README shows it: empty, or the value as it is typed into the run form."""
+    if value == "":
+        return "empty"
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return f"`{json.dumps(value) if isinstance(value, (bool, list, dict)) else value}`"
+
+
+def readme_table() -> str:
+    """The README's run-parameter table, row for row."""
+    rows = [f"| `{p.name}` | {shown_default(p.default)} | {p.help} |" for p in RUN_PARAMETERS]
+    return "\n".join(["| parameter | default | meaning |", "| --- | --- | --- |", *rows]) + "\n"

@@ -12,26 +12,35 @@ from components.runtime_image import runtime_image
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
 def validate_parameters(
+    dataset_uri: str,
     eval_fraction: float,
     split_seed: int,
     max_reject_fraction: float,
+    system_prompt: str,
+    force: bool,
+    base_model: str,
     method: str,
     epochs: float,
     max_steps: int,
     learning_rate: float,
+    scale_lr: bool,
     warmup_ratio: float,
     weight_decay: float,
     lora_r: int,
     lora_alpha: int,
     lora_dropout: float,
+    lora_target_modules: str,
     per_device_batch_size: int,
     gradient_accumulation_steps: int,
     max_length: int,
+    packing: bool,
     loss_on: str,
+    gradient_checkpointing: bool,
     save_steps: int,
     save_total_limit: int,
     logging_steps: int,
     eval_steps: int,
+    seed: int,
     training_backend: str,
     training_nodes: int,
     gpus_per_node: int,
@@ -42,6 +51,7 @@ def validate_parameters(
     tolerations: str,
     training_timeout_minutes: float,
     training_backoff_limit: int,
+    trainjob_runtime: str,
     extra_questions: List[str],
     eval_max_new_tokens: int,
     eval_score_rows: int,
@@ -49,13 +59,23 @@ def validate_parameters(
     min_eval_loss_improvement: float,
     model_name: str,
     gguf_outtype: str,
+    gguf_lora_adapter: bool,
     gguf_thresholds: dict,
     hub_repo_id: str,
+    hub_private: bool,
+    publish_merged: bool,
+    publish_adapter: bool,
+    model_license: str,
     pvc_name: str,
     pvc_size: str,
     pvc_storage_class: str,
+    keep_pvc: bool,
 ):
-    """Fail fast, naming each invalid run parameter, before any stage starts (not after hours of training)."""
+    """Fail fast, naming each invalid run parameter, before any stage starts (not after hours of training).
+
+    Takes every run parameter, as ``pipelines.parameters.RUN_PARAMETERS`` declares it
+    (tests/test_run_parameters.py checks it): the pod runs this source as written.
+    """
     values = dict(locals())  # the parameters, by name: taken before anything else is bound here
     from pipelines.parameters import check_in_pipeline
 

@@ -130,7 +130,8 @@ def tiny_model_dir(smollm2_dir, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def prepared_data_dir(tmp_path_factory) -> Path:
     """The bundled sample data through the data stage: train.parquet and eval.parquet."""
-    from components.dataprep.prepare import PrepareOptions, prepare
+    from components.dataprep.options import PrepareOptions
+    from components.dataprep.prepare import prepare
     from components.sample_data import bundled_dataset_path
 
     target = tmp_path_factory.mktemp("prepared")

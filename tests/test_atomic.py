@@ -21,8 +21,8 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import PUBLISHED, REPO_ROOT, qa, read_stats, run_cli, snapshot, write_jsonl
 
+from common import atomic
 from common.atomic import STAGING_PREFIX, staging_dir, write_text_atomic
-from components import atomic
 
 
 def visible(directory: Path) -> set[str]:

@@ -461,19 +461,22 @@ def test_every_stage_option_defaults_to_its_dataclass(spec):
     """One source of truth: each stage option reaches its step from a run parameter whose default is the stage's
     options dataclass default, or, where the run form does not show it, as that default itself."""
     from components.evaluation.options import EvaluateOptions
+    from components.export.options import ExportStageOptions
     from components.publish.options import PublishOptions
-    from components.training.stage import LaunchOptions
-    from pipelines.parameters import EVALUATE_PARAMETERS, LAUNCH_PARAMETERS, PUBLISH_PARAMETERS
+    from components.training.options import LaunchOptions
+    from pipelines.parameters import RUN_PARAMETERS
     from trainer.config import TrainConfig
 
     parameters = spec["root"]["inputDefinitions"]["parameters"]
     checked = 0
-    for task_name, options, renamed in (
-        ("train-model", TrainConfig(), {}),
-        ("train-model", LaunchOptions(), LAUNCH_PARAMETERS),
-        ("evaluate-model", EvaluateOptions(), EVALUATE_PARAMETERS),
-        ("publish-model", PublishOptions(), PUBLISH_PARAMETERS),
+    for task_name, options in (
+        ("train-model", TrainConfig()),
+        ("train-model", LaunchOptions()),
+        ("evaluate-model", EvaluateOptions()),
+        ("export-gguf", ExportStageOptions()),
+        ("publish-model", PublishOptions()),
     ):
+        renamed = {p.name: p.field for p in RUN_PARAMETERS if p.options is type(options)}
         option_to_parameter = {option: parameter for parameter, option in renamed.items()}
         owner, task = find_task(spec, task_name)
         for name, binding in task["inputs"]["parameters"].items():

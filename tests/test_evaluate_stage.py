@@ -21,7 +21,8 @@ import pytest
 from conftest import REPO_ROOT, run_module
 from kfp import dsl
 
-from components.dataprep.prepare import PrepareOptions, prepare
+from components.dataprep.options import PrepareOptions
+from components.dataprep.prepare import prepare
 from components.evaluation.options import DEFAULT_QUESTIONS
 from components.steps import evaluate_model
 

@@ -14,6 +14,7 @@ import pytest
 from conftest import REPO_ROOT, run_module
 
 from common.errors import UserError
+from components import local_model
 from components.local_model import (
     CACHE_ENV_VAR,
     CLUSTER_BASE_MODEL,
@@ -22,7 +23,6 @@ from components.local_model import (
     cache_root,
     local_base_model,
 )
-from pipelines import local_model
 
 slow = pytest.mark.slow
 

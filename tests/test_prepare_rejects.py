@@ -17,7 +17,8 @@ from conftest import all_rows, qa, read_rejects, read_split, read_stats, run_cli
 import components.dataprep.parse as parse_module
 import components.dataprep.prepare as prepare_module
 from components.dataprep.chunks import read_chunks
-from components.dataprep.prepare import PrepareOptions, prepare
+from components.dataprep.options import PrepareOptions
+from components.dataprep.prepare import prepare
 from components.dataprep.schema import Reason
 
 # Keep every valid row in train and never fail on the reject share: these tests look at rejects.

@@ -6,7 +6,8 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import all_rows, qa, read_split, read_stats, run_cli, write_jsonl
 
-from components.dataprep.prepare import PrepareOptions, prepare
+from components.dataprep.options import PrepareOptions
+from components.dataprep.prepare import prepare
 
 NO_EVAL = PrepareOptions(eval_fraction=0.0)
 

@@ -18,7 +18,8 @@ from importlib import resources
 import pytest
 from conftest import REPO_ROOT, all_rows, read_rejects
 
-from components.dataprep.prepare import PrepareOptions, prepare
+from components.dataprep.options import PrepareOptions
+from components.dataprep.prepare import prepare
 from components.dataprep.stage import resolve_dataset_uri
 from components.sample_data import SAMPLE_FILE, bundled_dataset_path
 

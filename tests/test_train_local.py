@@ -20,7 +20,8 @@ from common.errors import UserError
 from components.base_model import resolve_base_model
 from components.local_model import CLUSTER_BASE_MODEL, LOCAL_MODEL_NAME
 from components.steps import train_model
-from components.training.stage import LaunchOptions, parse_node_selector, parse_tolerations, run_in_pipeline
+from components.training.options import LaunchOptions, parse_node_selector, parse_tolerations
+from components.training.stage import run_in_pipeline
 from trainer.config import TrainConfig
 
 FAST = dict(
@@ -195,20 +196,26 @@ def test_empty_base_model_resolves_per_backend(tmp_path, monkeypatch):
     assert resolve_base_model("org/model", "local") == "org/model"
 
 
-def test_the_step_takes_every_option_and_passes_each_on():
+def test_the_step_takes_every_option_and_passes_each_on(monkeypatch):
     """The component's options are exactly the LaunchOptions and TrainConfig fields, without defaults of its own.
 
     KFP runs the component's source in the pod, where it cannot refer to the
     dataclasses; the pipeline passes every value (see test_compile for where
-    those values come from), and the body must hand each one on.
+    those values come from), and the body must hand each one on: each input
+    gets a value of its own here, and each must arrive in its group.
     """
+    import components.training.stage as stage
+
     parameters = inspect.signature(train_model.python_func).parameters
     fields = [spec for spec in dataclasses.fields(LaunchOptions)] + [
         spec for spec in dataclasses.fields(TrainConfig) if spec.name not in SET_BY_THE_STEP
     ]
     assert {spec.name for spec in fields} <= set(parameters)
     assert all(parameter.default is inspect.Parameter.empty for parameter in parameters.values())
-    source = inspect.getsource(train_model.python_func)
-    assert all(f"{spec.name}={spec.name}" in source for spec in fields), (
+    received = {}
+    monkeypatch.setattr(stage, "run_in_pipeline", lambda **kwargs: received.update(kwargs) or ("dir", "base"))
+    train_model.python_func(**{name: f"value of {name}" for name in parameters})
+    passed_on = {**received["training"], **received["launch"]}
+    assert passed_on == {spec.name: f"value of {spec.name}" for spec in fields}, (
         "every option must be passed on to run_in_pipeline"
     )

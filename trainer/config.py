@@ -31,34 +31,45 @@ class TrainConfig:
         Path(), "Where checkpoints, adapter/, merged/ and the summaries go (shared storage).", required=True
     )
     method: str = option(
-        "lora", "lora (default), full fine-tuning, or qlora (4-bit; needs CUDA and bitsandbytes).", choices=METHODS
+        "lora",
+        "lora (default), full fine-tuning, or qlora (4-bit; needs NVIDIA GPUs with CUDA and bitsandbytes).",
+        choices=METHODS,
     )
-    lora_r: int = option(16, "LoRA rank.")
+    lora_r: int = option(16, "LoRA rank: the size of the low-rank update of each adapted weight.")
     lora_alpha: int = option(32, "LoRA scaling numerator (the update is scaled by alpha / r).")
-    lora_dropout: float = option(0.05, "Dropout on the LoRA input.")
+    lora_dropout: float = option(0.05, "Dropout on the LoRA input, in [0, 1).")
     lora_target_modules: str = option("all-linear", "Comma-separated module names to adapt, or all-linear.")
     epochs: float = option(3.0, "Passes over the training split.")
     max_steps: int = option(-1, "Stop after this many optimizer steps (-1: run all epochs).")
-    learning_rate: float = option(2e-4, "Peak learning rate (per the whole run; see --scale-lr).")
+    learning_rate: float = option(
+        2e-4, "Peak learning rate, reached after warm-up and followed by a cosine decay (see scale_lr)."
+    )
     scale_lr: bool = option(
-        False, "Multiply the learning rate by the world size (linear scaling rule for a larger global batch)."
+        False,
+        "Multiply the learning rate by the number of training processes (linear scaling rule for a larger batch).",
     )
     warmup_ratio: float = option(0.03, "Share of steps spent warming the learning rate up.")
-    weight_decay: float = option(0.0, "AdamW weight decay.")
+    weight_decay: float = option(0.0, "AdamW weight decay (0 for none).")
     per_device_batch_size: int = option(
         1,
         "Sequences per device per step: with packing, each holds up to max_length tokens of several conversations, so "
         "one is a full batch; small data sets need the optimizer steps more than larger batches.",
     )
     gradient_accumulation_steps: int = option(1, "Micro-batches accumulated per optimizer step.")
-    max_length: int = option(1024, "Tokens per (packed) sequence; longer conversations are truncated.")
+    max_length: int = option(1024, "Tokens per (packed) training sequence; longer conversations are truncated.")
     packing: bool = option(True, "Pack conversations into max_length sequences without cross-sample attention.")
-    loss_on: str = option("assistant", "assistant: loss on assistant tokens only; all: every token.", choices=LOSS_ON)
-    gradient_checkpointing: bool = option(False, "Recompute activations in the backward pass to save memory.")
-    save_steps: int = option(50, "Write a checkpoint every this many optimizer steps.")
-    save_total_limit: int = option(2, "Complete checkpoints kept on disk (older ones are deleted).")
+    loss_on: str = option(
+        "assistant", "assistant: loss on the assistant's tokens only; all: every token.", choices=LOSS_ON
+    )
+    gradient_checkpointing: bool = option(
+        False, "Recompute activations in the backward pass to save GPU memory (about 20% slower)."
+    )
+    save_steps: int = option(
+        50, "Write a checkpoint every this many optimizer steps; a restarted training pod resumes from the newest."
+    )
+    save_total_limit: int = option(2, "Complete checkpoints kept on disk, at least 2 (older ones are deleted).")
     logging_steps: int = option(5, "Log loss, tokens/s and ETA every this many steps.")
-    eval_steps: int = option(0, "Evaluate every this many steps (0: once per epoch).")
+    eval_steps: int = option(0, "Evaluate on the held-out split every this many steps (0: once per epoch).")
     seed: int = option(42, "Seed for shuffling, dropout and LoRA initialisation.")
     expected_world_size: int = option(0, "Fail at start unless exactly this many processes take part (0: no check).")
 

@@ -31,32 +31,12 @@ from components.dataprep.chunks import Chunk, read_chunks, resolve_inputs
 from components.dataprep.dedup import SeenHashes, content_hashes, eval_mask
 from components.dataprep.lengths import LengthHistogram
 from components.dataprep.normalise import normalise
+from components.dataprep.options import PrepareOptions
 from components.dataprep.parse import ParsedChunk, Reject, excerpt, parse_chunk, split_lines
 from components.dataprep.schema import OUTPUT_SCHEMA, Shape
 
 FAILED_REJECTS_FILE = "rejects.failed.jsonl"
 PERCENTILES = (50, 90, 99)
-
-
-@dataclass(frozen=True)
-class PrepareOptions:
-    """Knobs of the data stage; the single source of their defaults."""
-
-    eval_fraction: float = 0.1
-    seed: int = 42
-    max_reject_fraction: float = 0.05
-    system_prompt: str = ""
-
-    def __post_init__(self) -> None:
-        for name in ("eval_fraction", "max_reject_fraction"):
-            value = getattr(self, name)
-            if not 0.0 <= value < 1.0:
-                raise UserError(f"{name} must be at least 0 and below 1; got {value}.")
-        if self.system_prompt and not self.system_prompt.strip():
-            raise UserError(
-                "system_prompt is only whitespace, which would add a blank system turn to every conversation; "
-                "pass real text, or an empty string for no system prompt."
-            )
 
 
 @dataclass

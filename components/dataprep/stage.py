@@ -15,24 +15,14 @@ import argparse
 import shutil
 from pathlib import Path
 
+from common.cli_options import add_options, options_from
 from common.errors import exit_on_user_error
 from components.dataprep import sources
-from components.dataprep.prepare import PrepareOptions, PrepareResult, prepare
+from components.dataprep.options import PrepareOptions
+from components.dataprep.prepare import PrepareResult, prepare
 from components.sample_data import bundled_dataset_path
 
-DEFAULTS = PrepareOptions()
 SOURCE_DIR = "source"  # where a dataset given by URL is fetched to, inside the output directory
-
-
-def fraction(text: str) -> float:
-    """argparse type for a number in [0, 1)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0.0 <= value < 1.0:
-        raise argparse.ArgumentTypeError(f"{value} is outside [0, 1)")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,29 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         help="where train.parquet, eval.parquet, rejects.jsonl and stats.json go",
     )
-    parser.add_argument(
-        "--eval-fraction",
-        type=fraction,
-        default=DEFAULTS.eval_fraction,
-        help="share of rows held out for evaluation, in [0, 1) (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--seed",
-        type=int,
-        default=DEFAULTS.seed,
-        help="salt of the content hash that assigns rows to splits (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--max-reject-fraction",
-        type=fraction,
-        default=DEFAULTS.max_reject_fraction,
-        help="fail when more than this share of records is rejected (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--system-prompt",
-        default=DEFAULTS.system_prompt,
-        help="system turn prepended to conversations that have none (default: none)",
-    )
+    add_options(parser, PrepareOptions)
     return parser
 
 
@@ -98,7 +66,7 @@ def summary(result: PrepareResult) -> str:
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    options = PrepareOptions(args.eval_fraction, args.seed, args.max_reject_fraction, args.system_prompt)
+    options = options_from(args, PrepareOptions)
     inputs = resolve_dataset_uri(args.input, args.output_dir / SOURCE_DIR)
     print(summary(prepare(inputs, args.output_dir, options)), flush=True)
 

@@ -45,9 +45,13 @@ class EvaluateOptions:
     )
     output_dir: Path = option(Path(), "Where evaluation.json, the reports and demo_outputs/ go.", required=True)
     extra_questions: tuple[str, ...] = option(
-        (), "Questions asked of both models after the five built-in demo questions."
+        (),
+        "Questions asked of the base and the fine-tuned model after the five built-in ones "
+        "(in the run form, a JSON list of strings).",
     )
-    max_new_tokens: int = option(256, "Most tokens generated per answer (sample questions and scored rows).")
+    max_new_tokens: int = option(
+        256, "Most tokens generated per answer in the evaluation (sample questions and scored rows)."
+    )
     score_rows: int = option(
         50, "Held-out rows answered by both models and scored with ROUGE-L against the reference answer."
     )
@@ -59,8 +63,8 @@ class EvaluateOptions:
     batch_size: int = option(8, "Conversations per forward pass and prompts per generation batch.")
     min_eval_loss_improvement: float = option(
         0.0,
-        "Quality gate: base eval loss minus fine-tuned eval loss must be at least this "
-        "(0: the fine-tune must not make it worse).",
+        "Quality gate: the base model's held-out loss minus the fine-tuned one's must be at least this; otherwise "
+        "nothing is exported or published (0: the fine-tune must not make it worse).",
     )
 
     def __post_init__(self) -> None:

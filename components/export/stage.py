@@ -27,43 +27,19 @@ from common.errors import UserError, exit_on_user_error
 from common.run_layout import ADAPTER, MERGED, MODELFILE
 from common.run_layout import VERIFICATION_JSON as REPORT_JSON
 from common.run_layout import VERIFICATION_MARKDOWN as REPORT_MD
+from components.export.options import check_model_name, parse_outtypes
 from gguf_export.convert import ConversionResult, read_config
 from gguf_export.export import export
 from gguf_export.lora import adapter_outtype, convert_adapter
 from gguf_export.metadata import MetadataOptions
 from gguf_export.modelfile import modelfile_text
-from gguf_export.options import DEFAULT_OUTTYPE, Thresholds, normalise_outtype
-
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-
-
-def parse_outtypes(outtype: str) -> list[str]:
-    """``"q8_0"`` or ``"q8_0,q4_k_m"``: each one normalised, duplicates dropped, order kept."""
-    types = [normalise_outtype(part) for part in outtype.split(",") if part.strip()]
-    if not types:
-        raise UserError(f"outtype {outtype!r} names no output type; use e.g. {DEFAULT_OUTTYPE!r} or 'q8_0,q4_k_m'.")
-    if "auto" in types:
-        raise UserError(
-            "outtype 'auto' is not allowed in the pipeline: its file name would not say what it holds; "
-            "name the type (e.g. f16)."
-        )
-    return list(dict.fromkeys(types))
+from gguf_export.options import Thresholds
 
 
 def default_model_name(base_model: str) -> str:
     """``<base model name>-ft``: what the files are called when the run form leaves model_name empty."""
     base = Path(base_model or "model").name
     return re.sub(r"[^A-Za-z0-9._-]+", "-", base).strip("-._") + "-ft"
-
-
-def check_model_name(model_name: str) -> str:
-    name = model_name.strip()
-    if not NAME_PATTERN.match(name):
-        raise UserError(
-            f"model_name {model_name!r} must be a file-name-safe word (letters, digits, '.', '_', '-'), "
-            "e.g. 'smollm2-135m-knots'."
-        )
-    return name
 
 
 def trained_from(train_dir: Path) -> str:

@@ -18,20 +18,21 @@ class PublishOptions:
     """What one publish does."""
 
     repo_id: str = option(
-        "", "Hub model repository, owner/name. Empty: dry run, the upload folder is written but nothing is sent."
+        "",
+        "Hugging Face Hub model repository to publish to, owner/name. Empty: dry run, the folder that would be "
+        "uploaded is written to the workspace. The token comes from the Secret 'hf-token' (HF_TOKEN), never "
+        "from a parameter.",
     )
     private: bool = option(
         True, "Create the repository private when it does not exist yet (an existing one keeps its visibility)."
     )
     include_merged: bool = option(
-        False, "Also upload the merged safetensors checkpoint (transformers can then load the repository)."
+        False, "Also upload the merged safetensors checkpoint, so transformers can load the repository."
     )
     include_adapter: bool = option(
         True, "Also upload the LoRA adapter (PEFT) under adapter/, when training produced one."
     )
-    license: str = option(
-        "apache-2.0", "License identifier for the model card metadata; keep the base model's license."
-    )
+    license: str = option("apache-2.0", "License identifier for the model card metadata; keep the base model's.")
     base_model: str = option(
         "", "Hub id of the base model for the model card. Empty: the trainer's --model when it is a Hub id."
     )
@@ -49,12 +50,26 @@ class PublishOptions:
     )
 
     def __post_init__(self) -> None:
-        if self.attempts < 1:
-            raise UserError(f"attempts must be at least 1; got {self.attempts}.")
-        if self.first_retry_wait_s < 0:
-            raise UserError(f"first_retry_wait_s must not be negative; got {self.first_retry_wait_s}.")
-        if self.repo_id:
-            _check_repo_id(self.repo_id)
+        found = option_problems(self)
+        if found:
+            raise UserError(
+                "invalid publish options: " + "; ".join(f"{name} {problem}" for name, problem in found.items()) + "."
+            )
+
+
+def option_problems(options: PublishOptions) -> dict[str, str]:
+    """Field name -> what is wrong with its value; callers name the field their way (CLI flag, run parameter)."""
+    problems = {}
+    if options.attempts < 1:
+        problems["attempts"] = f"must be at least 1 (got {options.attempts})"
+    if options.first_retry_wait_s < 0:
+        problems["first_retry_wait_s"] = f"must not be negative (got {options.first_retry_wait_s})"
+    if options.repo_id:
+        try:
+            _check_repo_id(options.repo_id)
+        except UserError as error:
+            problems["repo_id"] = f"is invalid: {str(error).rstrip('.')}"
+    return problems
 
 
 def _check_repo_id(repo_id: str) -> None:

@@ -15,30 +15,22 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from kubernetes.utils import parse_quantity
 
 from common.atomic import write_json, write_text_atomic
 from common.errors import UserError, exit_on_user_error
 from common.run_layout import stage_dir
 from components.base_model import LOCAL_BACKEND, resolve_base_model
-from components.hub_auth import SECRET_NAME
 from components.training.kinds import KINDS, PYTORCHJOB
 from components.training.manifests import JobSpec, job_name, render_pytorchjob, render_trainjob, run_labels, to_yaml
+from components.training.options import LaunchOptions, launch_problems, parse_node_selector, parse_tolerations
 from components.training.reports import TrainingFailed
 from components.training.signals import TERMINATED_EXIT_CODE, Terminated
 from trainer.config import TrainConfig, option_problems
 
-BACKENDS = (LOCAL_BACKEND, *KINDS)
 FINISHED_JOB_TTL_SECONDS = 24 * 3600  # finished PyTorchJobs (and their pods' logs) stay a day for inspection
-DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-TOLERATION_OPERATORS = ("Exists", "Equal")
-TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 SUMMARY_METRICS = (
     "final_train_loss",
     "mean_train_loss",
@@ -53,141 +45,6 @@ SUMMARY_METRICS = (
     "world_size",
     "learning_rate",
 )
-
-
-@dataclass(frozen=True)
-class LaunchOptions:
-    """Where and how the trainer runs; the single source of these run parameters' defaults."""
-
-    backend: str = "pytorchjob"  # local | pytorchjob | trainjob
-    nodes: int = 2  # pods (local: nodes x processes per node processes)
-    gpus_per_node: int = 1  # one training process per GPU; 0 trains on CPU, one process per pod
-    cpu: str = "8"  # CPU request per pod
-    memory: str = "48Gi"  # memory request and limit per pod, /dev/shm included
-    shm_size: str = "8Gi"
-    node_selector: str = ""  # JSON object or key=value,key=value
-    tolerations: str = "nvidia.com/gpu:NoSchedule"  # JSON list or key[=value][:Effect],...
-    hf_token_secret: str = (
-        SECRET_NAME  # Secret with key HF_TOKEN; optional, so a missing one only matters for gated models
-    )
-    timeout_minutes: float = 24 * 60.0  # cluster backends: the job is deleted after this
-    backoff_limit: int = 3  # PyTorchJob: container restarts before the job fails
-    trainjob_runtime: str = "torch-distributed"  # ClusterTrainingRuntime of a TrainJob
-
-    @property
-    def procs_per_node(self) -> int:
-        return self.gpus_per_node or 1
-
-
-def parse_node_selector(value: str | dict[str, str]) -> dict[str, str]:
-    """``{"k": "v"}`` (JSON or a dict) or ``k=v,k2=v2``; empty means none."""
-    if isinstance(value, dict):
-        return {str(k): str(v) for k, v in value.items()}
-    text = value.strip()
-    if not text:
-        return {}
-    if text.startswith("{"):
-        try:
-            parsed = json.loads(text)
-        except ValueError as error:
-            raise UserError(
-                f"parameter 'node_selector' is not valid JSON ({error}): {text!r}. "
-                'Write it as {"key": "value"} or key=value,key2=value2.'
-            ) from None
-        return parse_node_selector(parsed)
-    selector = {}
-    for pair in filter(None, (part.strip() for part in text.split(","))):
-        key, sep, label = pair.partition("=")
-        if not sep or not key:
-            raise UserError(
-                f"parameter 'node_selector' has {pair!r}, which is not key=value. "
-                "Write it as key=value,key2=value2 or as a JSON object."
-            )
-        selector[key.strip()] = label.strip()
-    return selector
-
-
-def parse_tolerations(value: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A JSON list of Kubernetes tolerations, or the short form ``key[=value][:Effect],...``; empty means none."""
-    if isinstance(value, list):
-        tolerations = value
-    elif not value.strip():
-        return []
-    elif value.strip().startswith("["):
-        try:
-            tolerations = json.loads(value)
-        except ValueError as error:
-            raise UserError(
-                f"parameter 'tolerations' is not valid JSON ({error}): {value!r}. "
-                "Write a JSON list of tolerations or key[=value][:Effect],..."
-            ) from None
-    else:
-        tolerations = [_short_toleration(item.strip()) for item in value.split(",") if item.strip()]
-    for toleration in tolerations:
-        problem = _toleration_problem(toleration)
-        if problem:
-            raise UserError(f"parameter 'tolerations' has {toleration!r}: {problem}.")
-    return tolerations
-
-
-def _short_toleration(text: str) -> dict[str, Any]:
-    """``nvidia.com/gpu:NoSchedule`` tolerates that taint whatever its value; ``team=ml:NoExecute`` only value ml."""
-    taint, _, effect = text.partition(":")
-    key, sep, value = taint.partition("=")
-    toleration: dict[str, Any] = {"key": key, "operator": "Equal" if sep else "Exists"}
-    if sep:
-        toleration["value"] = value
-    if effect:
-        toleration["effect"] = effect
-    return toleration
-
-
-def _toleration_problem(toleration: Any) -> str | None:
-    if not isinstance(toleration, dict):
-        return "each toleration is an object with key, operator, value and effect"
-    if toleration.get("operator", "Equal") not in TOLERATION_OPERATORS:
-        return f"operator must be one of {', '.join(TOLERATION_OPERATORS)}"
-    if toleration.get("effect", "") not in ("", *TAINT_EFFECTS):
-        return f"effect must be one of {', '.join(TAINT_EFFECTS)} (or absent for all)"
-    if not toleration.get("key") and toleration.get("operator") != "Exists":
-        return "a toleration without a key must use operator Exists"
-    return None
-
-
-def _quantity_problem(value: str) -> str | None:
-    try:
-        if parse_quantity(value) > 0:
-            return None
-    except ValueError:
-        pass
-    return f"is {value!r}, not a positive Kubernetes quantity such as '8', '500m', '48Gi'"
-
-
-def launch_problems(launch: LaunchOptions) -> dict[str, str]:
-    """Field name -> what is wrong with its value; callers name the field their way (step or run parameter)."""
-    problems = {}
-    if launch.backend not in BACKENDS:
-        problems["backend"] = f"is {launch.backend!r}; it is one of {', '.join(BACKENDS)}"
-    if launch.nodes < 1:
-        problems["nodes"] = f"must be at least 1 (got {launch.nodes})"
-    if launch.gpus_per_node < 0:
-        problems["gpus_per_node"] = f"must be 0 (CPU) or more (got {launch.gpus_per_node})"
-    if launch.timeout_minutes <= 0:
-        problems["timeout_minutes"] = f"must be positive (got {launch.timeout_minutes})"
-    if launch.backoff_limit < 0:
-        problems["backoff_limit"] = f"must be 0 or more (got {launch.backoff_limit})"
-    for name in ("cpu", "memory", "shm_size"):
-        problem = _quantity_problem(getattr(launch, name))
-        if problem:
-            problems[name] = problem
-    if launch.hf_token_secret and not DNS1123_SUBDOMAIN.match(launch.hf_token_secret):
-        problems["hf_token_secret"] = f"is {launch.hf_token_secret!r}, not a valid Secret name (or empty for none)"
-    for name, parse in (("node_selector", parse_node_selector), ("tolerations", parse_tolerations)):
-        try:
-            parse(getattr(launch, name))
-        except UserError as error:
-            problems[name] = str(error).rstrip(".").split(f"parameter '{name}' ", 1)[-1]
-    return problems
 
 
 def check_parameters(launch: LaunchOptions, config: TrainConfig, pvc_name: str, image: str) -> None:
@@ -400,3 +257,28 @@ def run_in_pipeline(
         sys.exit(TERMINATED_EXIT_CODE)
     record_outputs(config, options, model_artifact, metrics)
     return str(train_dir), config.model
+
+
+# TrainConfig fields the step sets itself rather than taking from the run form.
+SET_BY_THE_STEP = ("model", "data_dir", "output_dir", "expected_world_size")
+
+
+def run_step(arguments: dict[str, Any]) -> tuple[str, str]:
+    """What the ``train_model`` component calls with every input by name: ``run_in_pipeline`` with the
+    inputs named after ``LaunchOptions`` and ``TrainConfig`` fields gathered into those two groups."""
+    launch_fields = {spec.name for spec in dataclasses.fields(LaunchOptions)}
+    training_fields = {spec.name for spec in dataclasses.fields(TrainConfig)} - set(SET_BY_THE_STEP)
+    return run_in_pipeline(
+        workspace_root=arguments["workspace_root"],
+        run_id=arguments["run_id"],
+        data_dir=arguments["data_dir"],
+        base_model=arguments["base_model"],
+        training={name: value for name, value in arguments.items() if name in training_fields},
+        launch={name: value for name, value in arguments.items() if name in launch_fields},
+        pvc_name=arguments["pvc_name"],
+        image=arguments["image"],
+        pipeline_name=arguments["pipeline_name"],
+        model_artifact=arguments["model"],
+        metrics=arguments["metrics"],
+        manifest_artifact=arguments["manifest"],
+    )

@@ -1,0 +1,167 @@
+"""Where and how the training stage runs the trainer: its options, their defaults, help and validation.
+
+``LaunchOptions`` is the single declaration of these run parameters
+(``pipelines.parameters`` maps ``training_nodes`` to ``nodes`` and so on);
+``launch_problems`` is their validation, shared by the pipeline's first step and
+the train step itself.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from common.cli_options import option
+from common.errors import UserError
+from common.kube import is_positive_quantity, is_subdomain_name
+from components.base_model import LOCAL_BACKEND
+from components.hub_auth import SECRET_NAME
+from components.training.kinds import KINDS
+
+BACKENDS = (LOCAL_BACKEND, *KINDS)
+TOLERATION_OPERATORS = ("Exists", "Equal")
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """Where and how the trainer runs."""
+
+    backend: str = option(
+        "pytorchjob",
+        "pytorchjob (Kubeflow Training Operator v1) or trainjob (Kubeflow Trainer v2, OpenShift AI 3.x); "
+        "local runs torchrun on this machine (what python -m pipelines.run uses).",
+    )
+    nodes: int = option(
+        2, "Training pods (1 master + workers); the job has nodes x gpus_per_node processes (local: processes)."
+    )
+    gpus_per_node: int = option(1, "GPUs per training pod, one training process each; 0 trains on CPU.")
+    cpu: str = option("8", "CPU request of each training pod, e.g. 8.")
+    memory: str = option("48Gi", "Memory request and limit of each training pod, /dev/shm included, e.g. 48Gi.")
+    shm_size: str = option(
+        "8Gi", "Memory-backed /dev/shm of each training pod (NCCL and data loaders need it), e.g. 8Gi."
+    )
+    node_selector: str = option(
+        "", "Node labels the training pods must run on: key=value,key2=value2 or a JSON object. Empty: any node."
+    )
+    tolerations: str = option(
+        "nvidia.com/gpu:NoSchedule",
+        "Taints the training pods tolerate: key[=value][:Effect],... or a JSON list. The default tolerates "
+        "NVIDIA GPU nodes' taint.",
+    )
+    hf_token_secret: str = option(
+        SECRET_NAME,
+        "Secret with key HF_TOKEN for the training pods; optional, so a missing one only matters for gated models.",
+    )
+    timeout_minutes: float = option(24 * 60.0, "Delete the training job and fail the run after this many minutes.")
+    backoff_limit: int = option(
+        3, "Restarts of failed training pods (each resumes from the newest checkpoint) before the job fails."
+    )
+    trainjob_runtime: str = option("torch-distributed", "The ClusterTrainingRuntime a trainjob uses.")
+
+    @property
+    def procs_per_node(self) -> int:
+        return self.gpus_per_node or 1
+
+
+def parse_node_selector(value: str | dict[str, str]) -> dict[str, str]:
+    """``{"k": "v"}`` (JSON or a dict) or ``k=v,k2=v2``; empty means none."""
+    if isinstance(value, dict):
+        return {str(k): str(v) for k, v in value.items()}
+    text = value.strip()
+    if not text:
+        return {}
+    if text.startswith("{"):
+        try:
+            parsed = json.loads(text)
+        except ValueError as error:
+            raise UserError(
+                f"parameter 'node_selector' is not valid JSON ({error}): {text!r}. "
+                'Write it as {"key": "value"} or key=value,key2=value2.'
+            ) from None
+        return parse_node_selector(parsed)
+    selector = {}
+    for pair in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, label = pair.partition("=")
+        if not sep or not key:
+            raise UserError(
+                f"parameter 'node_selector' has {pair!r}, which is not key=value. "
+                "Write it as key=value,key2=value2 or as a JSON object."
+            )
+        selector[key.strip()] = label.strip()
+    return selector
+
+
+def parse_tolerations(value: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A JSON list of Kubernetes tolerations, or the short form ``key[=value][:Effect],...``; empty means none."""
+    if isinstance(value, list):
+        tolerations = value
+    elif not value.strip():
+        return []
+    elif value.strip().startswith("["):
+        try:
+            tolerations = json.loads(value)
+        except ValueError as error:
+            raise UserError(
+                f"parameter 'tolerations' is not valid JSON ({error}): {value!r}. "
+                "Write a JSON list of tolerations or key[=value][:Effect],..."
+            ) from None
+    else:
+        tolerations = [_short_toleration(item.strip()) for item in value.split(",") if item.strip()]
+    for toleration in tolerations:
+        problem = _toleration_problem(toleration)
+        if problem:
+            raise UserError(f"parameter 'tolerations' has {toleration!r}: {problem}.")
+    return tolerations
+
+
+def _short_toleration(text: str) -> dict[str, Any]:
+    """``nvidia.com/gpu:NoSchedule`` tolerates that taint whatever its value; ``team=ml:NoExecute`` only value ml."""
+    taint, _, effect = text.partition(":")
+    key, sep, value = taint.partition("=")
+    toleration: dict[str, Any] = {"key": key, "operator": "Equal" if sep else "Exists"}
+    if sep:
+        toleration["value"] = value
+    if effect:
+        toleration["effect"] = effect
+    return toleration
+
+
+def _toleration_problem(toleration: Any) -> str | None:
+    if not isinstance(toleration, dict):
+        return "each toleration is an object with key, operator, value and effect"
+    if toleration.get("operator", "Equal") not in TOLERATION_OPERATORS:
+        return f"operator must be one of {', '.join(TOLERATION_OPERATORS)}"
+    if toleration.get("effect", "") not in ("", *TAINT_EFFECTS):
+        return f"effect must be one of {', '.join(TAINT_EFFECTS)} (or absent for all)"
+    if not toleration.get("key") and toleration.get("operator") != "Exists":
+        return "a toleration without a key must use operator Exists"
+    return None
+
+
+def launch_problems(launch: LaunchOptions) -> dict[str, str]:
+    """Field name -> what is wrong with its value; callers name the field their way (step or run parameter)."""
+    problems = {}
+    if launch.backend not in BACKENDS:
+        problems["backend"] = f"is {launch.backend!r}; it is one of {', '.join(BACKENDS)}"
+    if launch.nodes < 1:
+        problems["nodes"] = f"must be at least 1 (got {launch.nodes})"
+    if launch.gpus_per_node < 0:
+        problems["gpus_per_node"] = f"must be 0 (CPU) or more (got {launch.gpus_per_node})"
+    if launch.timeout_minutes <= 0:
+        problems["timeout_minutes"] = f"must be positive (got {launch.timeout_minutes})"
+    if launch.backoff_limit < 0:
+        problems["backoff_limit"] = f"must be 0 or more (got {launch.backoff_limit})"
+    for name in ("cpu", "memory", "shm_size"):
+        value = getattr(launch, name)
+        if not is_positive_quantity(value):
+            problems[name] = f"is {value!r}, not a positive Kubernetes quantity such as '8', '500m', '48Gi'"
+    if launch.hf_token_secret and not is_subdomain_name(launch.hf_token_secret):
+        problems["hf_token_secret"] = f"is {launch.hf_token_secret!r}, not a valid Secret name (or empty for none)"
+    for name, parse in (("node_selector", parse_node_selector), ("tolerations", parse_tolerations)):
+        try:
+            parse(getattr(launch, name))
+        except UserError as error:
+            problems[name] = str(error).rstrip(".").split(f"parameter '{name}' ", 1)[-1]
+    return problems
