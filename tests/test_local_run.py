@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO_ROOT, read_split, read_stats, run_module, write_jsonl
 
-from components.publish.record import DRY_RUN_NAME, RECORDS_DIR
+from common.run_layout import PUBLISHED as RECORDS_DIR
+from components.publish.record import DRY_RUN_NAME
 
 pytestmark = pytest.mark.slow
 
