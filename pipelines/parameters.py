@@ -36,7 +36,7 @@ from components.publish.options import PublishOptions
 from components.publish.options import option_problems as publish_problems
 from components.training.options import LaunchOptions, launch_problems
 from pipelines.run_options import RunInputs, WorkspaceOptions, workspace_problems
-from trainer.config import TrainConfig
+from trainer.config import SET_BY_THE_LAUNCHER, TrainConfig
 from trainer.config import option_problems as training_problems
 
 
@@ -73,7 +73,10 @@ def _options_of(options: type, **fields_by_parameter: str) -> list[RunParameter]
     return [RunParameter(name, options, field) for name, field in fields_by_parameter.items()]
 
 
-# In the order of the run form. Unrenamed parameters map to the field of the same name.
+# Every trainer option is a run parameter under its own name, except what the train step sets itself.
+TRAINING_OPTIONS = [spec.name for spec in dataclasses.fields(TrainConfig) if spec.name not in SET_BY_THE_LAUNCHER]
+
+# In the order of the run form.
 RUN_PARAMETERS: tuple[RunParameter, ...] = (
     *_options_of(RunInputs, dataset_uri="dataset_uri"),
     *_options_of(
@@ -84,36 +87,7 @@ RUN_PARAMETERS: tuple[RunParameter, ...] = (
         system_prompt="system_prompt",
     ),
     *_options_of(RunInputs, force="force", base_model="base_model"),
-    *_options_of(
-        TrainConfig,
-        **{
-            name: name
-            for name in (
-                "method",
-                "epochs",
-                "max_steps",
-                "learning_rate",
-                "scale_lr",
-                "warmup_ratio",
-                "weight_decay",
-                "lora_r",
-                "lora_alpha",
-                "lora_dropout",
-                "lora_target_modules",
-                "per_device_batch_size",
-                "gradient_accumulation_steps",
-                "max_length",
-                "packing",
-                "loss_on",
-                "gradient_checkpointing",
-                "save_steps",
-                "save_total_limit",
-                "logging_steps",
-                "eval_steps",
-                "seed",
-            )
-        },
-    ),
+    *_options_of(TrainConfig, **{name: name for name in TRAINING_OPTIONS}),
     *_options_of(
         LaunchOptions,
         training_backend="backend",
@@ -159,7 +133,6 @@ RUN_PARAMETERS: tuple[RunParameter, ...] = (
         keep_pvc="keep_pvc",
     ),
 )
-BY_NAME = {parameter.name: parameter for parameter in RUN_PARAMETERS}
 
 # Each options dataclass's validation: field name -> problem, read from any object with the fields
 # (the values are checked before the dataclass, whose __post_init__ may refuse them, is built).

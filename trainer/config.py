@@ -91,6 +91,9 @@ class TrainConfig:
         }
 
 
+# Fields the pipeline's train step fills in itself (paths, the resolved model, the job's size); the others
+# are run parameters.
+SET_BY_THE_LAUNCHER = ("model", "data_dir", "output_dir", "expected_world_size")
 POSITIVE_FIELDS = (
     "lora_r",
     "lora_alpha",

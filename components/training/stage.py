@@ -28,7 +28,7 @@ from components.training.manifests import JobSpec, job_name, render_pytorchjob, 
 from components.training.options import LaunchOptions, launch_problems, parse_node_selector, parse_tolerations
 from components.training.reports import TrainingFailed
 from components.training.signals import TERMINATED_EXIT_CODE, Terminated
-from trainer.config import TrainConfig, option_problems
+from trainer.config import SET_BY_THE_LAUNCHER, TrainConfig, option_problems
 
 FINISHED_JOB_TTL_SECONDS = 24 * 3600  # finished PyTorchJobs (and their pods' logs) stay a day for inspection
 SUMMARY_METRICS = (
@@ -259,15 +259,11 @@ def run_in_pipeline(
     return str(train_dir), config.model
 
 
-# TrainConfig fields the step sets itself rather than taking from the run form.
-SET_BY_THE_STEP = ("model", "data_dir", "output_dir", "expected_world_size")
-
-
 def run_step(arguments: dict[str, Any]) -> tuple[str, str]:
     """What the ``train_model`` component calls with every input by name: ``run_in_pipeline`` with the
     inputs named after ``LaunchOptions`` and ``TrainConfig`` fields gathered into those two groups."""
     launch_fields = {spec.name for spec in dataclasses.fields(LaunchOptions)}
-    training_fields = {spec.name for spec in dataclasses.fields(TrainConfig)} - set(SET_BY_THE_STEP)
+    training_fields = {spec.name for spec in dataclasses.fields(TrainConfig)} - set(SET_BY_THE_LAUNCHER)
     return run_in_pipeline(
         workspace_root=arguments["workspace_root"],
         run_id=arguments["run_id"],
