@@ -2,11 +2,12 @@
 
 The header of every shard is parsed by ``gguf.utility.SafetensorsLocal`` (the
 same parser llama.cpp's converter uses, so tensors come out in the same order).
-Tensor data is then mapped a few rows at a time with ``numpy.memmap`` and the
-mapping is dropped after each chunk: the resident memory of a conversion
-follows the chunk size, not the tensor or the model. Every byte range is checked
-against the file size first, so a truncated download is a clear error instead
-of a crash in the middle of writing.
+Tensor data is then read a few rows at a time, straight into a fresh array of
+just those rows, and the file is closed after each chunk: the resident memory
+of a conversion follows the chunk size, not the tensor or the model, and no
+mapping or handle outlives the read. Every byte range is checked against the
+file size first, so a truncated download is a clear error instead of a crash in
+the middle of writing.
 """
 
 from __future__ import annotations
@@ -64,28 +65,28 @@ class StoredTensor:
     def read_rows(self, start: int, stop: int) -> np.ndarray:
         """Rows ``[start, stop)`` as float32 or float16 (bf16 widened exactly to float32).
 
-        Each call maps only the requested byte range and the map is released
-        when the returned copy is made, so pages read here do not stay resident.
+        The rows' bytes are read with ``readinto`` into an array of their own, and the file is closed on return.
+        This is what ``numpy.memmap`` plus a copy did, minus the mapping: a memmap can only be released early through
+        its private ``_mmap``, whereas here nothing is left open (the file can be replaced or deleted at once) and
+        the process only ever holds the chunk asked for.
         """
         shape = (stop - start, *self.shape[1:]) if len(self.shape) > 1 else (self.shape or (1,))
-        mapped = np.memmap(
-            self.path,
-            dtype=STORED_DTYPES[self.dtype],
-            mode="r",
-            offset=self.offset + start * self.row_bytes,
-            shape=shape,
-        )
-        try:
-            if self.dtype == "BF16":  # bf16 is the top half of a float32: widening is exact
-                widened = np.empty(mapped.shape, dtype=np.uint32)
-                np.left_shift(mapped, 16, out=widened, dtype=np.uint32)
-                return widened.view(np.float32)
-            if self.dtype == "F64":
-                return mapped.astype(np.float32)
-            return np.array(mapped)
-        finally:
-            mapped._mmap.close()  # release the mapping now, not when the garbage collector gets to it
-            del mapped
+        stored = np.empty(shape, dtype=STORED_DTYPES[self.dtype])
+        with open(self.path, "rb") as file:
+            file.seek(self.offset + start * self.row_bytes)
+            count = file.readinto(stored)  # a buffered file fills the whole buffer unless the file ends first
+        if count != stored.nbytes:
+            raise UserError(
+                f"{self.path} ended while reading tensor {self.name} ({count} of {stored.nbytes} bytes); "
+                "it was truncated or replaced during the conversion. Copy the checkpoint again."
+            )
+        if self.dtype == "BF16":  # bf16 is the top half of a float32: widening is exact
+            widened = np.empty(stored.shape, dtype=np.uint32)
+            np.left_shift(stored, 16, out=widened, dtype=np.uint32)
+            return widened.view(np.float32)
+        if self.dtype == "F64":
+            return stored.astype(np.float32)
+        return stored
 
     def read(self) -> np.ndarray:
         return self.read_rows(0, self.row_count)

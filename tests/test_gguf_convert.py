@@ -8,9 +8,12 @@ in f32, f16, bf16 and q8_0.
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from gguf import GGMLQuantizationType
@@ -84,6 +87,21 @@ def test_auto_picks_the_stored_16_bit_type(gguf_models, tmp_path):
 
     assert convert(gguf_models["mistral"], tmp_path / "m.gguf", "auto").outtype == "bf16"
     assert convert(gguf_models["qwen2"], tmp_path / "q.gguf", "auto", pre_tokenizer="qwen2").outtype == "f16"
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").is_file(), reason="needs Linux /proc")
+def test_conversion_leaves_no_mapping_or_handle_on_the_checkpoint(gguf_models, tmp_path):
+    """Once converted, the shards can be replaced or deleted: no mapping or open file of them is left behind."""
+    from gguf_export.convert import convert
+
+    checkpoint = shutil.copytree(gguf_models["mistral"], tmp_path / "mistral")  # sharded bf16
+    convert(checkpoint, tmp_path / "m.gguf", "f16")
+    shards = {str(path) for path in checkpoint.glob("*.safetensors")}
+    assert len(shards) > 1
+    mapped = [line for line in Path("/proc/self/maps").read_text().splitlines() if line.split()[-1] in shards]
+    opened = [os.path.realpath(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")]
+    opened = [path for path in opened if path in shards]
+    assert mapped == [] and opened == []
 
 
 def test_metadata_options_are_written(gguf_models, tmp_path):
