@@ -25,6 +25,7 @@ from trl import SFTConfig, SFTTrainer
 from common.atomic import replace_dir, write_json
 from common.cli_options import flag
 from common.errors import UserError
+from common.run_layout import DATA_SHARDS, LOSS_CURVE, TRAINING_HISTORY, TRAINING_SUMMARY
 from trainer import checkpoints, data, diagnostics, distributed, outputs
 from trainer.callbacks import CompletionManifest, PreemptionSave, ProgressLines
 from trainer.config import TrainConfig, option_problems
@@ -236,13 +237,13 @@ def run(config: TrainConfig) -> int:
     if topology.is_main:
         save_models(trainer, config, tokenizer)
         history = trainer.state.log_history
-        write_json(config.output_dir / outputs.HISTORY, history)
-        outputs.plot_loss_curve(history, config.output_dir / outputs.LOSS_CURVE)
+        write_json(config.output_dir / TRAINING_HISTORY, history)
+        outputs.plot_loss_curve(history, config.output_dir / LOSS_CURVE)
         train_losses = [entry["loss"] for entry in history if "loss" in entry]
         runtime = result.metrics.get("train_runtime", time.monotonic() - started)
         tokens = int(trainer.state.num_input_tokens_seen)
         write_json(
-            config.output_dir / outputs.SUMMARY,
+            config.output_dir / TRAINING_SUMMARY,
             {
                 "config": config.as_json(),
                 "world_size": topology.world_size,
@@ -264,7 +265,7 @@ def run(config: TrainConfig) -> int:
             },
         )
         write_json(
-            config.output_dir / outputs.DATA_SHARDS,
+            config.output_dir / DATA_SHARDS,
             [{"rank": rank["rank"], **rank["sequences_by_epoch"]} for rank in ranks],
         )
         log.info("wrote %s", config.output_dir)

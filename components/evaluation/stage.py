@@ -25,8 +25,10 @@ from common.errors import exit_on_user_error
 from common.run_layout import EVALUATION as EVALUATION_FILE
 from common.run_layout import EVALUATION_HTML as REPORT_HTML
 from common.run_layout import EVALUATION_MARKDOWN as REPORT_MARKDOWN
+from common.run_layout import LOSS_CURVE
 from common.run_layout import MERGED as MERGED_DIR
 from common.run_layout import SAMPLE_RESPONSES as SAMPLES_FILE
+from common.run_layout import TRAINING_SUMMARY as SUMMARY
 from components.evaluation.gate import decide
 from components.evaluation.generation import generate_answers
 from components.evaluation.heldout import HeldOutLoss, held_out_loss, usable_conversations
@@ -43,7 +45,6 @@ from components.evaluation.report import png_data_uri, render_html, render_markd
 from trainer.config import TrainConfig
 from trainer.data import load_split, split_path
 from trainer.masking import Message, TokenisedConversation
-from trainer.outputs import LOSS_CURVE, SUMMARY
 
 COMPARED = ("eval_loss", "perplexity", "rouge_l")
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from common.atomic import write_json, write_text_atomic
 from common.errors import UserError, exit_on_user_error
-from common.run_layout import stage_dir
+from common.run_layout import TRAINING_SUMMARY, stage_dir
 from components.base_model import LOCAL_BACKEND, resolve_base_model
 from components.training.kinds import KINDS, PYTORCHJOB
 from components.training.manifests import JobSpec, job_name, render_pytorchjob, render_trainjob, run_labels, to_yaml
@@ -166,9 +166,7 @@ def _check_local_gpus(processes: int, gpus_per_node: int) -> None:
 
 def record_outputs(config: TrainConfig, launch: LaunchOptions, model_artifact, metrics) -> None:
     """Model artifact metadata pointing at the workspace, and the summary's numbers as metrics."""
-    from trainer.outputs import SUMMARY  # here: that module brings matplotlib, which the launcher needs only now
-
-    summary_path = config.output_dir / SUMMARY
+    summary_path = config.output_dir / TRAINING_SUMMARY
     if not summary_path.is_file():
         raise UserError(
             f"Training finished but {summary_path} is missing. "
