@@ -199,6 +199,17 @@ def test_reports_escape_model_output_and_show_the_gate_first():
     assert "![Training and eval loss per step](loss_curve.png)" in markdown
 
 
+def test_html_report_escapes_every_value_but_keeps_its_own_markup():
+    """report.html.j2 renders with autoescape: model output stays text, the template's placeholders stay markup."""
+    samples = [{"question": 'Say "hi" & <go>', "base": "", "fine_tuned": "<img src=x onerror=alert(1)> don't"}]
+    html = render_html(evaluation_for(True), samples, None, None)
+    assert html.startswith("<!DOCTYPE html>") and html.rstrip().endswith("</body></html>")
+    assert "<img" not in html and "<p>No loss curve was found.</p>" in html
+    assert "<th colspan=2>1. Say &#34;hi&#34; &amp; &lt;go&gt;</th></tr><tr><td><em>(empty answer)</em></td>" in html
+    assert "<td><em>(empty answer)</em></td><td>&lt;img src=x onerror=alert(1)&gt; don&#39;t</td></tr>" in html
+    assert '<p class="gate passed">Quality gate passed.' in html
+
+
 def test_command_line_is_generated_from_the_options():
     flags = {action.option_strings[0] for action in build_parser()._actions if action.option_strings[1:2] != ["--help"]}
     assert flags == {"--" + name.replace("_", "-") for name in EvaluateOptions.__dataclass_fields__}

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO_ROOT, run_module
 from kfp import dsl
+from markupsafe import escape as escape_html
 
 from components.dataprep.options import PrepareOptions
 from components.dataprep.prepare import prepare
@@ -196,8 +197,9 @@ def test_every_question_has_two_answers_in_the_samples_and_both_reports(cli_run)
         base_part, tuned_part = section.split("**Fine-tuned**")
         assert escape(sample["base"], quote=False).splitlines()[0] in base_part
         assert escape(sample["fine_tuned"], quote=False).splitlines()[0] in tuned_part
-        row = html.split(f". {escape(sample['question'])}</th></tr>", 1)[1].split("</tr>", 1)[0]
-        assert row == f"<tr><td>{escape(sample['base'])}</td><td>{escape(sample['fine_tuned'])}</td>"
+        # report.html is rendered with Jinja's autoescape, which is markupsafe's escape (&#39; for ', &#34; for ").
+        row = html.split(f". {escape_html(sample['question'])}</th></tr>", 1)[1].split("</tr>", 1)[0]
+        assert row == f"<tr><td>{escape_html(sample['base'])}</td><td>{escape_html(sample['fine_tuned'])}</td>"
     assert "Quality gate passed" in markdown and "Quality gate passed" in html
 
 

@@ -135,4 +135,7 @@ def test_the_built_wheel_ships_the_dataset(tmp_path):
     (wheel,) = (tmp_path / "dist").glob("*.whl")
     with zipfile.ZipFile(wheel) as archive:
         shipped = archive.read(f"components/sample_data/{SAMPLE_FILE}")
+        templates = {name for name in archive.namelist() if name.endswith(".j2")}
     assert shipped == bundled_dataset_path().read_bytes()
+    # The templates the evaluation report and the model card are rendered from are package data too.
+    assert {"components/evaluation/report.html.j2", "components/publish/model_card.md.j2"} <= templates

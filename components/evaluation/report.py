@@ -6,14 +6,18 @@ answers side by side. The HTML embeds the loss curve as a data URI, because
 the pipelines UI shows an HTML artifact as a single file; the Markdown takes
 the image source from its caller (a relative link beside report.md on the
 workspace, a data URI in the KFP artifact). Model output is escaped: it is
-untrusted text, not markup.
+untrusted text, not markup. The HTML is the Jinja template report.html.j2
+beside this module, rendered with autoescape on; the Markdown escapes by hand.
 """
 
 from __future__ import annotations
 
 import base64
 from html import escape
+from pathlib import Path
 from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 Evaluation = dict[str, Any]
 Sample = dict[str, str]
@@ -125,54 +129,31 @@ def render_markdown(
     return "\n".join(lines) + "\n"
 
 
-STYLE = """
-body { font-family: system-ui, sans-serif; margin: 1.5rem; color: #1f2328; max-width: 72rem; }
-.gate { padding: .75rem 1rem; border-radius: 6px; font-weight: 600; }
-.passed { background: #dafbe1; border: 1px solid #4ac26b; }
-.failed { background: #ffebe9; border: 1px solid #ff8182; }
-table { border-collapse: collapse; margin: 1rem 0; }
-th, td { border: 1px solid #d0d7de; padding: .4rem .7rem; vertical-align: top; text-align: left; }
-td.number { text-align: right; font-variant-numeric: tabular-nums; }
-.answers td { width: 50%; white-space: pre-wrap; }
-.note { color: #59636e; }
-img { max-width: 100%; }
-"""
+HTML_TEMPLATE = "report.html.j2"
+# The template beside this module (package data, like the model card's). Autoescape because questions and answers are
+# model output: untrusted text that must not become markup. StrictUndefined, so a misspelt name fails the render
+# instead of leaving a blank in the page.
+_TEMPLATES = Environment(
+    loader=FileSystemLoader(Path(__file__).parent),
+    autoescape=True,
+    undefined=StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    keep_trailing_newline=True,
+)
 
 
 def render_html(
     evaluation: Evaluation, samples: list[Sample], training: dict[str, Any] | None, loss_curve_png: bytes | None
 ) -> str:
-    gate_class = "passed" if evaluation["gate"]["passed"] else "failed"
-    metrics = "".join(
-        f"<tr><td>{escape(label)}</td><td class=number>{base}</td>"
-        f"<td class=number>{tuned}</td><td class=number>{delta}</td></tr>"
-        for label, base, tuned, delta in metric_rows(evaluation)
+    """The page from ``report.html.j2``; the template escapes every value, model output included."""
+    return _TEMPLATES.get_template(HTML_TEMPLATE).render(
+        title=TITLE,
+        gate_passed=evaluation["gate"]["passed"],
+        gate_headline=gate_headline(evaluation),
+        metrics=metric_rows(evaluation),
+        notes=notes(evaluation),
+        facts=training_facts(training),
+        loss_curve_src=png_data_uri(loss_curve_png) if loss_curve_png else None,
+        samples=samples,
     )
-    facts = "".join(
-        f"<tr><td>{escape(label)}</td><td>{escape(value)}</td></tr>" for label, value in training_facts(training)
-    )
-    curve = (
-        f'<img alt="Training and eval loss per step" src="{png_data_uri(loss_curve_png)}">'
-        if loss_curve_png
-        else "<p>No loss curve was found.</p>"
-    )
-    answers = "".join(
-        f"<tr><th colspan=2>{number}. {escape(sample['question'])}</th></tr>"
-        f"<tr><td>{escape(sample['base']) or '<em>(empty answer)</em>'}</td>"
-        f"<td>{escape(sample['fine_tuned']) or '<em>(empty answer)</em>'}</td></tr>"
-        for number, sample in enumerate(samples, start=1)
-    )
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{TITLE}</title><style>{STYLE}</style></head>
-<body>
-<h1>{TITLE}</h1>
-<p class="gate {gate_class}">{escape(gate_headline(evaluation))}</p>
-<table><tr><th>Metric</th><th>Base</th><th>Fine-tuned</th><th>Change</th></tr>{metrics}</table>
-<p class="note">{escape(notes(evaluation))}</p>
-<h2>Training run</h2>
-{f"<table>{facts}</table>" if facts else "<p>training_summary.json was not found.</p>"}
-{curve}
-<h2>Sample answers</h2>
-<table class="answers"><tr><th>Base</th><th>Fine-tuned</th></tr>{answers}</table>
-</body></html>
-"""
