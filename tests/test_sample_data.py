@@ -8,6 +8,7 @@ actually shipped inside the installed package.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -109,9 +110,15 @@ def test_the_built_wheel_ships_the_dataset(tmp_path):
     """The container image installs the wheel; without package-data the default dataset would silently be missing."""
     source = tmp_path / "src"
     source.mkdir()
+    # Exactly what the Containerfile copies into the image before it installs the project.
+    copied = re.findall(r"^COPY (\S+) \./\S+$", (REPO_ROOT / "Containerfile").read_text(), flags=re.MULTILINE)
+    packages = set(
+        re.findall(r'"(\w+)\*"', re.search(r"include = \[(.*)\]", (REPO_ROOT / "pyproject.toml").read_text())[1])
+    )
+    assert set(copied) == packages, "the Containerfile must copy every package pyproject.toml installs"
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO_ROOT / name, source / name)
-    for package in ("components", "pipelines", "trainer", "gguf_export"):
+    for package in copied:
         shutil.copytree(REPO_ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
     result = subprocess.run(
         [
@@ -136,6 +143,8 @@ def test_the_built_wheel_ships_the_dataset(tmp_path):
     with zipfile.ZipFile(wheel) as archive:
         shipped = archive.read(f"components/sample_data/{SAMPLE_FILE}")
         templates = {name for name in archive.namelist() if name.endswith(".j2")}
+        top_level = {name.split("/")[0] for name in archive.namelist() if name.endswith("/__init__.py")}
     assert shipped == bundled_dataset_path().read_bytes()
+    assert top_level == packages
     # The templates the evaluation report and the model card are rendered from are package data too.
     assert {"components/evaluation/report.html.j2", "components/publish/model_card.md.j2"} <= templates
