@@ -64,11 +64,14 @@ def trainer_args(model: Path, data: Path, output: Path, *extra) -> list[str]:
     ]
 
 
-def torchrun(args: list[str], env: dict[str, str] | None = None, log: Path | None = None) -> subprocess.Popen:
-    """Start ``torchrun --standalone --nproc_per_node=2 -m trainer args`` with output going to ``log``."""
+def torchrun(
+    args: list[str], env: dict[str, str] | None = None, log: Path | None = None, ranks: int = 2
+) -> subprocess.Popen:
+    """Start ``torchrun --standalone --nproc_per_node=<ranks> -m trainer args`` with output going to ``log``."""
     handle = open(log, "w") if log else subprocess.DEVNULL
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"]
     return subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "trainer", *args],
+        [*command, "-m", "trainer", *args],
         cwd=REPO_ROOT,
         env={**os.environ, **(env or {})},
         stdout=handle,
@@ -167,6 +170,65 @@ def test_two_ranks_split_the_data_agree_on_weights_and_only_rank_0_writes(tiny_m
     for name in ("loss_curve.png", "training_history.json"):
         assert (output / name).stat().st_size > 0
     assert list((output / "tensorboard").rglob("events.out.tfevents.*"))
+
+
+def single_process_eval_loss(model_dir: Path, data_dir: Path, scratch: Path, packing: bool) -> float:
+    """The eval loss of ``model_dir`` on ``data_dir``'s eval split, by the trainer's own settings, in one process."""
+    from trl import SFTTrainer
+
+    from trainer import data
+    from trainer.config import TrainConfig
+    from trainer.distributed import Topology
+    from trainer.train import sft_config
+
+    config = TrainConfig(
+        model=str(model_dir),
+        data_dir=data_dir,
+        output_dir=scratch,
+        max_length=128,
+        per_device_batch_size=2,
+        packing=packing,
+    )
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    eval_split = data.tokenise(data.load_split(data_dir, "eval"), tokenizer, config.loss_on)
+    trainer = SFTTrainer(
+        model=AutoModelForCausalLM.from_pretrained(model_dir),
+        args=sft_config(config, Topology(rank=0, local_rank=0, world_size=1), has_eval=True),
+        train_dataset=eval_split,  # required, never trained on here
+        eval_dataset=eval_split,
+        processing_class=tokenizer,
+    )
+    return trainer.evaluate()["eval_loss"]
+
+
+@pytest.mark.parametrize(
+    ("records", "packing"),
+    [(60, "--packing"), (40, "--no-packing")],
+    ids=["4-rows-packed-into-one", "3-rows-unpacked"],
+)
+def test_more_ranks_than_eval_rows_finish_and_count_each_eval_row_once(tiny_model_dir, tmp_path, records, packing):
+    """Four ranks and a held-out split smaller than that (issue 12, defect 1): it used to train, then crash on every
+    rank with KeyError 'eval_loss' (each rank's eval loader dropped its only, incomplete batch), so a restarted job
+    crashed again until its backoff limit was spent. Now every rank evaluates, each eval row counts once, and the
+    eval loss equals what one process computes for the same model on the same rows. Unpacked, three rows over four
+    ranks give one rank a repeated row: a loss counted twice would move the mean."""
+    import pyarrow.parquet as pq
+    from conftest import qa, write_jsonl
+
+    from components.dataprep.options import PrepareOptions
+    from components.dataprep.prepare import prepare
+
+    data, output = tmp_path / "data", tmp_path / "out"
+    prepare(str(write_jsonl(tmp_path / "qa.jsonl", [qa(i) for i in range(records)])), data, PrepareOptions(0.04))
+    assert 1 <= pq.read_table(data / "eval.parquet").num_rows <= 4  # no more than one per rank, before packing
+    args = trainer_args(tiny_model_dir, data, output, "--max-steps", "2", "--save-steps", "2", "--lora-r", "4", packing)
+    process = torchrun(args, log=tmp_path / "log", ranks=4)
+    assert finish(process) == 0, (tmp_path / "log").read_text()[-3000:]
+
+    result = summary(output)
+    assert result["world_size"] == 4 and (output / "merged" / "config.json").is_file()
+    reference = single_process_eval_loss(output / "merged", data, tmp_path / "reference", packing == "--packing")
+    assert result["final_eval_loss"] == pytest.approx(reference, rel=1e-4)
 
 
 def test_killed_rank_restart_resumes_from_the_newest_complete_checkpoint(tiny_model_dir, prepared_data_dir, tmp_path):

@@ -100,7 +100,9 @@ def sft_config(config: TrainConfig, topology: Topology, has_eval: bool) -> SFTCo
         warmup_steps=config.warmup_ratio,  # a float below 1 is a share of all steps
         weight_decay=config.weight_decay,
         per_device_train_batch_size=config.per_device_batch_size,
-        per_device_eval_batch_size=config.per_device_batch_size,
+        # One (packed) eval row per forward pass: the Trainer averages per-batch mean losses, so only with one
+        # row per batch does each eval row weigh the same whatever the number of ranks it is spread over.
+        per_device_eval_batch_size=1,
         gradient_accumulation_steps=config.gradient_accumulation_steps,
         activation_checkpointing=config.gradient_checkpointing,
         max_length=config.max_length,
@@ -122,8 +124,9 @@ def sft_config(config: TrainConfig, topology: Topology, has_eval: bool) -> SFTCo
         include_num_input_tokens_seen="all" if config.packing else "non_padding",
         ddp_backend=distributed.backend() if topology.world_size > 1 else None,
         ddp_find_unused_parameters=False,
-        # Equal batch counts per rank without accelerate's padding of the last
-        # batch with repeated samples, which would break the disjoint shards.
+        # Equal training batch counts per rank without accelerate's padding of the last
+        # batch with repeated samples, which would break the disjoint shards. The eval
+        # loader keeps every row (EveryEvalRowTrainer).
         dataloader_drop_last=topology.world_size > 1,
         disable_tqdm=not sys.stderr.isatty(),
         seed=config.seed,
@@ -131,6 +134,26 @@ def sft_config(config: TrainConfig, topology: Topology, has_eval: bool) -> SFTCo
         use_cpu=not torch.cuda.is_available(),
         **precision(),
     )
+
+
+class EveryEvalRowTrainer(SFTTrainer):
+    """TRL's SFTTrainer whose eval loader never drops its last, incomplete batch.
+
+    ``dataloader_drop_last`` applies to both loaders. Training needs it (see
+    ``sft_config``); evaluation must not have it: with fewer eval rows than ranks
+    every rank dropped its only batch, no rank computed ``eval_loss``, and the run
+    crashed after training. Without it, accelerate pads the ranks' last batches
+    with repeated rows and ``gather_for_metrics`` removes the repeats, so each eval
+    row counts exactly once.
+    """
+
+    def get_eval_dataloader(self, eval_dataset=None):
+        drop_last = self.args.dataloader_drop_last
+        self.args.dataloader_drop_last = False
+        try:
+            return super().get_eval_dataloader(eval_dataset)
+        finally:
+            self.args.dataloader_drop_last = drop_last
 
 
 def clear_incomplete_checkpoints(config: TrainConfig, topology: Topology) -> Path | None:
@@ -202,7 +225,7 @@ def run(config: TrainConfig) -> int:
     resume_from = clear_incomplete_checkpoints(config, topology)
     preemption = PreemptionSave()
     shards = ShardRecorder()
-    trainer = SFTTrainer(
+    trainer = EveryEvalRowTrainer(
         model=load_model(config, args.bf16),
         args=args,
         train_dataset=train_split,
