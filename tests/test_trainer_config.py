@@ -85,3 +85,37 @@ def test_option_problems_name_the_field(change, field):
 def test_defaults_have_no_problems():
     assert option_problems(TrainConfig(**REQUIRED)) == {}
     assert option_problems(TrainConfig(**REQUIRED, epochs=0, max_steps=10)) == {}
+
+
+@pytest.mark.parametrize(
+    ("capability", "expected"),
+    [
+        (None, "fp32"),  # CPU
+        ((6, 0), "fp16"),  # P100
+        ((7, 0), "fp16"),  # V100: torch.cuda.is_bf16_supported() says True, but bf16 is emulated there
+        ((7, 5), "fp16"),  # T4: likewise
+        ((8, 0), "bf16"),  # A100
+        ((8, 9), "bf16"),  # L4, L40S
+        ((9, 0), "bf16"),  # H100, H200
+    ],
+)
+def test_precision_is_bf16_only_where_the_gpu_has_it_natively(capability, expected):
+    from trainer.precision import precision
+
+    chosen = precision(capability)
+    assert ("bf16" if chosen["bf16"] else "fp16" if chosen["fp16"] else "fp32") == expected
+
+
+def test_the_capability_is_read_from_this_ranks_gpu_after_selecting_it(monkeypatch):
+    """Rank 3 of a node with mixed GPUs must decide by GPU 3, and select it first, as the Trainer does later."""
+    import torch
+
+    from trainer.distributed import Topology
+    from trainer.precision import device_capability
+
+    selected = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "set_device", selected.append)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: (9, 0) if index == 3 else (7, 5))
+    assert device_capability(Topology(rank=7, local_rank=3, world_size=8)) == (9, 0)
+    assert selected == [3]

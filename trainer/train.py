@@ -31,6 +31,7 @@ from trainer.callbacks import CompletionManifest, PreemptionSave, ProgressLines
 from trainer.config import TrainConfig, option_problems
 from trainer.diagnostics import ShardRecorder
 from trainer.distributed import Topology
+from trainer.precision import device_capability, precision
 
 log = logging.getLogger("trainer")
 
@@ -49,14 +50,6 @@ def check_config(config: TrainConfig) -> None:
         )
     if problems:
         raise UserError("invalid training options: " + "; ".join(problems) + ".")
-
-
-def precision() -> dict[str, bool]:
-    """bf16 where the GPU supports it, else fp16 on GPU, fp32 on CPU."""
-    if torch.cuda.is_available():
-        bf16 = torch.cuda.is_bf16_supported()
-        return {"bf16": bf16, "fp16": not bf16}
-    return {"bf16": False, "fp16": False}
 
 
 def load_model(config: TrainConfig, bf16: bool) -> PreTrainedModel:
@@ -132,7 +125,7 @@ def sft_config(config: TrainConfig, topology: Topology, has_eval: bool) -> SFTCo
         seed=config.seed,
         data_seed=config.seed,
         use_cpu=not torch.cuda.is_available(),
-        **precision(),
+        **precision(device_capability(topology)),
     )
 
 

@@ -14,12 +14,13 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from common.errors import UserError
+from trainer.precision import native_bf16
 
 
 def device_and_dtype() -> tuple[torch.device, torch.dtype]:
-    """The first CUDA device in bf16 (fp16 where bf16 is unsupported), else the CPU in fp32."""
+    """The first CUDA device in bf16 (fp16 where the GPU has no native bf16), else the CPU in fp32."""
     if torch.cuda.is_available():
-        return torch.device("cuda"), torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.device("cuda"), torch.bfloat16 if native_bf16() else torch.float16
     return torch.device("cpu"), torch.float32
 
 
