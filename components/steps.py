@@ -177,11 +177,15 @@ def evaluate_model(
     score_rows: int,
     min_eval_loss_improvement: float,
     batch_size: int,
+    require_cuda: bool,
     metrics: dsl.Output[dsl.Metrics],
     report_html: dsl.Output[dsl.HTML],
     report_markdown: dsl.Output[dsl.Markdown],
 ) -> NamedTuple("EvaluateOutputs", [("gate_passed", bool), ("gate_reason", str)]):
-    """Compare the fine-tuned model with its base on held-out data; report it and decide the quality gate."""
+    """Compare the fine-tuned model with its base on held-out data; report it and decide the quality gate.
+
+    ``require_cuda``: the step's pod was given a GPU, so it stops rather than run on the CPU when CUDA fails.
+    """
     # No parameter defaults: the pod runs this source as written, so they could only be literals
     # copied from EvaluateOptions. The pipeline passes every value, defaulting to EvaluateOptions'.
     from collections import namedtuple
@@ -203,6 +207,7 @@ def evaluate_model(
         metrics,
         report_html,
         report_markdown,
+        require_cuda=require_cuda,
     )
     return namedtuple("EvaluateOutputs", ["gate_passed", "gate_reason"])(gate_passed, gate_reason)
 

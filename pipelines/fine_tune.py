@@ -198,6 +198,7 @@ def build_pipeline(workspace: Workspace):
                     base_model=trained.outputs["base_model"],
                     train_dir=trained.outputs["train_dir"],
                     data_dir=prepared.outputs["data_dir"],
+                    require_cuda=workspace.gpus and EVALUATE_GPUS > 0,
                     **arguments_for(EvaluateOptions, run),
                 )
             )

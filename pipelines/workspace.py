@@ -26,6 +26,7 @@ PVC_NAME_SUFFIX = "-llm-finetune-workspace"
 
 class Workspace(Protocol):
     root: str
+    gpus: bool  # steps get the GPUs they ask for (so a step given one must find CUDA working)
 
     def attach(self, after: dsl.PipelineTask, pvc_name, pvc_size, pvc_storage_class) -> None:
         """Make the workspace available before the first stage runs."""
@@ -47,6 +48,7 @@ class ClusterWorkspace:
     """A ReadWriteMany PVC per run, or an existing one."""
 
     root = MOUNT_PATH
+    gpus = True
 
     def __init__(self) -> None:
         self._pvc: dsl.PipelineTask | None = None
@@ -85,6 +87,8 @@ class ClusterWorkspace:
 
 class LocalWorkspace:
     """A local directory standing in for the PVC under ``kfp.local``; training as local processes."""
+
+    gpus = False  # kfp.local ignores resource requests: steps use whatever this machine has
 
     def __init__(self, root: Path) -> None:
         self.root = str(Path(root).resolve())

@@ -505,6 +505,8 @@ def test_evaluation_gets_a_gpu_in_the_cluster(spec, platform):
     )
     (toleration,) = platform["deploymentSpec"]["executors"]["exec-evaluate-model"]["tolerations"]
     assert toleration == {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    owner, evaluate = find_task(spec, "evaluate-model")
+    assert source(spec, owner, evaluate, "require_cuda") == ("constant", True)  # it must not fall back to the CPU
 
 
 def test_workspace_stages_mount_the_pvc(spec, platform):

@@ -270,3 +270,18 @@ def test_component_returns_the_gate_as_parameters_the_dag_can_branch_on(tmp_path
         "report_markdown": "system.Markdown",
     }
     assert spec["inputDefinitions"]["parameters"]["extra_questions"] == {"parameterType": "LIST"}
+
+
+def test_the_step_given_a_gpu_stops_when_cuda_does_not_work(capsys):
+    """Issue 12, defect 3: the cluster's evaluation step holds a GPU; where CUDA fails it must say so and stop, not
+    generate with two models on the CPU. Nothing is read before the check, so the other arguments do not matter."""
+    import torch
+
+    from components.evaluation.stage import run_in_pipeline
+
+    assert not torch.cuda.is_available()
+    with pytest.raises(SystemExit) as exited:
+        run_in_pipeline("base", "train", "data", "eval", [], 8, 1, 0.0, 1, None, None, None, require_cuda=True)
+    assert exited.value.code == 2
+    error = " ".join(capsys.readouterr().err.split())
+    assert error.startswith("error: The evaluation step was given GPUs, but CUDA is not usable in this pod")

@@ -34,7 +34,7 @@ FAST = dict(
     lora_r=4,
     lora_alpha=8,
 )
-SET_BY_THE_STEP = {"model", "data_dir", "output_dir", "expected_world_size"}
+SET_BY_THE_STEP = {"model", "data_dir", "output_dir", "require_cuda", "expected_world_size"}
 
 
 def local_run(tmp_path: Path, data_dir: Path, base_model: Path, training: dict, **launch) -> tuple[str, dict]:

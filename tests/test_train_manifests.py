@@ -51,7 +51,7 @@ def check_trainer_command(command: list[str], job: JobSpec) -> None:
         "rank and rendezvous come from the PET_* environment"
     )
     assert parse_config(command[3:]) == dataclasses.replace(
-        job.train, expected_world_size=job.nodes * max(job.gpus_per_node, 1)
+        job.train, require_cuda=job.gpus_per_node > 0, expected_world_size=job.nodes * max(job.gpus_per_node, 1)
     )
 
 

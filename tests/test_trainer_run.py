@@ -324,3 +324,32 @@ def test_qlora_is_refused_without_cuda(tiny_model_dir, prepared_data_dir, tmp_pa
     )
     assert result.returncode == 2
     assert "--method qlora needs a CUDA GPU" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_pod_given_gpus_without_usable_cuda_stops_instead_of_training_on_the_cpu(
+    tiny_model_dir, prepared_data_dir, tmp_path
+):
+    """Issue 12, defect 3: the launcher's command for a GPU job, run where CUDA does not work (here: no GPU at all,
+    as in a pod whose driver is too old for the image's torch), must stop at once with what to change."""
+    import dataclasses
+
+    from train_jobs import example_spec
+
+    assert not torch.cuda.is_available()
+    spec = example_spec(nodes=1, gpus=1)
+    spec = dataclasses.replace(
+        spec, train=dataclasses.replace(spec.train, model=str(tiny_model_dir), data_dir=prepared_data_dir)
+    )
+    output = tmp_path / "out"
+    command = spec.trainer_command()
+    assert "--require-cuda" in command
+    args = command[3:]
+    args[args.index("--output-dir") + 1] = str(output)
+    args[args.index("--expected-world-size") + 1] = "1"
+    result = run_module("trainer", *args)
+    assert result.returncode == 2, result.stderr
+    error = " ".join(result.stderr.split())
+    assert error.startswith("error: The training job was given GPUs, but CUDA is not usable in this pod")
+    assert f"built for CUDA {torch.version.cuda or 'none'}" in error and "NVIDIA driver is" in error
+    assert "gpus_per_node to 0" in error and "Traceback" not in error
+    assert not output.exists()

@@ -71,6 +71,9 @@ class TrainConfig:
     logging_steps: int = option(5, "Log loss, tokens/s and ETA every this many steps.")
     eval_steps: int = option(0, "Evaluate on the held-out split every this many steps (0: once per epoch).")
     seed: int = option(42, "Seed for shuffling, dropout and LoRA initialisation.")
+    require_cuda: bool = option(
+        False, "Fail at start unless CUDA works: the launcher sets it when the job's pods were given GPUs."
+    )
     expected_world_size: int = option(0, "Fail at start unless exactly this many processes take part (0: no check).")
 
     @property
@@ -93,7 +96,7 @@ class TrainConfig:
 
 # Fields the pipeline's train step fills in itself (paths, the resolved model, the job's size); the others
 # are run parameters.
-SET_BY_THE_LAUNCHER = ("model", "data_dir", "output_dir", "expected_world_size")
+SET_BY_THE_LAUNCHER = ("model", "data_dir", "output_dir", "require_cuda", "expected_world_size")
 POSITIVE_FIELDS = (
     "lora_r",
     "lora_alpha",

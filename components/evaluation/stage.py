@@ -43,6 +43,7 @@ from components.evaluation.options import EvaluateOptions, parse_options
 from components.evaluation.reference import ReferenceRow, reference_rows, rouge_l
 from components.evaluation.report import png_data_uri, render_html, render_markdown
 from trainer.config import TrainConfig
+from trainer.cuda import require_cuda as require_working_cuda
 from trainer.data import load_split, split_path
 from trainer.masking import Message, TokenisedConversation
 
@@ -236,12 +237,17 @@ def run_in_pipeline(
     metrics,
     html_report_artifact,
     markdown_report_artifact,
+    require_cuda: bool = False,
 ) -> tuple[bool, str]:
     """What the KFP component does: evaluate, fill the UI artifacts, return the gate's decision and reason.
 
     The Markdown artifact embeds the loss curve as a data URI, since the UI
-    shows the artifact alone, without report.md's neighbouring image.
+    shows the artifact alone, without report.md's neighbouring image. With
+    ``require_cuda`` (the pod was given a GPU) a CUDA failure stops the step
+    instead of generating on the CPU.
     """
+    if require_cuda:
+        require_working_cuda("evaluation step")
     options = EvaluateOptions(
         base_model=base_model,
         fine_tuned_model=Path(train_dir) / MERGED_DIR,

@@ -84,7 +84,9 @@ class JobSpec:
         return self.nodes * self.procs_per_node
 
     def trainer_command(self) -> list[str]:
-        config = dataclasses.replace(self.train, expected_world_size=self.world_size)
+        config = dataclasses.replace(
+            self.train, require_cuda=self.gpus_per_node > 0, expected_world_size=self.world_size
+        )
         return ["torchrun", "-m", "trainer", *to_args(config)]
 
 
