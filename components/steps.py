@@ -142,6 +142,7 @@ def train_model(
     logging_steps: int,
     eval_steps: int,
     seed: int,
+    collective_timeout_minutes: float,
     model: dsl.Output[dsl.Model],
     metrics: dsl.Output[dsl.Metrics],
     manifest: dsl.Output[dsl.Artifact],
@@ -149,7 +150,7 @@ def train_model(
     """Fine-tune the base model: a PyTorchJob or TrainJob on the cluster, or local torchrun processes.
 
     The inputs from ``backend`` to ``trainjob_runtime`` are ``LaunchOptions``
-    fields and those from ``method`` to ``seed`` ``TrainConfig`` fields, named
+    fields and those from ``method`` to ``collective_timeout_minutes`` ``TrainConfig`` fields, named
     alike (tests/test_run_parameters.py checks it). No defaults here: the pod
     runs this source as written, so they could only be copies; the pipeline
     passes every value. ``image`` is the training pods' image, ``pvc_name`` the

@@ -123,6 +123,7 @@ def build_pipeline(workspace: Workspace):
         logging_steps: int = TRAIN.logging_steps,
         eval_steps: int = TRAIN.eval_steps,
         seed: int = TRAIN.seed,
+        collective_timeout_minutes: float = TRAIN.collective_timeout_minutes,
         training_backend: str = LAUNCH.backend,
         training_nodes: int = LAUNCH.nodes,
         gpus_per_node: int = LAUNCH.gpus_per_node,

@@ -41,6 +41,7 @@ def validate_parameters(
     logging_steps: int,
     eval_steps: int,
     seed: int,
+    collective_timeout_minutes: float,
     training_backend: str,
     training_nodes: int,
     gpus_per_node: int,

@@ -321,6 +321,7 @@ def test_every_parameter_has_default_and_description(spec):
         "logging_steps",
         "eval_steps",
         "seed",
+        "collective_timeout_minutes",
         "training_backend",
         "training_nodes",
         "gpus_per_node",

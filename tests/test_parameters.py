@@ -113,6 +113,7 @@ BAD_STAGE_OPTIONS = {
     "save_total_limit": 1,
     "logging_steps": 0,
     "eval_steps": -1,
+    "collective_timeout_minutes": 0.0,
     "training_backend": "slurm",
     "training_nodes": 0,
     "gpus_per_node": -1,
@@ -225,7 +226,7 @@ def test_cli_lists_every_bad_parameter(tmp_path):
             "evil_fraction=0.2",
             (
                 "--param 'evil_fraction' is not a pipeline parameter (did you mean eval_fraction?); "
-                "the parameters are: base_model, dataset_uri,"
+                "the parameters are: base_model, collective_timeout_minutes, dataset_uri,"
             ),
         ),
         ("split_seed=abc", "--param split_seed='abc': split_seed must be a whole number."),

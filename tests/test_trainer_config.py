@@ -48,6 +48,8 @@ def test_every_field_changed_round_trips():
         logging_steps=2,
         eval_steps=4,
         seed=7,
+        collective_timeout_minutes=2.5,
+        require_cuda=True,
         expected_world_size=8,
     )
     defaults = TrainConfig(**REQUIRED)
@@ -119,3 +121,18 @@ def test_the_capability_is_read_from_this_ranks_gpu_after_selecting_it(monkeypat
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: (9, 0) if index == 3 else (7, 5))
     assert device_capability(Topology(rank=7, local_rank=3, world_size=8)) == (9, 0)
     assert selected == [3]
+
+
+def test_a_lost_peer_fails_the_collective_after_the_configured_timeout(tmp_path):
+    """Issue 12, defect 6: the process group's timeout (what a rank waits in a collective for a peer that is gone)
+    is the option, not torch's 30-minute default, and a non-positive one is refused."""
+    from trainer.distributed import Topology
+    from trainer.train import sft_config
+
+    single = Topology(rank=0, local_rank=0, world_size=1)
+    config = TrainConfig(model="m", data_dir=tmp_path, output_dir=tmp_path / "out")
+    assert config.collective_timeout_minutes == 10.0
+    assert sft_config(config, single, has_eval=False).ddp_timeout == 600
+    quick = dataclasses.replace(config, collective_timeout_minutes=0.5)
+    assert sft_config(quick, single, has_eval=False).ddp_timeout == 30
+    assert "collective_timeout_minutes" in option_problems(dataclasses.replace(config, collective_timeout_minutes=0))

@@ -71,6 +71,12 @@ class TrainConfig:
     logging_steps: int = option(5, "Log loss, tokens/s and ETA every this many steps.")
     eval_steps: int = option(0, "Evaluate on the held-out split every this many steps (0: once per epoch).")
     seed: int = option(42, "Seed for shuffling, dropout and LoRA initialisation.")
+    collective_timeout_minutes: float = option(
+        10.0,
+        "Fail a rank that waits this long in a collective (a lost peer pod): the job restarts and resumes from the "
+        "newest checkpoint instead of hanging. Must exceed the longest checkpoint save; raise it for full "
+        "fine-tuning of large models on slow storage.",
+    )
     require_cuda: bool = option(
         False, "Fail at start unless CUDA works: the launcher sets it when the job's pods were given GPUs."
     )
@@ -129,6 +135,8 @@ def option_problems(config: TrainConfig) -> dict[str, str]:
         problems["warmup_ratio"] = f"must be in [0, 1) (got {config.warmup_ratio})"
     if config.weight_decay < 0:
         problems["weight_decay"] = f"must not be negative (got {config.weight_decay})"
+    if config.collective_timeout_minutes <= 0:
+        problems["collective_timeout_minutes"] = f"must be positive (got {config.collective_timeout_minutes})"
     if config.eval_steps < 0:
         problems["eval_steps"] = f"must be 0 (once per epoch) or positive (got {config.eval_steps})"
     if not 0 <= config.lora_dropout < 1:

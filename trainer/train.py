@@ -118,6 +118,9 @@ def sft_config(config: TrainConfig, topology: Topology, has_eval: bool) -> SFTCo
         include_num_input_tokens_seen="all" if config.packing else "non_padding",
         ddp_backend=distributed.backend() if topology.world_size > 1 else None,
         ddp_find_unused_parameters=False,
+        # A peer pod that is gone leaves the others blocked in their next collective; torch's default waits 30
+        # minutes (NCCL) before the rank fails, torchrun ends the pod and the job restarts and resumes.
+        ddp_timeout=round(config.collective_timeout_minutes * 60),
         # Equal training batch counts per rank without accelerate's padding of the last
         # batch with repeated samples, which would break the disjoint shards. The eval
         # loader keeps every row (EveryEvalRowTrainer).
