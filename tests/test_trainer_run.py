@@ -20,6 +20,7 @@ from conftest import REPO_ROOT, run_module
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from trainer import checkpoints
+from trainer.diagnostics import SAMPLE_SIZE
 
 pytestmark = pytest.mark.slow
 
@@ -142,8 +143,12 @@ def test_two_ranks_split_the_data_agree_on_weights_and_only_rank_0_writes(tiny_m
     shards = json.loads((output / "data_shards.json").read_text())
     assert [shard["rank"] for shard in shards] == [0, 1]
     for epoch in ("0", "1"):
-        first, second = set(shards[0][epoch]), set(shards[1][epoch])
-        assert first and second and not first & second, f"epoch {epoch}: ranks shared {len(first & second)} sequences"
+        first, second = (shard["epochs"][epoch] for shard in shards)
+        assert first["sequences"] == second["sequences"] > 0  # equal batch counts: no rank waits for another
+        assert first["digest_sum"] != second["digest_sum"], f"epoch {epoch}: both ranks trained on the same data"
+        shared = set(first["first"]) & set(second["first"])
+        assert first["first"] and second["first"] and not shared, f"epoch {epoch}: ranks shared {len(shared)} sequences"
+        assert len(first["first"]) <= SAMPLE_SIZE  # bounded, whatever the size of the data
 
     losses = [entry["loss"] for entry in json.loads((output / "training_history.json").read_text()) if "loss" in entry]
     assert losses[-1] < losses[0] - 0.5, losses

@@ -3,16 +3,20 @@
 Two failure modes of multi-pod training are silent: ranks that read the same
 data (a sampler that was not sharded, so N GPUs do the work of one) and ranks
 whose weights drift apart (a desynchronised all-reduce). Each rank therefore
-records a digest of every training sequence it was handed, per epoch, and a
-digest of its final trainable weights; rank 0 gathers them into
+records, per epoch, how many training sequences it was handed, an
+order-independent digest of all of them and the digests of the first few, plus
+a digest of its final trainable weights; rank 0 gathers them into
 ``data_shards.json`` and the summary, where a reader (or a test) can check that
-shards are disjoint and weights identical.
+the shards differ, their first sequences are disjoint and the weights identical.
+What each rank sends is bounded (``SAMPLE_SIZE`` digests per epoch), whatever
+the size of the data set.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
@@ -21,13 +25,33 @@ import torch.distributed as dist
 import xxhash
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+SAMPLE_SIZE = 32  # sequence digests kept per rank and epoch: enough to see two ranks reading the same data
+
+
+@dataclass
+class EpochShard:
+    """What one rank trained on in one epoch, in constant space."""
+
+    sequences: int = 0
+    digest_sum: int = 0  # sum of the sequences' 64-bit digests mod 2**64: the same for the same multiset
+    first: list[str] = field(default_factory=list)
+
+    def add(self, digest: int) -> None:
+        self.sequences += 1
+        self.digest_sum = (self.digest_sum + digest) % 2**64
+        if len(self.first) < SAMPLE_SIZE:
+            self.first.append(f"{digest:016x}")
+
+    def as_json(self) -> dict[str, Any]:
+        return {"sequences": self.sequences, "digest_sum": f"{self.digest_sum:016x}", "first": self.first}
+
 
 class ShardRecorder(TrainerCallback):
-    """Digests each sequence this rank trains on, grouped by epoch, by wrapping the training collator."""
+    """Records the sequences this rank trains on, per epoch, by wrapping the training collator."""
 
     def __init__(self) -> None:
         self.epoch = 0
-        self.digests: dict[int, list[str]] = defaultdict(list)
+        self.shards: dict[int, EpochShard] = defaultdict(EpochShard)
         self.tokens = 0
 
     def attach(self, trainer: Trainer) -> None:
@@ -48,7 +72,7 @@ class ShardRecorder(TrainerCallback):
         def recording_collate(examples: list[dict[str, Any]]) -> Any:
             for example in examples:
                 ids = np.asarray(example["input_ids"], dtype=np.int64)
-                self.digests[self.epoch].append(xxhash.xxh3_64_hexdigest(ids.tobytes()))
+                self.shards[self.epoch].add(xxhash.xxh3_64_intdigest(ids.tobytes()))
                 self.tokens += int(ids.size)
             return collate(examples)
 
@@ -62,7 +86,7 @@ class ShardRecorder(TrainerCallback):
     def report(self) -> dict[str, Any]:
         return {
             "tokens": self.tokens,
-            "sequences_by_epoch": {str(epoch): digests for epoch, digests in sorted(self.digests.items())},
+            "epochs": {str(epoch): shard.as_json() for epoch, shard in sorted(self.shards.items())},
         }
 
 

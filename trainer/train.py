@@ -288,7 +288,7 @@ def run(config: TrainConfig) -> int:
         )
         write_json(
             config.output_dir / DATA_SHARDS,
-            [{"rank": rank["rank"], **rank["sequences_by_epoch"]} for rank in ranks],
+            [{"rank": rank["rank"], "epochs": rank["epochs"]} for rank in ranks],
         )
         log.info("wrote %s", config.output_dir)
     distributed.barrier()
