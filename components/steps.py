@@ -120,6 +120,7 @@ def train_model(
     timeout_minutes: float,
     backoff_limit: int,
     trainjob_runtime: str,
+    termination_grace_seconds: int,
     method: str,
     lora_r: int,
     lora_alpha: int,
@@ -149,7 +150,7 @@ def train_model(
 ) -> NamedTuple("TrainOutputs", [("train_dir", str), ("base_model", str)]):
     """Fine-tune the base model: a PyTorchJob or TrainJob on the cluster, or local torchrun processes.
 
-    The inputs from ``backend`` to ``trainjob_runtime`` are ``LaunchOptions``
+    The inputs from ``backend`` to ``termination_grace_seconds`` are ``LaunchOptions``
     fields and those from ``method`` to ``collective_timeout_minutes`` ``TrainConfig`` fields, named
     alike (tests/test_run_parameters.py checks it). No defaults here: the pod
     runs this source as written, so they could only be copies; the pipeline

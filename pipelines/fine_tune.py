@@ -135,6 +135,7 @@ def build_pipeline(workspace: Workspace):
         training_timeout_minutes: float = LAUNCH.timeout_minutes,
         training_backoff_limit: int = LAUNCH.backoff_limit,
         trainjob_runtime: str = LAUNCH.trainjob_runtime,
+        training_grace_period_seconds: int = LAUNCH.termination_grace_seconds,
         extra_questions: List[str] = list(EVALUATE.extra_questions),
         eval_max_new_tokens: int = EVALUATE.max_new_tokens,
         eval_score_rows: int = EVALUATE.score_rows,

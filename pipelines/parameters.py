@@ -101,6 +101,7 @@ RUN_PARAMETERS: tuple[RunParameter, ...] = (
         training_timeout_minutes="timeout_minutes",
         training_backoff_limit="backoff_limit",
         trainjob_runtime="trainjob_runtime",
+        training_grace_period_seconds="termination_grace_seconds",
     ),
     *_options_of(
         EvaluateOptions,

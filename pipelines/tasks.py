@@ -53,6 +53,7 @@ def validate_parameters(
     training_timeout_minutes: float,
     training_backoff_limit: int,
     trainjob_runtime: str,
+    training_grace_period_seconds: int,
     extra_questions: List[str],
     eval_max_new_tokens: int,
     eval_score_rows: int,

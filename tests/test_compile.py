@@ -333,6 +333,7 @@ def test_every_parameter_has_default_and_description(spec):
         "training_timeout_minutes",
         "training_backoff_limit",
         "trainjob_runtime",
+        "training_grace_period_seconds",
         "extra_questions",
         "eval_max_new_tokens",
         "eval_score_rows",

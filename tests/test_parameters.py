@@ -124,6 +124,7 @@ BAD_STAGE_OPTIONS = {
     "tolerations": "nvidia.com/gpu:Sometimes",
     "training_timeout_minutes": 0.0,
     "training_backoff_limit": -1,
+    "training_grace_period_seconds": 5,
     "extra_questions": ["  "],
     "eval_max_new_tokens": 0,
     "eval_score_rows": 0,

@@ -12,6 +12,7 @@ from train_jobs import GPU_TOLERATION, RUN_ID
 from train_jobs import example_spec as spec
 
 from components.training.manifests import JobSpec, job_name, label_value, render_pytorchjob, render_trainjob, to_yaml
+from components.training.options import TORCHRUN_EXIT_SECONDS
 from trainer.config import parse_config
 
 RANK_FLAGS = (
@@ -46,11 +47,14 @@ def pod_specs_of_pytorchjob(manifest: dict) -> list[dict]:
 
 
 def check_trainer_command(command: list[str], job: JobSpec) -> None:
-    assert command[:3] == ["torchrun", "-m", "trainer"]
+    """torchrun lets its workers save for all of the pod's grace period but its own exit time, then the trainer."""
+    shutdown = job.termination_grace_seconds - TORCHRUN_EXIT_SECONDS
+    assert command[:4] == ["torchrun", f"--shutdown-timeout={shutdown}", "-m", "trainer"]
+    assert 0 < shutdown < job.termination_grace_seconds
     assert not [arg for arg in command if arg.startswith(RANK_FLAGS)], (
         "rank and rendezvous come from the PET_* environment"
     )
-    assert parse_config(command[3:]) == dataclasses.replace(
+    assert parse_config(command[4:]) == dataclasses.replace(
         job.train, require_cuda=job.gpus_per_node > 0, expected_world_size=job.nodes * max(job.gpus_per_node, 1)
     )
 
@@ -91,6 +95,7 @@ def check_pod(pod: dict, mounts: list[dict], job: JobSpec) -> None:
     assert mounted["scratch"] == "/tmp"
     assert pod.get("tolerations", []) == list(job.tolerations)
     assert pod.get("nodeSelector", {}) == job.node_selector
+    assert pod["terminationGracePeriodSeconds"] == job.termination_grace_seconds  # the kubelet's SIGTERM-to-SIGKILL
 
 
 @pytest.mark.parametrize("job", CASES)

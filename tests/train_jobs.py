@@ -36,6 +36,7 @@ def example_spec(
         backoff_limit=3,
         active_deadline_seconds=86400,
         ttl_seconds_after_finished=3600,
+        termination_grace_seconds=180,
         hf_token_secret=secret,
         node_selector=node_selector or {},
         tolerations=tuple(tolerations),

@@ -35,12 +35,19 @@ class CompletionManifest(TrainerCallback):
 
 
 class PreemptionSave(TrainerCallback):
-    """On SIGTERM (pod eviction, node drain, job deletion), save a checkpoint at the next step and stop.
+    """On SIGTERM (pod eviction, node drain, job deletion), save a checkpoint promptly and stop.
 
-    Kubernetes sends SIGTERM and waits ``terminationGracePeriodSeconds`` before
-    SIGKILL; torchrun forwards it to every worker. The flag is shared across ranks
-    at every step so that all ranks take the collective save together even when
-    only one pod was signalled.
+    The kubelet sends SIGTERM to the container's torchrun, which forwards it to
+    every worker and kills them ``--shutdown-timeout`` seconds later; the
+    kubelet kills what is left after ``terminationGracePeriodSeconds`` (the
+    launcher sets both, see ``components.training.manifests``). So the save must
+    start at once: the flag is checked after every micro-batch, not only at the
+    end of an optimizer step, which with gradient accumulation can be minutes
+    away. Stopping between micro-batches drops the partly accumulated gradients;
+    the checkpoint holds the state after the last completed step, which is where
+    the resumed run restarts. The flag is shared across ranks at every check so
+    that all ranks take the collective save together even when only one pod was
+    signalled.
     """
 
     def __init__(self) -> None:
@@ -51,13 +58,21 @@ class PreemptionSave(TrainerCallback):
     def _on_sigterm(self, signum: int, frame: Any) -> None:
         self.requested = True
 
-    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+    def _stop_if_requested(self, state: TrainerState, control: TrainerControl) -> None:
         if distributed.any_rank(self.requested):
             if not self.stopped_early:
                 log.warning("termination requested: saving a checkpoint at step %d and stopping", state.global_step)
             self.stopped_early = True
             control.should_save = True
             control.should_training_stop = True
+
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        self._stop_if_requested(state, control)
+
+    def on_substep_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        self._stop_if_requested(state, control)
 
 
 def _duration(seconds: float) -> str:

@@ -36,6 +36,7 @@ import yaml
 
 from components.hub_auth import SECRET_KEY, TOKEN_ENV
 from components.training.kinds import PYTORCHJOB, TRAINJOB
+from components.training.options import TORCHRUN_EXIT_SECONDS
 from trainer.config import TrainConfig, to_args
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -69,6 +70,7 @@ class JobSpec:
     backoff_limit: int  # pod restarts before the job fails (the trainer resumes from its checkpoints)
     active_deadline_seconds: int  # the cluster stops the job after this, even if the launcher is gone
     ttl_seconds_after_finished: int  # PyTorchJob only: Trainer v2 has no TTL, the launcher cleans up
+    termination_grace_seconds: int  # SIGTERM to SIGKILL: the time a stopped pod has to save its checkpoint
     hf_token_secret: str = ""  # Secret holding the Hugging Face token; empty: no HF_TOKEN
     hf_token_key: str = SECRET_KEY
     node_selector: dict[str, str] = field(default_factory=dict)
@@ -83,11 +85,17 @@ class JobSpec:
     def world_size(self) -> int:
         return self.nodes * self.procs_per_node
 
+    @property
+    def torchrun_shutdown_seconds(self) -> int:
+        """How long torchrun lets its workers save after SIGTERM before it kills them: the pod's grace period
+        less the time torchrun needs to tear down and exit before the kubelet's SIGKILL."""
+        return self.termination_grace_seconds - TORCHRUN_EXIT_SECONDS
+
     def trainer_command(self) -> list[str]:
         config = dataclasses.replace(
             self.train, require_cuda=self.gpus_per_node > 0, expected_world_size=self.world_size
         )
-        return ["torchrun", "-m", "trainer", *to_args(config)]
+        return ["torchrun", f"--shutdown-timeout={self.torchrun_shutdown_seconds}", "-m", "trainer", *to_args(config)]
 
 
 def job_name(run_id: str, prefix: str = "llm-ft") -> str:
@@ -165,7 +173,8 @@ CONTAINER_SECURITY = {
 
 
 def _placement(spec: JobSpec) -> dict[str, Any]:
-    placement: dict[str, Any] = {}
+    """Where the pods run, and how long a stopped pod has to save its checkpoint."""
+    placement: dict[str, Any] = {"terminationGracePeriodSeconds": spec.termination_grace_seconds}
     if spec.node_selector:
         placement["nodeSelector"] = dict(spec.node_selector)
     if spec.tolerations:

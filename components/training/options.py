@@ -22,6 +22,10 @@ from components.training.kinds import KINDS
 BACKENDS = (LOCAL_BACKEND, *KINDS)
 TOLERATION_OPERATORS = ("Exists", "Equal")
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+# Of a pod's termination grace period, what torchrun keeps for itself: after its shutdown timeout it kills the
+# workers and exits, which must happen before the kubelet kills the container.
+TORCHRUN_EXIT_SECONDS = 10
+MIN_GRACE_SECONDS = TORCHRUN_EXIT_SECONDS + 20
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,13 @@ class LaunchOptions:
         3, "Restarts of failed training pods (each resumes from the newest checkpoint) before the job fails."
     )
     trainjob_runtime: str = option("torch-distributed", "The ClusterTrainingRuntime a trainjob uses.")
+    termination_grace_seconds: int = option(
+        180,
+        "Seconds a training pod has, once stopped (eviction, node drain, deletion), to save a checkpoint before "
+        "Kubernetes kills it: the pods' terminationGracePeriodSeconds. torchrun gives its workers all but the last "
+        f"{TORCHRUN_EXIT_SECONDS} s. The default fits a LoRA checkpoint of a 3B model; raise it for full "
+        "fine-tuning of large models.",
+    )
 
     @property
     def procs_per_node(self) -> int:
@@ -151,6 +162,11 @@ def launch_problems(launch: LaunchOptions) -> dict[str, str]:
         problems["gpus_per_node"] = f"must be 0 (CPU) or more (got {launch.gpus_per_node})"
     if launch.timeout_minutes <= 0:
         problems["timeout_minutes"] = f"must be positive (got {launch.timeout_minutes})"
+    if launch.termination_grace_seconds < MIN_GRACE_SECONDS:
+        problems["termination_grace_seconds"] = (
+            f"must be at least {MIN_GRACE_SECONDS} (got {launch.termination_grace_seconds}): torchrun needs "
+            "time to stop its workers after they saved"
+        )
     if launch.backoff_limit < 0:
         problems["backoff_limit"] = f"must be 0 or more (got {launch.backoff_limit})"
     for name in ("cpu", "memory", "shm_size"):

@@ -101,6 +101,7 @@ def job_spec(
         active_deadline_seconds=timeout
         + 300,  # the launcher deletes the job first; this is the backstop if the launcher dies
         ttl_seconds_after_finished=FINISHED_JOB_TTL_SECONDS,
+        termination_grace_seconds=launch.termination_grace_seconds,
         hf_token_secret=launch.hf_token_secret,
         node_selector=parse_node_selector(launch.node_selector),
         tolerations=tuple(parse_tolerations(launch.tolerations)),
