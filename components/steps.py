@@ -121,6 +121,7 @@ def train_model(
     backoff_limit: int,
     trainjob_runtime: str,
     termination_grace_seconds: int,
+    base_model_revision: str,
     method: str,
     lora_r: int,
     lora_alpha: int,
@@ -151,7 +152,7 @@ def train_model(
     """Fine-tune the base model: a PyTorchJob or TrainJob on the cluster, or local torchrun processes.
 
     The inputs from ``backend`` to ``termination_grace_seconds`` are ``LaunchOptions``
-    fields and those from ``method`` to ``collective_timeout_minutes`` ``TrainConfig`` fields, named
+    fields and those from ``base_model_revision`` to ``collective_timeout_minutes`` ``TrainConfig`` fields, named
     alike (tests/test_run_parameters.py checks it). No defaults here: the pod
     runs this source as written, so they could only be copies; the pipeline
     passes every value. ``image`` is the training pods' image, ``pvc_name`` the

@@ -101,6 +101,7 @@ def build_pipeline(workspace: Workspace):
         system_prompt: str = PREPARE.system_prompt,
         force: bool = INPUTS.force,
         base_model: str = INPUTS.base_model,
+        base_model_revision: str = TRAIN.base_model_revision,
         method: str = TRAIN.method,
         lora_r: int = TRAIN.lora_r,
         lora_alpha: int = TRAIN.lora_alpha,

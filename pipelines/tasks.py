@@ -19,6 +19,7 @@ def validate_parameters(
     system_prompt: str,
     force: bool,
     base_model: str,
+    base_model_revision: str,
     method: str,
     lora_r: int,
     lora_alpha: int,

@@ -10,7 +10,9 @@ publishing and downloading need, as the Hub does it:
   *.safetensors, *.png and large files; the remote oid of existing files, so unchanged files are skipped),
 - the LFS batch API, object PUT and verify, checked against the sha256 the client announced,
 - ``POST /api/{type}s/{id}/commit/{rev}``: an ndjson commit applied atomically, LFS pointers checked,
-- ``GET /api/{type}s/{id}/tree/{rev}``, and ``HEAD``/``GET .../resolve/{rev}/{path}`` with the Hub's headers.
+- ``GET /api/{type}s/{id}/tree/{rev}``, and ``HEAD``/``GET .../resolve/{rev}/{path}`` with the Hub's headers,
+- ``GET /api/{type}s/{id}/revision/{rev}`` for ``main`` or the head commit (404 RevisionNotFound otherwise:
+  files have no history here), which is what ``snapshot_download`` asks first.
 
 Writes need ``Authorization: Bearer <a valid token>``; an invalid token is refused
 on every endpoint (401), and a private repository looks missing without a token
@@ -235,6 +237,12 @@ class FakeHub(LocalServer):
                 repo = self._repo(repo_type, repo_id, write=action in ("preupload", "commit"))
                 if repo is None:
                     return None
+                if action == "revision" and revision not in ("main", repo.head):
+                    # The Hub answers an unknown branch, tag or commit so (huggingface_hub's hf_raise_for_status
+                    # turns it into RevisionNotFoundError); files here have no history, so only the head is served.
+                    return self._send(
+                        404, {"error": f"Invalid rev id: {revision}"}, {"X-Error-Code": "RevisionNotFound"}
+                    )
                 if action in (None, "revision") and method == "GET":
                     siblings = [{"rfilename": name} for name in sorted(repo.files)]
                     return self._send(

@@ -299,6 +299,7 @@ def test_every_parameter_has_default_and_description(spec):
         "system_prompt",
         "force",
         "base_model",
+        "base_model_revision",
         "method",
         "epochs",
         "max_steps",

@@ -285,3 +285,39 @@ def test_the_step_given_a_gpu_stops_when_cuda_does_not_work(capsys):
     assert exited.value.code == 2
     error = " ".join(capsys.readouterr().err.split())
     assert error.startswith("error: The evaluation step was given GPUs, but CUDA is not usable in this pod")
+
+
+def test_the_base_model_is_loaded_at_the_commit_training_used(monkeypatch, tmp_path):
+    """A pinned or moving Hub branch must not change the base under the comparison: the evaluation reads the commit
+    the trainer recorded (training_summary.json, base_model_commit) and loads the base model's files at it."""
+    import json
+
+    import components.evaluation.stage as stage
+    from components.evaluation.options import EvaluateOptions
+
+    train_dir = tmp_path / "train"
+    (train_dir / "merged").mkdir(parents=True)
+    (train_dir / "training_summary.json").write_text(json.dumps({"base_model_commit": "abc123"}))
+    asked = []
+
+    class Stop(Exception):
+        pass
+
+    def load_tokenizer(name, revision=None):
+        asked.append((str(name), revision))
+        if len(asked) == 2:
+            raise Stop
+        return object()
+
+    monkeypatch.setattr(stage, "check_fine_tuned_dir", lambda path: None)
+    monkeypatch.setattr(stage, "load_tokenizer", load_tokenizer)
+    options = EvaluateOptions(
+        base_model="org/base",
+        fine_tuned_model=train_dir / "merged",
+        data_dir=tmp_path,
+        train_dir=train_dir,
+        output_dir=tmp_path / "eval",
+    )
+    with pytest.raises(Stop):
+        stage.evaluate(options)
+    assert asked == [(str(train_dir / "merged"), None), ("org/base", "abc123")]

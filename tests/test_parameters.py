@@ -227,7 +227,7 @@ def test_cli_lists_every_bad_parameter(tmp_path):
             "evil_fraction=0.2",
             (
                 "--param 'evil_fraction' is not a pipeline parameter (did you mean eval_fraction?); "
-                "the parameters are: base_model, collective_timeout_minutes, dataset_uri,"
+                "the parameters are: base_model, base_model_revision, collective_timeout_minutes, dataset_uri,"
             ),
         ),
         ("split_seed=abc", "--param split_seed='abc': split_seed must be a whole number."),

@@ -48,6 +48,7 @@ def test_every_field_changed_round_trips():
         logging_steps=2,
         eval_steps=4,
         seed=7,
+        base_model_revision="v1.0",
         collective_timeout_minutes=2.5,
         require_cuda=True,
         expected_world_size=8,

@@ -378,3 +378,60 @@ def test_a_pod_given_gpus_without_usable_cuda_stops_instead_of_training_on_the_c
     assert f"built for CUDA {torch.version.cuda or 'none'}" in error and "NVIDIA driver is" in error
     assert "gpus_per_node to 0" in error and "Traceback" not in error
     assert not output.exists()
+
+
+def hub_serving(hub, model_dir: Path, repo_id: str):
+    return hub.add_repo(
+        "model", repo_id, {path.name: path.read_bytes() for path in model_dir.iterdir() if path.is_file()}
+    )
+
+
+def test_two_ranks_download_a_hub_model_once_at_the_pinned_revision(tiny_model_dir, prepared_data_dir, tmp_path):
+    """Issue 12, defect 5: rank 0 downloads the base model into the shared cache while the other ranks wait, so each
+    file crosses the network once per job; the pinned revision is what was trained, and it is recorded.
+
+    The Hub is the fake one on 127.0.0.1 (no real Hub can be reached from the test machines)."""
+    from fake_hub import FakeHub
+
+    output = tmp_path / "out"
+    with FakeHub(set()) as hub:
+        repo = hub_serving(hub, tiny_model_dir, "test-org/tiny-chat")
+        env = {
+            "HF_ENDPOINT": hub.url,
+            "HF_HUB_DISABLE_XET": "1",
+            "HF_HOME": str(tmp_path / "hf-home"),  # on the workspace PVC in a job: one cache for every pod
+            "HF_HUB_DISABLE_TELEMETRY": "1",
+            "HF_HUB_OFFLINE": "0",
+            "NO_PROXY": "127.0.0.1",
+        }
+        args = trainer_args("test-org/tiny-chat", prepared_data_dir, output, "--max-steps", "1", "--save-steps", "5")
+        process = torchrun([*args, "--base-model-revision", repo.head], env, tmp_path / "log")
+        assert finish(process) == 0, (tmp_path / "log").read_text()[-3000:]
+        requests = [(method, path) for method, path, _ in hub.requests_to("/test-org/tiny-chat/")]
+
+    # One rank's snapshot download: the file list once, then each file's metadata (HEAD) and body (GET) once.
+    assert len(requests) == len(set(requests)), f"the Hub was asked more than once: {sorted(requests)}"
+    downloads = [path for method, path in requests if method == "GET" and "/resolve/" in path]
+    weights = [path for path in downloads if path.endswith(".safetensors")]
+    assert weights and len(downloads) == len(set(downloads))
+    result = summary(output)
+    assert result["config"]["model"] == "test-org/tiny-chat" and result["config"]["base_model_revision"] == repo.head
+    assert result["base_model_commit"] == repo.head and (output / "merged" / "config.json").is_file()
+
+
+def test_an_unknown_base_model_revision_is_a_clear_error(tiny_model_dir, prepared_data_dir, tmp_path):
+    """A mistyped revision must be named with the fix, not end in a traceback from the download code."""
+    from fake_hub import FakeHub
+
+    with FakeHub(set()) as hub:
+        hub_serving(hub, tiny_model_dir, "test-org/tiny-chat")
+        env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", "HF_HOME": str(tmp_path / "hf")}
+        env["HF_HUB_OFFLINE"] = "0"
+        args = trainer_args("test-org/tiny-chat", prepared_data_dir, tmp_path / "out", "--base-model-revision", "v9")
+        result = subprocess.run(
+            [sys.executable, "-m", "trainer", *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True
+        )
+    assert result.returncode == 2, result.stderr[-2000:]
+    error = " ".join(result.stderr.split())
+    assert "Could not download the base model 'test-org/tiny-chat' at revision 'v9'" in error
+    assert "Traceback" not in error

@@ -30,6 +30,11 @@ class TrainConfig:
     output_dir: Path = option(
         Path(), "Where checkpoints, adapter/, merged/ and the summaries go (shared storage).", required=True
     )
+    base_model_revision: str = option(
+        "",
+        "Hub revision of the base model (branch, tag or commit) to fine-tune; empty: the default branch. The "
+        "commit used is recorded in training_summary.json.",
+    )
     method: str = option(
         "lora",
         "lora (default), full fine-tuning, or qlora (4-bit; needs NVIDIA GPUs with CUDA and bitsandbytes).",

@@ -11,8 +11,10 @@ turns that silent waste of GPU hours into an immediate failure.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -74,3 +76,19 @@ def any_rank(flag: bool) -> bool:
     value = torch.tensor([1 if flag else 0], device=device)
     dist.all_reduce(value, op=dist.ReduceOp.MAX)
     return bool(value.item())
+
+
+def initialise(topology: Topology, timeout_minutes: float) -> None:
+    """Join the job's process group now, before the model is fetched: rank 0 downloads while the others wait in
+    a collective. The Trainer (through accelerate) then reuses this group; a single process needs none."""
+    if topology.world_size > 1 and not dist.is_initialized():
+        dist.init_process_group(backend=backend(), timeout=dt.timedelta(minutes=timeout_minutes))
+
+
+def from_main(value: Any) -> Any:
+    """Rank 0's ``value`` on every rank (``value`` as it is in a single-process run)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return value
+    shared = [value]
+    dist.broadcast_object_list(shared, src=0)
+    return shared[0]

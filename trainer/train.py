@@ -26,7 +26,7 @@ from common.atomic import replace_dir, write_json
 from common.cli_options import flag
 from common.errors import UserError
 from common.run_layout import DATA_SHARDS, LOSS_CURVE, TRAINING_HISTORY, TRAINING_SUMMARY
-from trainer import checkpoints, data, diagnostics, distributed, outputs
+from trainer import base_model, checkpoints, data, diagnostics, distributed, outputs
 from trainer.callbacks import CompletionManifest, PreemptionSave, ProgressLines
 from trainer.config import TrainConfig, option_problems
 from trainer.cuda import require_cuda
@@ -53,7 +53,7 @@ def check_config(config: TrainConfig) -> None:
         raise UserError("invalid training options: " + "; ".join(problems) + ".")
 
 
-def load_model(config: TrainConfig, bf16: bool) -> PreTrainedModel:
+def load_model(config: TrainConfig, source: Path, bf16: bool) -> PreTrainedModel:
     kwargs: dict[str, Any] = {"dtype": torch.bfloat16 if bf16 else torch.float32}
     if config.method == "qlora":
         from transformers import BitsAndBytesConfig
@@ -64,7 +64,7 @@ def load_model(config: TrainConfig, bf16: bool) -> PreTrainedModel:
             bnb_4bit_use_double_quant=True,
             bnb_4bit_compute_dtype=torch.bfloat16 if bf16 else torch.float16,
         )
-    return AutoModelForCausalLM.from_pretrained(config.model, **kwargs)
+    return AutoModelForCausalLM.from_pretrained(source, **kwargs)
 
 
 def lora_config(config: TrainConfig) -> LoraConfig | None:
@@ -186,7 +186,7 @@ def final_eval_loss(trainer: SFTTrainer) -> float | None:
     return trainer.evaluate()["eval_loss"]
 
 
-def save_models(trainer: SFTTrainer, config: TrainConfig, tokenizer: PreTrainedTokenizerBase) -> None:
+def save_models(trainer: SFTTrainer, config: TrainConfig, source: Path, tokenizer: PreTrainedTokenizerBase) -> None:
     """``adapter/`` (LoRA only) and ``merged/``: a plain checkpoint the evaluation and GGUF stages load."""
     model = trainer.accelerator.unwrap_model(trainer.model)
     if config.method != "full":
@@ -194,7 +194,7 @@ def save_models(trainer: SFTTrainer, config: TrainConfig, tokenizer: PreTrainedT
         if config.method == "qlora":
             from peft import PeftModel
 
-            base = AutoModelForCausalLM.from_pretrained(config.model, dtype=torch.bfloat16)
+            base = AutoModelForCausalLM.from_pretrained(source, dtype=torch.bfloat16)
             model = PeftModel.from_pretrained(base, config.adapter_dir)
         model = model.merge_and_unload()
 
@@ -212,8 +212,10 @@ def run(config: TrainConfig) -> int:
     distributed.check_world_size(topology, config.expected_world_size)
     check_config(config)
     started = time.monotonic()
+    distributed.initialise(topology, config.collective_timeout_minutes)
+    source = base_model.local_copy(config.model, config.base_model_revision, topology)
 
-    tokenizer = AutoTokenizer.from_pretrained(config.model)
+    tokenizer = AutoTokenizer.from_pretrained(source)
     if tokenizer.chat_template is None:
         raise UserError(f"the tokenizer of {config.model} has no chat template; fine-tune an instruct/chat model.")
     train_split = data.tokenise(data.load_split(config.data_dir, "train"), tokenizer, config.loss_on)
@@ -225,7 +227,7 @@ def run(config: TrainConfig) -> int:
     preemption = PreemptionSave()
     shards = ShardRecorder()
     trainer = EveryEvalRowTrainer(
-        model=load_model(config, args.bf16),
+        model=load_model(config, source, args.bf16),
         args=args,
         train_dataset=train_split,
         eval_dataset=eval_split if len(eval_split) else None,
@@ -257,7 +259,7 @@ def run(config: TrainConfig) -> int:
         topology.world_size,
     )
     if topology.is_main:
-        save_models(trainer, config, tokenizer)
+        save_models(trainer, config, source, tokenizer)
         history = trainer.state.log_history
         write_json(config.output_dir / TRAINING_HISTORY, history)
         outputs.plot_loss_curve(history, config.output_dir / LOSS_CURVE)
@@ -268,6 +270,7 @@ def run(config: TrainConfig) -> int:
             config.output_dir / TRAINING_SUMMARY,
             {
                 "config": config.as_json(),
+                "base_model_commit": base_model.snapshot_commit(source),
                 "world_size": topology.world_size,
                 "devices": [rank["device"] for rank in ranks],
                 "precision": "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",

@@ -34,10 +34,13 @@ def check_fine_tuned_dir(path: Path) -> None:
         )
 
 
-def load_tokenizer(name_or_path: str | Path) -> PreTrainedTokenizerBase:
-    """The tokenizer with a pad token (its EOS when it has none), since prompts and conversations are batched."""
+def load_tokenizer(name_or_path: str | Path, revision: str | None = None) -> PreTrainedTokenizerBase:
+    """The tokenizer with a pad token (its EOS when it has none), since prompts and conversations are batched.
+
+    ``revision``: the Hub commit to read (the one training used), for a Hub id.
+    """
     try:
-        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path, revision=revision)
     except OSError as error:
         raise UserError(
             f"cannot load the tokenizer of {name_or_path}: {error}. "
@@ -63,11 +66,11 @@ def check_same_vocabulary(base: PreTrainedTokenizerBase, fine_tuned: PreTrainedT
         )
 
 
-def load_model(name_or_path: str | Path) -> PreTrainedModel:
+def load_model(name_or_path: str | Path, revision: str | None = None) -> PreTrainedModel:
     """The model in eval mode on the best device. Callers keep it in a local only, then call ``release_memory``."""
     device, dtype = device_and_dtype()
     try:
-        model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype, revision=revision)
     except OSError as error:
         raise UserError(
             f"cannot load the model {name_or_path}: {error}. "

@@ -87,9 +87,10 @@ def run_model(
     prompts: list[list[Message]],
     sample_count: int,
     options: EvaluateOptions,
+    revision: str | None = None,
 ) -> ModelRun:
     """Load one model, measure it and generate with it; it is freed when this returns."""
-    model = load_model(name_or_path)
+    model = load_model(name_or_path, revision)
     loss = held_out_loss(model, conversations, tokenizer.pad_token_id, options.batch_size)
     print(
         f"  eval loss {loss.eval_loss:.4f}, perplexity {loss.perplexity:.3f} over {loss.eval_tokens} assistant tokens",
@@ -112,8 +113,10 @@ def evaluate(options: EvaluateOptions) -> Evaluated:
     """Compare the two models and write the stage's files; see the module docstring for the order."""
     check_fine_tuned_dir(options.fine_tuned_model)
     training = read_training_summary(options.train_dir)
+    # The base model as it was trained from: the Hub commit the trainer recorded (None for a local checkpoint).
+    base_revision = (training or {}).get("base_model_commit")
     tokenizer = load_tokenizer(options.fine_tuned_model)
-    check_same_vocabulary(load_tokenizer(options.base_model), tokenizer, options.base_model)
+    check_same_vocabulary(load_tokenizer(options.base_model, base_revision), tokenizer, options.base_model)
     split = load_split(options.data_dir, "eval")
     max_length = resolve_max_length(options, training)
     conversations = usable_conversations(split, split_path(options.data_dir, "eval"), tokenizer, max_length)
@@ -127,15 +130,19 @@ def evaluate(options: EvaluateOptions) -> Evaluated:
     )
 
     runs = {}
-    for role, name in (("base", options.base_model), ("fine_tuned", str(options.fine_tuned_model))):
-        print(f"{role}: {name}", flush=True)
-        runs[role] = run_model(name, tokenizer, conversations, prompts, len(questions), options)
+    for role, name, revision in (
+        ("base", options.base_model, base_revision),
+        ("fine_tuned", str(options.fine_tuned_model), None),
+    ):
+        print(f"{role}: {name}" + (f" at {revision}" if revision else ""), flush=True)
+        runs[role] = run_model(name, tokenizer, conversations, prompts, len(questions), options, revision)
         release_memory()
 
     base, tuned = model_entry(runs["base"], rows), model_entry(runs["fine_tuned"], rows)
     gate = decide(base["eval_loss"], tuned["eval_loss"], options.min_eval_loss_improvement)
     evaluation = {
         "base_model": options.base_model,
+        "base_model_commit": base_revision,
         "fine_tuned_model": str(options.fine_tuned_model),
         "base": base,
         "fine_tuned": tuned,

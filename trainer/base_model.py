@@ -1,0 +1,68 @@
+"""Where the ranks read the base model from: one download per job, then the shared cache.
+
+Every rank calling ``from_pretrained`` on a Hub id at once means N downloads of
+the same gigabytes into one cache on the workspace volume, with the ranks racing
+on its files (file locks are not reliable on every ReadWriteMany filesystem).
+Instead rank 0 downloads the snapshot (weights, config, tokenizer) alone while
+the others wait for it, then every rank loads that local directory. The
+revision is pinned by ``--base-model-revision`` and the commit actually used is
+recorded in ``training_summary.json``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from huggingface_hub import snapshot_download
+from huggingface_hub.errors import (
+    HfHubHTTPError,
+    LocalEntryNotFoundError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+
+from common.errors import UserError
+from trainer import distributed
+from trainer.distributed import Topology
+
+# What from_pretrained needs of a Hub model: configs, safetensors weights, tokenizer files. Not the duplicates many
+# repositories also hold (pytorch_model.bin, original/consolidated.pth, GGUF files).
+MODEL_FILES = ("*.json", "*.safetensors", "*.txt", "*.model", "*.jinja", "*.tiktoken")
+
+
+def download(model: str, revision: str) -> Path:
+    """The snapshot of Hub model ``model`` at ``revision`` (empty: the default branch), downloaded if not cached."""
+    try:
+        path = Path(snapshot_download(model, revision=revision or None, allow_patterns=list(MODEL_FILES)))
+    except (RepositoryNotFoundError, RevisionNotFoundError, HfHubHTTPError, LocalEntryNotFoundError) as error:
+        detail = " ".join(str(error).split())[:300]
+        raise UserError(
+            f"Could not download the base model {model!r} at revision {revision or 'main'!r} from the Hugging Face "
+            f"Hub ({detail}). Check the id and the revision; a gated or private model needs a token with access in "
+            "the hf-token Secret (HF_TOKEN); without network access (HF_HUB_OFFLINE=1), give a local checkpoint "
+            "directory instead."
+        ) from None
+    if not any(path.glob("*.safetensors")):
+        raise UserError(
+            f"The base model {model!r} has no safetensors weights, which the trainer loads. Convert it, or choose "
+            "a repository that publishes *.safetensors."
+        )
+    return path
+
+
+def local_copy(model: str, revision: str, topology: Topology) -> Path:
+    """A directory holding the base model: ``model`` itself, or its Hub snapshot fetched once for all ranks."""
+    if Path(model).is_dir():
+        if revision:
+            raise UserError(
+                f"--base-model-revision {revision!r} pins a Hub revision, but --model {model} is a local directory. "
+                "Leave the revision empty, or give a Hub id."
+            )
+        return Path(model)
+    path = str(download(model, revision)) if topology.is_main else None
+    return Path(distributed.from_main(path))
+
+
+def snapshot_commit(path: Path) -> str | None:
+    """The commit a Hub snapshot directory holds (its name in the cache), or None for a local checkpoint."""
+    return path.name if path.parent.name == "snapshots" else None
