@@ -28,6 +28,9 @@ from trainer.distributed import Topology
 # What from_pretrained needs of a Hub model: configs, safetensors weights, tokenizer files. Not the duplicates many
 # repositories also hold (pytorch_model.bin, original/consolidated.pth, GGUF files).
 MODEL_FILES = ("*.json", "*.safetensors", "*.txt", "*.model", "*.jinja", "*.tiktoken")
+# How long the other ranks wait for rank 0's download: far beyond the training collectives' timeout, which is
+# meant to catch a lost peer, not a 30 GB download.
+DOWNLOAD_WAIT_MINUTES = 180
 
 
 def download(model: str, revision: str) -> Path:
@@ -60,7 +63,7 @@ def local_copy(model: str, revision: str, topology: Topology) -> Path:
             )
         return Path(model)
     path = str(download(model, revision)) if topology.is_main else None
-    return Path(distributed.from_main(path))
+    return Path(distributed.from_main(path, DOWNLOAD_WAIT_MINUTES))
 
 
 def snapshot_commit(path: Path) -> str | None:

@@ -82,13 +82,22 @@ def initialise(topology: Topology, timeout_minutes: float) -> None:
     """Join the job's process group now, before the model is fetched: rank 0 downloads while the others wait in
     a collective. The Trainer (through accelerate) then reuses this group; a single process needs none."""
     if topology.world_size > 1 and not dist.is_initialized():
+        if torch.cuda.is_available():
+            torch.cuda.set_device(topology.local_rank)  # NCCL collectives run on the current device: this rank's GPU
         dist.init_process_group(backend=backend(), timeout=dt.timedelta(minutes=timeout_minutes))
 
 
-def from_main(value: Any) -> Any:
-    """Rank 0's ``value`` on every rank (``value`` as it is in a single-process run)."""
+def from_main(value: Any, wait_minutes: float) -> Any:
+    """Rank 0's ``value`` on every rank (``value`` itself in a single-process run).
+
+    The other ranks wait up to ``wait_minutes`` for it, in a gloo group of its own: rank 0 may be busy for longer
+    than the training collectives' timeout allows (a large download), and gloo carries Python objects on the CPU
+    whatever backend training uses.
+    """
     if not (dist.is_available() and dist.is_initialized()):
         return value
+    group = dist.new_group(backend="gloo", timeout=dt.timedelta(minutes=wait_minutes))
     shared = [value]
-    dist.broadcast_object_list(shared, src=0)
+    dist.broadcast_object_list(shared, src=0, group=group)
+    dist.destroy_process_group(group)
     return shared[0]
