@@ -368,7 +368,7 @@ def test_a_pod_given_gpus_without_usable_cuda_stops_instead_of_training_on_the_c
     output = tmp_path / "out"
     command = spec.trainer_command()
     assert "--require-cuda" in command
-    args = command[3:]
+    args = command[command.index("trainer") + 1 :]
     args[args.index("--output-dir") + 1] = str(output)
     args[args.index("--expected-world-size") + 1] = "1"
     result = run_module("trainer", *args)
