@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO_ROOT, read_split, read_stats, run_module, write_jsonl
 
-from common.run_layout import PUBLISHED as RECORDS_DIR
+from common.run_layout import PUBLISHED
 from components.publish.record import DRY_RUN_NAME
 
 pytestmark = pytest.mark.slow
@@ -187,7 +187,7 @@ def test_publish_dry_run_writes_the_upload_folder_and_the_record(runs):
     assert f"data_fingerprint: {fingerprint}" in card and "base_model: HuggingFaceTB/SmolLM2-135M-Instruct" in card
     assert {path.name for path in upload.iterdir()} >= {"README.md", "Modelfile", "training_summary.json"}
     assert any(path.suffix == ".gguf" for path in upload.iterdir())
-    record = json.loads((output_dir / "workspace" / RECORDS_DIR / f"{DRY_RUN_NAME}.json").read_text())
+    record = json.loads((output_dir / "workspace" / PUBLISHED / f"{DRY_RUN_NAME}.json").read_text())
     assert record["data_fingerprint"] == fingerprint and record["run_id"] == run_dir.name
 
 
@@ -223,7 +223,7 @@ def test_force_trains_again_and_a_failed_gate_skips_export_and_publish(runs):
     assert squash(f"skipped: export and publish. Why: {gate['reason']}") in squash(third.stdout)
     assert sorted(path.name for path in third_dir.iterdir()) == ["data", "evaluate", "train"]
     assert gate["passed"] is False and "100" in gate["reason"]
-    record = json.loads((output_dir / "workspace" / RECORDS_DIR / f"{DRY_RUN_NAME}.json").read_text())
+    record = json.loads((output_dir / "workspace" / PUBLISHED / f"{DRY_RUN_NAME}.json").read_text())
     assert record["run_id"] == first_dir.name  # the published model is still the first run's
 
 

@@ -23,10 +23,7 @@ import pyarrow.parquet as pq
 
 from common.atomic import staging_dir
 from common.errors import UserError
-from common.run_layout import DATA_STATS as STATS_FILE
-from common.run_layout import EVAL_SPLIT as EVAL_FILE
-from common.run_layout import REJECTS as REJECTS_FILE
-from common.run_layout import TRAIN_SPLIT as TRAIN_FILE
+from common.run_layout import DATA_STATS, EVAL_SPLIT, REJECTS, TRAIN_SPLIT
 from components.dataprep.chunks import Chunk, read_chunks, resolve_inputs
 from components.dataprep.dedup import SeenHashes, content_hashes, eval_mask
 from components.dataprep.lengths import LengthHistogram
@@ -46,19 +43,19 @@ class PrepareResult:
 
     @property
     def train_path(self) -> Path:
-        return self.output_dir / TRAIN_FILE
+        return self.output_dir / TRAIN_SPLIT
 
     @property
     def eval_path(self) -> Path:
-        return self.output_dir / EVAL_FILE
+        return self.output_dir / EVAL_SPLIT
 
     @property
     def rejects_path(self) -> Path:
-        return self.output_dir / REJECTS_FILE
+        return self.output_dir / REJECTS
 
     @property
     def stats_path(self) -> Path:
-        return self.output_dir / STATS_FILE
+        return self.output_dir / DATA_STATS
 
 
 @dataclass
@@ -82,10 +79,10 @@ def prepare(inputs: str, output_dir: Path, options: PrepareOptions = PrepareOpti
     output_dir = Path(output_dir)
     tally = _Tally()
     seen = SeenHashes()
-    digests = {TRAIN_FILE: hashlib.sha256(), EVAL_FILE: hashlib.sha256()}
+    digests = {TRAIN_SPLIT: hashlib.sha256(), EVAL_SPLIT: hashlib.sha256()}
     with staging_dir(output_dir) as stage:
         writers = {name: _parquet_writer(stage.file(name)) for name in digests}
-        with open(stage.file(REJECTS_FILE), "w", encoding="utf-8") as rejects_out:
+        with open(stage.file(REJECTS), "w", encoding="utf-8") as rejects_out:
             for chunk, parsed in _parsed_ahead(files):
                 chunk_rejects = list(parsed.rejects)
                 tally.records += parsed.table.num_rows + len(parsed.rejects)
@@ -111,9 +108,9 @@ def prepare(inputs: str, output_dir: Path, options: PrepareOptions = PrepareOpti
             writer.close()
         stats = _stats(files, options, tally, digests)
         _check_usable(files, stats, options, tally, stage)
-        (stage.file(STATS_FILE)).write_text(json.dumps(stats, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        (stage.file(DATA_STATS)).write_text(json.dumps(stats, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         (output_dir / FAILED_REJECTS_FILE).unlink(missing_ok=True)
-        stage.publish(TRAIN_FILE, EVAL_FILE, REJECTS_FILE, STATS_FILE)
+        stage.publish(TRAIN_SPLIT, EVAL_SPLIT, REJECTS, DATA_STATS)
     return PrepareResult(output_dir, stats)
 
 
@@ -163,7 +160,7 @@ def _route_rows(normalised, options: PrepareOptions, seen: SeenHashes, writers, 
     keep = seen.first_occurrences(hashes)
     tally.duplicates += int(len(keep) - keep.sum())
     to_eval = eval_mask(hashes, options.eval_fraction)
-    for name, mask in ((TRAIN_FILE, keep & ~to_eval), (EVAL_FILE, keep & to_eval)):
+    for name, mask in ((TRAIN_SPLIT, keep & ~to_eval), (EVAL_SPLIT, keep & to_eval)):
         if not mask.any():
             continue
         selection = pa.array(mask)
@@ -192,7 +189,7 @@ def _update_digest(digest, keys: pa.StringArray) -> None:
 def _stats(files: list[Path], options: PrepareOptions, tally: _Tally, digests) -> dict:
     fingerprint = hashlib.sha256()
     fingerprint.update(json.dumps(asdict(options), sort_keys=True).encode())
-    for name in (TRAIN_FILE, EVAL_FILE):
+    for name in (TRAIN_SPLIT, EVAL_SPLIT):
         fingerprint.update(digests[name].digest())
     rejected = sum(tally.rejects.values())
     return {
@@ -204,7 +201,7 @@ def _stats(files: list[Path], options: PrepareOptions, tally: _Tally, digests) -
         "rejected_by_reason": dict(sorted(tally.rejects.items())),
         "reject_fraction": round(rejected / tally.records, 6) if tally.records else 0.0,
         "duplicates": tally.duplicates,
-        "rows": {"train": tally.rows[TRAIN_FILE], "eval": tally.rows[EVAL_FILE]},
+        "rows": {"train": tally.rows[TRAIN_SPLIT], "eval": tally.rows[EVAL_SPLIT]},
         "shapes": dict(sorted(tally.shapes.items())),
         "length_chars": {
             "conversation": tally.conversation_chars.summary(PERCENTILES),
@@ -243,4 +240,4 @@ def _check_usable(files, stats: dict, options: PrepareOptions, tally: _Tally, st
 
 
 def _publish_failed_rejects(stage) -> None:
-    stage.publish_as(REJECTS_FILE, FAILED_REJECTS_FILE)
+    stage.publish_as(REJECTS, FAILED_REJECTS_FILE)

@@ -22,13 +22,15 @@ from transformers import PreTrainedTokenizerBase
 
 from common.atomic import link_or_copy, staging_dir
 from common.errors import exit_on_user_error
-from common.run_layout import EVALUATION as EVALUATION_FILE
-from common.run_layout import EVALUATION_HTML as REPORT_HTML
-from common.run_layout import EVALUATION_MARKDOWN as REPORT_MARKDOWN
-from common.run_layout import LOSS_CURVE
-from common.run_layout import MERGED as MERGED_DIR
-from common.run_layout import SAMPLE_RESPONSES as SAMPLES_FILE
-from common.run_layout import TRAINING_SUMMARY as SUMMARY
+from common.run_layout import (
+    EVALUATION,
+    EVALUATION_HTML,
+    EVALUATION_MARKDOWN,
+    LOSS_CURVE,
+    MERGED,
+    SAMPLE_RESPONSES,
+    TRAINING_SUMMARY,
+)
 from components.evaluation.gate import decide
 from components.evaluation.generation import generate_answers
 from components.evaluation.heldout import HeldOutLoss, held_out_loss, usable_conversations
@@ -69,7 +71,7 @@ class Evaluated:
 
 
 def read_training_summary(train_dir: Path) -> dict[str, Any] | None:
-    path = train_dir / SUMMARY
+    path = train_dir / TRAINING_SUMMARY
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
@@ -171,13 +173,13 @@ def evaluate(options: EvaluateOptions) -> Evaluated:
 def write_outputs(evaluated: Evaluated) -> None:
     """Every file staged first, then renamed into place with evaluation.json last (the completion marker)."""
     target = evaluated.output_dir
-    (target / SAMPLES_FILE).parent.mkdir(parents=True, exist_ok=True)
+    (target / SAMPLE_RESPONSES).parent.mkdir(parents=True, exist_ok=True)
     with staging_dir(target) as staging:
-        staging.file(SAMPLES_FILE).parent.mkdir()
-        staging.file(SAMPLES_FILE).write_text(
+        staging.file(SAMPLE_RESPONSES).parent.mkdir()
+        staging.file(SAMPLE_RESPONSES).write_text(
             json.dumps(evaluated.samples, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
         )
-        names = [SAMPLES_FILE]
+        names = [SAMPLE_RESPONSES]
         if evaluated.loss_curve_png:
             staging.file(LOSS_CURVE).write_bytes(evaluated.loss_curve_png)
             names.append(LOSS_CURVE)
@@ -187,11 +189,11 @@ def write_outputs(evaluated: Evaluated) -> None:
             evaluated.training,
             LOSS_CURVE if evaluated.loss_curve_png else None,
         )
-        staging.file(REPORT_MARKDOWN).write_text(markdown, encoding="utf-8")
+        staging.file(EVALUATION_MARKDOWN).write_text(markdown, encoding="utf-8")
         html = render_html(evaluated.evaluation, evaluated.samples, evaluated.training, evaluated.loss_curve_png)
-        staging.file(REPORT_HTML).write_text(html, encoding="utf-8")
-        staging.file(EVALUATION_FILE).write_text(json.dumps(evaluated.evaluation, indent=2) + "\n", encoding="utf-8")
-        staging.publish(*names, REPORT_MARKDOWN, REPORT_HTML, EVALUATION_FILE)
+        staging.file(EVALUATION_HTML).write_text(html, encoding="utf-8")
+        staging.file(EVALUATION).write_text(json.dumps(evaluated.evaluation, indent=2) + "\n", encoding="utf-8")
+        staging.publish(*names, EVALUATION_MARKDOWN, EVALUATION_HTML, EVALUATION)
 
 
 def summary(evaluated: Evaluated) -> str:
@@ -209,7 +211,7 @@ def summary(evaluated: Evaluated) -> str:
     )
     lines += [
         f"{name} -> {evaluated.output_dir / name}"
-        for name in (EVALUATION_FILE, REPORT_MARKDOWN, REPORT_HTML, SAMPLES_FILE)
+        for name in (EVALUATION, EVALUATION_MARKDOWN, EVALUATION_HTML, SAMPLE_RESPONSES)
     ]
     return "\n".join(lines)
 
@@ -257,7 +259,7 @@ def run_in_pipeline(
         require_working_cuda("evaluation step")
     options = EvaluateOptions(
         base_model=base_model,
-        fine_tuned_model=Path(train_dir) / MERGED_DIR,
+        fine_tuned_model=Path(train_dir) / MERGED,
         data_dir=Path(data_dir),
         train_dir=Path(train_dir),
         output_dir=Path(eval_dir),
@@ -275,10 +277,11 @@ def run_in_pipeline(
     markdown = render_markdown(
         evaluated.evaluation, evaluated.samples, evaluated.training, png_data_uri(png) if png else None
     )
-    link_or_copy(evaluated.output_dir / REPORT_HTML, Path(html_report_artifact.path))  # the UI shows the file as it is
+    # The UI shows the HTML artifact as it is.
+    link_or_copy(evaluated.output_dir / EVALUATION_HTML, Path(html_report_artifact.path))
     Path(markdown_report_artifact.path).parent.mkdir(parents=True, exist_ok=True)
     Path(markdown_report_artifact.path).write_text(markdown, encoding="utf-8")
-    for artifact, name in ((html_report_artifact, REPORT_HTML), (markdown_report_artifact, REPORT_MARKDOWN)):
+    for artifact, name in ((html_report_artifact, EVALUATION_HTML), (markdown_report_artifact, EVALUATION_MARKDOWN)):
         artifact.metadata.update({"workspace_path": str(evaluated.output_dir / name)})
     gate = evaluated.evaluation["gate"]
     return gate["passed"], gate["reason"]

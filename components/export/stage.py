@@ -24,9 +24,7 @@ from typing import Any
 
 from common.atomic import link_or_copy, write_text_atomic
 from common.errors import UserError, exit_on_user_error
-from common.run_layout import ADAPTER, MERGED, MODELFILE
-from common.run_layout import VERIFICATION_JSON as REPORT_JSON
-from common.run_layout import VERIFICATION_MARKDOWN as REPORT_MD
+from common.run_layout import ADAPTER, MERGED, MODELFILE, VERIFICATION_JSON, VERIFICATION_MARKDOWN
 from components.export.options import check_model_name, parse_outtypes
 from gguf_export.convert import ConversionResult, read_config
 from gguf_export.export import export
@@ -95,7 +93,7 @@ def export_stage(
         )
     metadata = MetadataOptions(model_name=model_name, base_model=hub_id(base_model))
     export_dir.mkdir(parents=True, exist_ok=True)
-    (export_dir / REPORT_JSON).unlink(missing_ok=True)  # the completion marker of an earlier run goes first
+    (export_dir / VERIFICATION_JSON).unlink(missing_ok=True)  # the completion marker of an earlier run goes first
 
     reference = TransformersReference(merged, thresholds.min_positions)
     results: list[ConversionResult] = []
@@ -136,8 +134,8 @@ def export_stage(
         {"conversions": [r.as_json() for r in results], "modelfile": MODELFILE, "thresholds": thresholds.__dict__},
     )
     markdown_text = markdown(reports)
-    write_text_atomic(export_dir / REPORT_MD, markdown_text)
-    write_text_atomic(export_dir / REPORT_JSON, body_json)
+    write_text_atomic(export_dir / VERIFICATION_MARKDOWN, markdown_text)
+    write_text_atomic(export_dir / VERIFICATION_JSON, body_json)
     return json.loads(body_json), markdown_text
 
 
@@ -183,7 +181,7 @@ def run_in_pipeline(
             if not r["passed"]
         ]
         raise UserError(
-            f"GGUF verification failed ({' | '.join(failed)}); see {Path(export_dir) / REPORT_MD}. "
+            f"GGUF verification failed ({' | '.join(failed)}); see {Path(export_dir) / VERIFICATION_MARKDOWN}. "
             "Nothing from this export should be published."
         )
     link_or_copy(primary, Path(gguf_artifact.path))
