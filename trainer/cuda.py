@@ -3,8 +3,8 @@
 When a pod is given GPUs but torch cannot use them (an image whose torch CUDA
 build the node's driver is too old for, a missing driver mount), transformers
 quietly runs on the CPU: hours of training at a fraction of the speed, holding
-GPUs nobody uses. The train and evaluation steps call ``require_cuda`` first
-whenever their pods asked for GPUs, and stop with what to change instead.
+GPUs nobody uses. Whenever their pods asked for GPUs, the train and evaluation
+steps call ``check_cuda_usable`` first, and stop with what to change instead.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def cuda_failure() -> str:
     return "torch sees no CUDA device"
 
 
-def require_cuda(step: str) -> None:
+def check_cuda_usable(step: str) -> None:
     """Raise ``UserError`` unless CUDA is usable; ``step`` names who asked for GPUs."""
     if torch.cuda.is_available():
         return

@@ -27,10 +27,14 @@ def precision(capability: tuple[int, int] | None) -> dict[str, bool]:
     """bf16 on GPUs that have it natively, fp16 with loss scaling on older GPUs, fp32 on CPU."""
     if capability is None:
         return {"bf16": False, "fp16": False}
-    bf16 = tuple(capability) >= NATIVE_BF16_CAPABILITY
+    bf16 = has_native_bf16(capability)
     return {"bf16": bf16, "fp16": not bf16}
+
+
+def has_native_bf16(capability: tuple[int, int]) -> bool:
+    return tuple(capability) >= NATIVE_BF16_CAPABILITY
 
 
 def native_bf16() -> bool:
     """Whether the current CUDA device computes bf16 natively (False without CUDA)."""
-    return torch.cuda.is_available() and tuple(torch.cuda.get_device_capability()) >= NATIVE_BF16_CAPABILITY
+    return torch.cuda.is_available() and has_native_bf16(torch.cuda.get_device_capability())

@@ -29,7 +29,7 @@ from common.run_layout import DATA_SHARDS, LOSS_CURVE, TRAINING_HISTORY, TRAININ
 from trainer import base_model, checkpoints, data, diagnostics, distributed, outputs
 from trainer.callbacks import CompletionManifest, PreemptionSave, ProgressLines
 from trainer.config import TrainConfig, option_problems
-from trainer.cuda import require_cuda
+from trainer.cuda import check_cuda_usable
 from trainer.diagnostics import ShardRecorder
 from trainer.distributed import Topology
 from trainer.precision import device_capability, precision
@@ -208,7 +208,7 @@ def save_models(trainer: SFTTrainer, config: TrainConfig, source: Path, tokenize
 def run(config: TrainConfig) -> int:
     topology = Topology.from_environment()
     if config.require_cuda:
-        require_cuda("training job")
+        check_cuda_usable("training job")
     distributed.check_world_size(topology, config.expected_world_size)
     check_config(config)
     started = time.monotonic()

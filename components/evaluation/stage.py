@@ -45,7 +45,7 @@ from components.evaluation.options import EvaluateOptions, parse_options
 from components.evaluation.reference import ReferenceRow, reference_rows, rouge_l
 from components.evaluation.report import png_data_uri, render_html, render_markdown
 from trainer.config import TrainConfig
-from trainer.cuda import require_cuda as require_working_cuda
+from trainer.cuda import check_cuda_usable
 from trainer.data import load_split, split_path
 from trainer.masking import Message, TokenisedConversation
 
@@ -256,7 +256,7 @@ def run_in_pipeline(
     instead of generating on the CPU.
     """
     if require_cuda:
-        require_working_cuda("evaluation step")
+        check_cuda_usable("evaluation step")
     options = EvaluateOptions(
         base_model=base_model,
         fine_tuned_model=Path(train_dir) / MERGED,
