@@ -26,10 +26,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import re
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
+from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from local_server import LocalServer
@@ -70,6 +72,22 @@ class FakeHub(LocalServer):
         self._lost: list[tuple[str, str]] = []
         self._lock = threading.Lock()
         super().__init__(self._handler_class())
+
+    def client_env(self, home: Path, token: str | None = None) -> dict[str, str]:
+        """This process's environment for a huggingface_hub client of this server: no HF settings of the caller's
+        (an offline flag, a token, a cache), the Hub at ``url`` with Xet off, online, its cache under ``home``."""
+        env = {key: value for key, value in os.environ.items() if not key.startswith(("HF_", "HUGGING"))}
+        env |= {
+            "HF_ENDPOINT": self.url,
+            "HF_HUB_DISABLE_XET": "1",
+            "HF_HUB_OFFLINE": "0",
+            "HF_HOME": str(home),
+            "HF_HUB_DISABLE_TELEMETRY": "1",
+            "NO_PROXY": "127.0.0.1",
+        }
+        if token:
+            env["HF_TOKEN"] = token
+        return env
 
     # --- test controls --------------------------------------------------------------------------
 

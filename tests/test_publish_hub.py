@@ -9,7 +9,6 @@ disabled with ``HF_HUB_DISABLE_XET=1`` because the fake speaks classic LFS).
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -26,20 +25,6 @@ REPO = "me/practical-skills"
 def hub():
     with FakeHub({CANARY}) as fake:
         yield fake
-
-
-def hub_env(hub: FakeHub, home: Path, token: str | None = CANARY) -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("HF_", "HUGGING"))}
-    env |= {
-        "HF_ENDPOINT": hub.url,
-        "HF_HUB_DISABLE_XET": "1",
-        "HF_HOME": str(home),
-        "HF_HUB_DISABLE_TELEMETRY": "1",
-        "NO_PROXY": "127.0.0.1",
-    }
-    if token:
-        env["HF_TOKEN"] = token
-    return env
 
 
 def publish_cli(workspace: Path, env: dict[str, str], *extra: str):
@@ -69,7 +54,7 @@ def assert_no_canary(result, *roots: Path) -> None:
 def test_one_commit_holds_every_file_byte_for_byte(hub, tmp_path):
     """The repository is created private and receives the whole upload folder in a single commit."""
     run_dir = make_run(tmp_path / "ws")
-    result = publish_cli(tmp_path / "ws", hub_env(hub, tmp_path / "home"), "--include-merged")
+    result = publish_cli(tmp_path / "ws", hub.client_env(tmp_path / "home", CANARY), "--include-merged")
     assert result.returncode == 0, result.stderr
     repo = hub.repos[("model", REPO)]
     assert repo.private
@@ -101,7 +86,7 @@ def test_one_commit_holds_every_file_byte_for_byte(hub, tmp_path):
 def test_a_5xx_on_the_commit_is_retried_and_still_one_commit(hub, tmp_path):
     make_run(tmp_path / "ws")
     hub.fail_next("POST", f"/api/models/{REPO}/commit/", 503)
-    result = publish_cli(tmp_path / "ws", hub_env(hub, tmp_path / "home"))
+    result = publish_cli(tmp_path / "ws", hub.client_env(tmp_path / "home", CANARY))
     assert result.returncode == 0, result.stderr
     assert "HTTP 503; retrying" in result.stdout
     assert [status for _, _, status in hub.requests_to("/commit/", "POST")] == [503, 200]
@@ -113,7 +98,7 @@ def test_a_lost_commit_response_does_not_commit_twice(hub, tmp_path):
     """The commit lands but its answer is lost: the retry finds every file unchanged and adds no commit."""
     make_run(tmp_path / "ws")
     hub.lose_next_response("POST", "/commit/")
-    result = publish_cli(tmp_path / "ws", hub_env(hub, tmp_path / "home"))
+    result = publish_cli(tmp_path / "ws", hub.client_env(tmp_path / "home", CANARY))
     assert result.returncode == 0, result.stderr
     assert "HTTP 503; retrying" in result.stdout
     assert [status for _, _, status in hub.requests_to("/commit/", "POST")] == [503]  # the retry had nothing to commit
@@ -124,7 +109,7 @@ def test_a_new_publish_replaces_the_previous_files(hub, tmp_path):
     """Files of an earlier upload that this one lacks (an old quantisation) are deleted in the same commit."""
     hub.add_repo("model", REPO, {".gitattributes": b"", "old-model-q4_0.gguf": b"old", "README.md": b"old card"})
     make_run(tmp_path / "ws")
-    result = publish_cli(tmp_path / "ws", hub_env(hub, tmp_path / "home"))
+    result = publish_cli(tmp_path / "ws", hub.client_env(tmp_path / "home", CANARY))
     assert result.returncode == 0, result.stderr
     repo = hub.repos[("model", REPO)]
     assert "old-model-q4_0.gguf" not in repo.files and ".gitattributes" in repo.files
@@ -135,7 +120,7 @@ def test_a_new_publish_replaces_the_previous_files(hub, tmp_path):
 def test_a_rejected_token_names_the_secret(hub, tmp_path):
     make_run(tmp_path / "ws")
     wrong = CANARY[:-4] + "0000"
-    result = publish_cli(tmp_path / "ws", hub_env(hub, tmp_path / "home", token=wrong))
+    result = publish_cli(tmp_path / "ws", hub.client_env(tmp_path / "home", wrong))
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     message = " ".join(result.stderr.split())
@@ -149,7 +134,7 @@ def test_a_rejected_token_names_the_secret(hub, tmp_path):
 def test_without_a_token_nothing_is_sent(hub, tmp_path):
     """A dry run: the folder is written and recorded, and the Hub sees no request at all."""
     run_dir = make_run(tmp_path / "ws")
-    result = publish_cli(tmp_path / "ws", hub_env(hub, tmp_path / "home", token=None))
+    result = publish_cli(tmp_path / "ws", hub.client_env(tmp_path / "home"))
     assert result.returncode == 0, result.stderr
     assert "dry run: no token is in the environment (HF_TOKEN" in " ".join(result.stdout.split())
     assert hub.log == []
@@ -160,7 +145,7 @@ def test_without_a_token_nothing_is_sent(hub, tmp_path):
 
 def test_metadata_the_hub_rejects_is_a_clear_error(hub, tmp_path):
     make_run(tmp_path / "ws")
-    result = publish_cli(tmp_path / "ws", hub_env(hub, tmp_path / "home"), "--license", "my-own-licence")
+    result = publish_cli(tmp_path / "ws", hub.client_env(tmp_path / "home", CANARY), "--license", "my-own-licence")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     message = " ".join(result.stderr.split())
     assert "The Hub rejected the model card metadata" in message and '"license" must be one of' in message

@@ -396,14 +396,7 @@ def test_two_ranks_download_a_hub_model_once_at_the_pinned_revision(tiny_model_d
     output = tmp_path / "out"
     with FakeHub(set()) as hub:
         repo = hub_serving(hub, tiny_model_dir, "test-org/tiny-chat")
-        env = {
-            "HF_ENDPOINT": hub.url,
-            "HF_HUB_DISABLE_XET": "1",
-            "HF_HOME": str(tmp_path / "hf-home"),  # on the workspace PVC in a job: one cache for every pod
-            "HF_HUB_DISABLE_TELEMETRY": "1",
-            "HF_HUB_OFFLINE": "0",
-            "NO_PROXY": "127.0.0.1",
-        }
+        env = hub.client_env(tmp_path / "hf-home")  # on the workspace PVC in a job: one cache for every pod
         args = trainer_args("test-org/tiny-chat", prepared_data_dir, output, "--max-steps", "1", "--save-steps", "5")
         process = torchrun([*args, "--base-model-revision", repo.head], env, tmp_path / "log")
         assert finish(process) == 0, (tmp_path / "log").read_text()[-3000:]
@@ -425,8 +418,7 @@ def test_an_unknown_base_model_revision_is_a_clear_error(tiny_model_dir, prepare
 
     with FakeHub(set()) as hub:
         hub_serving(hub, tiny_model_dir, "test-org/tiny-chat")
-        env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", "HF_HOME": str(tmp_path / "hf")}
-        env["HF_HUB_OFFLINE"] = "0"
+        env = hub.client_env(tmp_path / "hf")
         args = trainer_args("test-org/tiny-chat", prepared_data_dir, tmp_path / "out", "--base-model-revision", "v9")
         result = subprocess.run(
             [sys.executable, "-m", "trainer", *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True
