@@ -119,7 +119,9 @@ def sft_config(config: TrainConfig, topology: Topology, has_eval: bool) -> SFTCo
         ddp_backend=distributed.backend() if topology.world_size > 1 else None,
         ddp_find_unused_parameters=False,
         # A peer pod that is gone leaves the others blocked in their next collective; torch's default waits 30
-        # minutes (NCCL) before the rank fails, torchrun ends the pod and the job restarts and resumes.
+        # minutes (NCCL) before the rank fails, torchrun ends the pod and the job restarts and resumes. Under
+        # torchrun the group already exists (distributed.initialise, same timeout) and accelerate reuses it; this
+        # keeps the Trainer's arguments saying what the group does.
         ddp_timeout=round(config.collective_timeout_minutes * 60),
         # Equal training batch counts per rank without accelerate's padding of the last
         # batch with repeated samples, which would break the disjoint shards. The eval
