@@ -201,9 +201,11 @@ def single_process_eval_loss(model_dir: Path, data_dir: Path, scratch: Path, pac
     )
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     eval_split = data.tokenise(data.load_split(data_dir, "eval"), tokenizer, config.loss_on)
+    args = sft_config(config, Topology(rank=0, local_rank=0, world_size=1), has_eval=True)
+    args.report_to = []  # a TensorBoard writer would log into ./runs of the working directory
     trainer = SFTTrainer(
         model=AutoModelForCausalLM.from_pretrained(model_dir),
-        args=sft_config(config, Topology(rank=0, local_rank=0, world_size=1), has_eval=True),
+        args=args,
         train_dataset=eval_split,  # required, never trained on here
         eval_dataset=eval_split,
         processing_class=tokenizer,
