@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
 from kubernetes import client, config
 from kubernetes.utils import parse_quantity
 
@@ -32,6 +33,12 @@ def is_label_name(value: str) -> bool:
 def is_subdomain_name(value: str) -> bool:
     """A DNS-1123 subdomain: what a StorageClass or a Secret may be named."""
     return len(value) <= 253 and bool(DNS1123_SUBDOMAIN.match(value))
+
+
+def is_label_value_name(value: str) -> bool:
+    """An object name (DNS-1123 subdomain) that also fits in a label value (63 characters): how Kueue is told
+    a job's LocalQueue and WorkloadPriorityClass."""
+    return len(value) <= 63 and is_subdomain_name(value)
 
 
 def is_positive_quantity(value: str) -> bool:
@@ -103,3 +110,21 @@ def connect(needed_for: str, otherwise: str) -> Cluster:
         ) from None
     namespace = context.get("context", {}).get("namespace") or "default"
     return Cluster(client.ApiClient(configuration), namespace)
+
+
+def default_namespace() -> str:
+    """The current kubeconfig context's namespace, as ``oc``/``kubectl`` would use it; 'default' without one.
+
+    For commands that only name a namespace (rendering a manifest) and need no connection.
+    """
+    kubeconfig = os.environ.get("KUBECONFIG") or None
+    try:
+        _, context = config.list_kube_config_contexts(config_file=kubeconfig)
+    except (config.ConfigException, OSError):
+        return "default"
+    except yaml.YAMLError as error:
+        raise UserError(
+            f"The kubeconfig ({kubeconfig or '~/.kube/config'}) is not valid YAML ({error.__class__.__name__}); "
+            "fix it, or name the namespace with --namespace."
+        ) from None
+    return (context or {}).get("context", {}).get("namespace") or "default"

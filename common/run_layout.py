@@ -19,6 +19,8 @@ shared across runs is the publish record.
           merged/                       the full fine-tuned checkpoint (config.json, safetensors, tokenizer)
           training_summary.json         resolved options, losses, tokens/s, world size; written last
           training_history.json, loss_curve.png, data_shards.json
+          training_failure.txt          written by the train step when training failed or timed out: a
+                                        retried step reports it again instead of training a second time
         evaluate/      written by evaluate; read by publish
           evaluation.json               losses of both models, ROUGE-L, the gate decision; written last
           report.md, report.html, demo_outputs/sample_responses.json
@@ -40,6 +42,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+# Where the workspace PVC is mounted in every pipeline step and training pod on a cluster.
+CLUSTER_WORKSPACE = "/mnt/workspace"
 RUNS = "runs"
 DATA, TRAIN, EVALUATE, EXPORT, PUBLISH = "data", "train", "evaluate", "export", "publish"
 STAGES = (DATA, TRAIN, EVALUATE, EXPORT, PUBLISH)
@@ -57,6 +61,7 @@ TRAINING_SUMMARY = "training_summary.json"
 TRAINING_HISTORY = "training_history.json"
 LOSS_CURVE = "loss_curve.png"
 DATA_SHARDS = "data_shards.json"
+TRAINING_FAILURE = "training_failure.txt"
 # evaluate/
 EVALUATION = "evaluation.json"
 EVALUATION_MARKDOWN = "report.md"

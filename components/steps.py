@@ -118,7 +118,11 @@ def train_model(
     tolerations: str,
     hf_token_secret: str,
     timeout_minutes: float,
+    start_timeout_minutes: float,
+    count_queue_time: bool,
     backoff_limit: int,
+    queue_name: str,
+    priority_class: str,
     trainjob_runtime: str,
     termination_grace_seconds: int,
     base_model_revision: str,
@@ -180,14 +184,15 @@ def evaluate_model(
     score_rows: int,
     min_eval_loss_improvement: float,
     batch_size: int,
-    require_cuda: bool,
+    gpus: int,
     metrics: dsl.Output[dsl.Metrics],
     report_html: dsl.Output[dsl.HTML],
     report_markdown: dsl.Output[dsl.Markdown],
 ) -> NamedTuple("EvaluateOutputs", [("gate_passed", bool), ("gate_reason", str)]):
     """Compare the fine-tuned model with its base on held-out data; report it and decide the quality gate.
 
-    ``require_cuda``: the step's pod was given a GPU, so it stops rather than run on the CPU when CUDA fails.
+    ``gpus``: the GPUs the step's pod was given (0: none); with any, it stops rather than run on the CPU when
+    CUDA fails.
     """
     # No parameter defaults: the pod runs this source as written, so they could only be literals
     # copied from EvaluateOptions. The pipeline passes every value, defaulting to EvaluateOptions'.
@@ -210,7 +215,7 @@ def evaluate_model(
         metrics,
         report_html,
         report_markdown,
-        require_cuda=require_cuda,
+        require_cuda=gpus > 0,
     )
     return namedtuple("EvaluateOutputs", ["gate_passed", "gate_reason"])(gate_passed, gate_reason)
 

@@ -11,7 +11,7 @@ files travel over a PVC and training runs as a Kubeflow job
 (``fine_tune_pipeline``, what is compiled and uploaded) or over a local
 directory with local training processes (what ``python -m pipelines.run``
 executes with kfp.local). The signature below is the run form: each default is
-the stage option's own (``pipelines.parameters.RUN_PARAMETERS`` says which),
+the stage option's own (``components.parameters.RUN_PARAMETERS`` says which),
 and the descriptions KFP shows are generated from the same declarations.
 """
 
@@ -23,7 +23,9 @@ from components.dataprep.options import PrepareOptions
 from components.evaluation.options import EvaluateOptions
 from components.export.options import ExportStageOptions
 from components.hub_auth import SECRET_KEY, SECRET_NAME, TOKEN_ENV
+from components.parameters import PIPELINE_NAME, RUN_PARAMETERS, arguments_for, docstring
 from components.publish.options import PublishOptions
+from components.run_options import RunInputs, StepResources, WorkspaceOptions
 from components.runtime_image import runtime_image
 from components.steps import (
     check_data_changed,
@@ -35,13 +37,10 @@ from components.steps import (
     train_model,
 )
 from components.training.options import LaunchOptions
-from pipelines.parameters import RUN_PARAMETERS, arguments_for, docstring
-from pipelines.run_options import RunInputs, WorkspaceOptions
-from pipelines.tasks import validate_parameters
+from pipelines.tasks import consumes, sized, small, validate_parameters
 from pipelines.workspace import ClusterWorkspace, Workspace
 from trainer.config import TrainConfig
 
-PIPELINE_NAME = "llm-finetune"
 DESCRIPTION = "Fine-tune a small LLM on JSONL questions and answers: prepare, train, evaluate, export, publish."
 INPUTS = RunInputs()
 PREPARE = PrepareOptions()
@@ -51,13 +50,10 @@ EVALUATE = EvaluateOptions()
 EXPORT = ExportStageOptions()
 PUBLISH = PublishOptions()
 WORKSPACE = WorkspaceOptions()
-# The evaluation generates with both models: one GPU in the cluster (it runs on
-# the CPU where none is granted, e.g. locally).
-EVALUATE_GPUS = 1
+RESOURCES = StepResources()
 GPU_RESOURCE = "nvidia.com/gpu"
-# An OpenShift AI data connection named "training-data" creates this Secret; the
-# prepare step reads S3 credentials and the endpoint from it when it exists.
-DATA_CONNECTION_SECRET = "aws-connection-training-data"
+# What an OpenShift AI data connection's Secret holds; the prepare step reads S3
+# credentials and the endpoint from them when the Secret exists.
 DATA_CONNECTION_KEYS = (
     "AWS_ACCESS_KEY_ID",
     "AWS_SECRET_ACCESS_KEY",
@@ -66,6 +62,9 @@ DATA_CONNECTION_KEYS = (
     "AWS_S3_ENDPOINT",
     "AWS_ENDPOINT_URL",
 )
+# A train step whose launcher pod is lost (evicted, its node gone) runs again and
+# follows the training job the first attempt created (the job's name comes from the run id).
+TRAIN_STEP_RETRIES = 2
 
 
 def with_hub_token(task: dsl.PipelineTask) -> dsl.PipelineTask:
@@ -75,18 +74,19 @@ def with_hub_token(task: dsl.PipelineTask) -> dsl.PipelineTask:
     )
 
 
-def with_data_connection(task: dsl.PipelineTask) -> dsl.PipelineTask:
+def with_data_connection(task: dsl.PipelineTask, secret_name) -> dsl.PipelineTask:
     return kubernetes.use_secret_as_env(
-        task,
-        secret_name=DATA_CONNECTION_SECRET,
-        secret_key_to_env={key: key for key in DATA_CONNECTION_KEYS},
-        optional=True,
+        task, secret_name=secret_name, secret_key_to_env={key: key for key in DATA_CONNECTION_KEYS}, optional=True
     )
 
 
-def on_gpu(task: dsl.PipelineTask, gpus: int) -> dsl.PipelineTask:
-    task.set_accelerator_type(GPU_RESOURCE).set_accelerator_limit(gpus)
-    kubernetes.add_toleration(task, key=GPU_RESOURCE, operator="Exists", effect="NoSchedule")
+def placed_like_training(task: dsl.PipelineTask, placement: dsl.PipelineTask) -> dsl.PipelineTask:
+    """The GPU count, node selector and tolerations the parameter check derived from the training parameters:
+    one GPU when the training pods have GPUs, none (the CPU) when gpus_per_node is 0."""
+    gpus = placement.outputs["evaluate_gpus"]
+    consumes(task.set_accelerator_type(GPU_RESOURCE).set_accelerator_limit(gpus), gpus)
+    kubernetes.add_node_selector_json(task, placement.outputs["node_selector"])
+    kubernetes.add_toleration_json(task, placement.outputs["tolerations"])
     return task
 
 
@@ -95,6 +95,7 @@ def build_pipeline(workspace: Workspace):
 
     def fine_tune(
         dataset_uri: str = INPUTS.dataset_uri,
+        data_connection_secret: str = INPUTS.data_connection_secret,
         eval_fraction: float = PREPARE.eval_fraction,
         split_seed: int = PREPARE.seed,
         max_reject_fraction: float = PREPARE.max_reject_fraction,
@@ -134,7 +135,11 @@ def build_pipeline(workspace: Workspace):
         node_selector: str = LAUNCH.node_selector,
         tolerations: str = LAUNCH.tolerations,
         training_timeout_minutes: float = LAUNCH.timeout_minutes,
+        training_start_timeout_minutes: float = LAUNCH.start_timeout_minutes,
+        start_timeout_includes_queue: bool = LAUNCH.count_queue_time,
         training_backoff_limit: int = LAUNCH.backoff_limit,
+        queue_name: str = LAUNCH.queue_name,
+        priority_class: str = LAUNCH.priority_class,
         trainjob_runtime: str = LAUNCH.trainjob_runtime,
         training_grace_period_seconds: int = LAUNCH.termination_grace_seconds,
         extra_questions: List[str] = list(EVALUATE.extra_questions),
@@ -155,10 +160,20 @@ def build_pipeline(workspace: Workspace):
         pvc_size: str = WORKSPACE.pvc_size,
         pvc_storage_class: str = WORKSPACE.pvc_storage_class,
         keep_pvc: bool = WORKSPACE.keep_pvc,
+        prepare_cpu: str = RESOURCES.prepare_cpu,
+        prepare_memory: str = RESOURCES.prepare_memory,
+        train_launcher_cpu: str = RESOURCES.train_launcher_cpu,
+        train_launcher_memory: str = RESOURCES.train_launcher_memory,
+        evaluate_cpu: str = RESOURCES.evaluate_cpu,
+        evaluate_memory: str = RESOURCES.evaluate_memory,
+        export_cpu: str = RESOURCES.export_cpu,
+        export_memory: str = RESOURCES.export_memory,
+        publish_cpu: str = RESOURCES.publish_cpu,
+        publish_memory: str = RESOURCES.publish_memory,
     ):
         run = dict(locals())  # every run parameter by name, taken before anything else is bound here
         run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER
-        validated = validate_parameters(**{parameter.name: run[parameter.name] for parameter in RUN_PARAMETERS})
+        validated = small(validate_parameters(**{parameter.name: run[parameter.name] for parameter in RUN_PARAMETERS}))
         workspace.attach(validated, pvc_name, pvc_size, pvc_storage_class)
         prepared = workspace.mount(
             prepare_dataset(
@@ -168,7 +183,7 @@ def build_pipeline(workspace: Workspace):
                 **arguments_for(PrepareOptions, run),
             ).after(validated)
         )
-        with_hub_token(with_data_connection(prepared))
+        with_hub_token(with_data_connection(sized(prepared, prepare_cpu, prepare_memory), data_connection_secret))
         changed = workspace.mount(
             check_data_changed(
                 fingerprint=prepared.outputs["fingerprint"],
@@ -177,7 +192,7 @@ def build_pipeline(workspace: Workspace):
                 force=force,
             )
         )
-        with_hub_token(changed)
+        with_hub_token(small(changed))
 
         with dsl.If(changed.outputs["changed"] == True, name="data-changed"):  # noqa: E712 (a KFP condition)
             trained = workspace.mount(
@@ -194,6 +209,9 @@ def build_pipeline(workspace: Workspace):
                     **{**arguments_for(LaunchOptions, run), "backend": workspace.training_backend(training_backend)},
                 )
             )
+            sized(trained, train_launcher_cpu, train_launcher_memory).set_retry(
+                num_retries=TRAIN_STEP_RETRIES, backoff_duration="30s"
+            )
             evaluated = workspace.mount(
                 evaluate_model(
                     workspace_root=workspace.root,
@@ -201,11 +219,13 @@ def build_pipeline(workspace: Workspace):
                     base_model=trained.outputs["base_model"],
                     train_dir=trained.outputs["train_dir"],
                     data_dir=prepared.outputs["data_dir"],
-                    require_cuda=workspace.gpus and EVALUATE_GPUS > 0,
+                    gpus=validated.outputs["evaluate_gpus"] if workspace.gpus else 0,
                     **arguments_for(EvaluateOptions, run),
                 )
             )
-            with_hub_token(on_gpu(evaluated, EVALUATE_GPUS))
+            with_hub_token(sized(evaluated, evaluate_cpu, evaluate_memory))
+            if workspace.gpus:  # kfp.local ignores placement, and has no GPU count to pass
+                placed_like_training(evaluated, validated)
 
             with dsl.If(evaluated.outputs["gate_passed"] == True, name="quality-gate-passed"):  # noqa: E712
                 exported = workspace.mount(
@@ -216,6 +236,7 @@ def build_pipeline(workspace: Workspace):
                         **arguments_for(ExportStageOptions, run),
                     )
                 )
+                sized(exported, export_cpu, export_memory)
                 published = workspace.mount(
                     publish_model(
                         workspace_root=workspace.root,
@@ -225,14 +246,16 @@ def build_pipeline(workspace: Workspace):
                         **arguments_for(PublishOptions, run),
                     ).after(exported)
                 )
-                with_hub_token(published)
+                with_hub_token(sized(published, publish_cpu, publish_memory))
                 workspace.release(published, pvc_name, keep_pvc)
             with dsl.Else(name="quality-gate-failed"):
-                gate_failed = report_skipped(skipped="export and publish", reason=evaluated.outputs["gate_reason"])
+                gate_failed = small(
+                    report_skipped(skipped="export and publish", reason=evaluated.outputs["gate_reason"])
+                )
                 workspace.release(gate_failed, pvc_name, keep_pvc)
         with dsl.Else(name="data-unchanged"):
-            unchanged = report_skipped(
-                skipped="training, evaluation, export and publish", reason=changed.outputs["reason"]
+            unchanged = small(
+                report_skipped(skipped="training, evaluation, export and publish", reason=changed.outputs["reason"])
             )
             workspace.release(unchanged, pvc_name, keep_pvc)
 

@@ -15,7 +15,7 @@ import warnings
 from pathlib import Path
 
 from common.errors import exit_on_user_error
-from pipelines.run_params import checked_arguments
+from components.run_params import checked_arguments
 
 DEFAULT_OUTPUT_DIR = Path("local-run")
 

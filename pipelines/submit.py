@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Iterator
 
 from common.errors import UserError, exit_on_user_error
+from components.run_params import checked_arguments
 from pipelines.compile import DEFAULT_OUTPUT as DEFAULT_PACKAGE
 from pipelines.cron import validate_cron
-from pipelines.run_params import checked_arguments
 
 TOKEN_ENV = "KFP_TOKEN"
 DEFAULT_EXPERIMENT = "llm-finetune"

@@ -2,7 +2,7 @@
 
 On a cluster the workspace is a ReadWriteMany PVC: created for the run with
 kfp-kubernetes ``CreatePVC`` (or an existing one named by ``pvc_name``),
-mounted at ``MOUNT_PATH`` in every step that touches it, and deleted after the
+mounted at ``CLUSTER_WORKSPACE`` in every step that touches it, and deleted after the
 last stage unless ``keep_pvc`` is set. A failed run keeps its PVC, so its
 checkpoints can be inspected or resumed from. Training runs as a PyTorchJob or
 TrainJob whose pods mount the same PVC.
@@ -17,10 +17,10 @@ from typing import Protocol
 
 from kfp import dsl, kubernetes
 
+from common.run_layout import CLUSTER_WORKSPACE
 from components.base_model import LOCAL_BACKEND
-from pipelines.tasks import resolve_storage_class, use_existing_pvc, workspace_pvc
+from pipelines.tasks import resolve_storage_class, small, use_existing_pvc, workspace_pvc
 
-MOUNT_PATH = "/mnt/workspace"
 PVC_NAME_SUFFIX = "-llm-finetune-workspace"
 
 
@@ -47,7 +47,7 @@ class Workspace(Protocol):
 class ClusterWorkspace:
     """A ReadWriteMany PVC per run, or an existing one."""
 
-    root = MOUNT_PATH
+    root = CLUSTER_WORKSPACE
     gpus = True
 
     def __init__(self) -> None:
@@ -55,7 +55,7 @@ class ClusterWorkspace:
 
     def attach(self, after, pvc_name, pvc_size, pvc_storage_class) -> None:
         with dsl.If(pvc_name == "", name="create-workspace-pvc"):
-            storage_class = _uncached(resolve_storage_class(requested=pvc_storage_class).after(after))
+            storage_class = _uncached(small(resolve_storage_class(requested=pvc_storage_class)).after(after))
             created = _uncached(
                 kubernetes.CreatePVC(
                     pvc_name_suffix=PVC_NAME_SUFFIX,
@@ -65,12 +65,12 @@ class ClusterWorkspace:
                 )
             )
         with dsl.Else(name="use-existing-pvc"):
-            existing = _uncached(use_existing_pvc(pvc_name=pvc_name).after(after))
-        self._pvc = _uncached(workspace_pvc(pvc_name=dsl.OneOf(created.outputs["name"], existing.output)))
+            existing = _uncached(small(use_existing_pvc(pvc_name=pvc_name)).after(after))
+        self._pvc = _uncached(small(workspace_pvc(pvc_name=dsl.OneOf(created.outputs["name"], existing.output))))
 
     def mount(self, task):
         # A cached step would skip writing its files onto this run's PVC.
-        kubernetes.mount_pvc(_uncached(task), pvc_name=self._pvc.output, mount_path=MOUNT_PATH)
+        kubernetes.mount_pvc(_uncached(task), pvc_name=self._pvc.output, mount_path=CLUSTER_WORKSPACE)
         return task
 
     def pvc(self):

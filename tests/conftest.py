@@ -85,6 +85,21 @@ def qa(i: int, topic: str = "knots") -> dict:
     return {"topic": topic, "question": f"question number {i}?", "answer": f"Answer number {i}."}
 
 
+# --- The fake Kubernetes API ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    """A fake Kubernetes API server (tests/fake_kube.py) as the current kubeconfig context: no cluster runs here."""
+    from fake_kube import FakeKube
+
+    server = FakeKube().start()
+    monkeypatch.setenv("KUBECONFIG", str(server.write_kubeconfig(tmp_path / "kubeconfig")))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)  # not in a pod: the kubeconfig is used
+    yield server
+    server.stop()
+
+
 # --- Trainer fixtures -------------------------------------------------------------------------
 # The real SmolLM2 tokenizer and chat template (from the bundled GGUF), and a tiny randomly
 # initialised Llama with that tokenizer: real tokenisation, training steps in milliseconds.

@@ -6,21 +6,33 @@ for the launcher's calls, the way the real API server answers them:
 
 - discovery ``GET /apis/<group>/<version>`` (404 when the CRD is not installed);
 - custom objects: create (409 when the name exists), get, list, watch, delete;
+  a create with ``fieldValidation=Strict`` is refused (400) for spec fields the
+  CRD does not know (``unknown_spec_fields``: an older operator), which are
+  otherwise dropped silently, as the API server prunes them;
 - pods: get, list, watch; ``pods/<name>/log`` with follow, timestamps, sinceSeconds,
   tailLines and previous;
+- events (core v1): list, with the field selectors the API server allows for them;
 - watches with resourceVersion and timeoutSeconds, streamed with chunked
   transfer encoding, one JSON event per line; a resourceVersion older than the
-  kept history gets the ``ERROR`` event with code 410 (Gone).
+  kept history gets the ``ERROR`` event with code 410 (Gone);
+- 403 Forbidden, in the API server's words, for the resources in ``forbidden``
+  (a Role that does not grant them).
 
-A test plays the cluster's part (the operator and the kubelets) through the
+A job created with Kueue's queue label is held as Kueue and the operators hold
+it: stored suspended with the operator's ``Suspended`` condition, with a Kueue
+Workload saying why it waits, until the scenario calls ``admit``.
+
+A test plays the cluster's part (the operator, the kubelets, Kueue) through the
 methods below from a scenario thread: add pods, write log lines, end
-containers, set job conditions, drop every open stream, expire watch history.
-Every request is recorded, so tests can check the verbs used against the RBAC.
+containers, set job conditions, record events, admit queued jobs, drop every
+open stream, expire watch history. Every request is recorded, so tests can
+check the verbs used against the RBAC.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import socket
 import threading
@@ -36,6 +48,34 @@ from urllib.parse import parse_qs, urlsplit
 SERVED = {
     "kubeflow.org/v1": {"pytorchjobs": "PyTorchJob", "notebooks": "Notebook"},
     "trainer.kubeflow.org/v1alpha1": {"trainjobs": "TrainJob"},
+    "kueue.x-k8s.io/v1beta1": {"workloads": "Workload", "localqueues": "LocalQueue"},
+}
+CORE = {"pods": "Pod", "events": "Event"}  # the /api/v1 resources served
+# Field selectors the API server accepts (k8s pkg/apis/core/v1/conversion.go, AddFieldLabelConversionsForEvent;
+# every resource takes metadata.name and metadata.namespace); anything else is 400 "field label not supported".
+FIELD_LABELS = {
+    "events": {
+        "involvedObject.kind",
+        "involvedObject.namespace",
+        "involvedObject.name",
+        "involvedObject.uid",
+        "involvedObject.apiVersion",
+        "involvedObject.resourceVersion",
+        "involvedObject.fieldPath",
+        "reason",
+        "source",
+        "type",
+    }
+}
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+# Where Kueue's webhook suspends each kind of job, and what its operator then records: the Training Operator
+# v1.9 (pkg/controller.v1/common/job.go, pkg/util/status.go) keeps its Created condition and appends
+# Suspended / PyTorchJobSuspended; Trainer v2 (pkg/controller/trainjob_controller.go setSuspendedCondition)
+# sets Suspended / Suspended with "TrainJob is suspended".
+SUSPEND = {
+    "pytorchjobs": {"path": ("runPolicy", "suspend"), "reason": "PyTorchJob{}", "podset": "master"},
+    "trainjobs": {"path": ("suspend",), "reason": "{}", "podset": "node"},
 }
 
 
@@ -58,9 +98,23 @@ def rfc3339_nano(moment: float) -> str:
 
 
 class FakeKube:
-    def __init__(self, namespace: str = "ml-team", served: dict[str, dict[str, str]] | None = None) -> None:
+    def __init__(
+        self,
+        namespace: str = "ml-team",
+        served: dict[str, dict[str, str]] | None = None,
+        *,
+        unknown_spec_fields: dict[str, set[str]] | None = None,
+        forbidden: set[str] | None = None,
+    ) -> None:
         self.namespace = namespace
         self.served = SERVED if served is None else served
+        self.unknown_spec_fields = unknown_spec_fields or {}  # plural -> top-level spec fields its CRD lacks
+        self.forbidden = forbidden or set()  # resources the launcher's Role does not grant
+        # What Kueue's Workload says while a queued job waits (kueue pkg/scheduler/flavorassigner).
+        self.kueue_pending_message = (
+            "couldn't assign flavors to pod set {podset}: insufficient unused quota for nvidia.com/gpu in flavor "
+            "default-flavor, 2 more needed"
+        )
         self.changed = threading.Condition()
         self.resource_version = 1000
         self.oldest_watchable = 0
@@ -159,6 +213,7 @@ class FakeKube:
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": name, "namespace": self.namespace, "uid": str(uuid.uuid4()), "labels": labels},
+            "spec": {"containers": [{"name": container}]},
             "status": {
                 "phase": "Pending",
                 "conditions": [],
@@ -174,6 +229,15 @@ class FakeKube:
             self._stored("pods", "ADDED", pod)
 
     def run_container(self, pod: str) -> None:
+        """The container runs: on its node, scheduled first if it was not (the scheduler binds it, the kubelet
+        reports its container)."""
+        with self.changed:
+            status = self.objects["pods"][pod]["status"]
+            if not status["containerStatuses"]:
+                status["conditions"] = [{"type": "PodScheduled", "status": "True"}]
+                container = self.objects["pods"][pod]["spec"]["containers"][0]["name"]
+                status["containerStatuses"] = [self._status(container, {"waiting": {"reason": "ContainerCreating"}}, 0)]
+
         def start(status):
             status["state"] = {"running": {"startedAt": rfc3339_nano(time.time())}}
             status["ready"] = True
@@ -200,6 +264,11 @@ class FakeKube:
 
         self._change_container(pod, end, phase="Succeeded" if exit_code == 0 else "Failed")
 
+    def delete_pod(self, pod: str) -> None:
+        """The pod is gone (its node was lost, or it was evicted); its operator makes a new one."""
+        with self.changed:
+            self._stored("pods", "DELETED", self.objects["pods"][pod])
+
     def restart_container(self, pod: str) -> None:
         """The kubelet runs the container again (restartPolicy OnFailure): lastState keeps the failed run."""
 
@@ -209,6 +278,74 @@ class FakeKube:
             status["state"] = {"running": {"startedAt": rfc3339_nano(time.time())}}
 
         self._change_container(pod, restart, phase="Running")
+
+    def add_event(
+        self, involved_kind: str, involved_name: str, reason: str, message: str, type: str = "Warning"
+    ) -> dict[str, Any]:
+        """Record a core v1 Event about an object, as a controller or kubelet does; the same one again
+        (same object, reason and message) counts up instead, as client-go's EventCorrelator aggregates."""
+        with self.changed:
+            now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            for event in self.objects.get("events", {}).values():
+                involved = event["involvedObject"]
+                if (involved["kind"], involved["name"], event["reason"], event["message"]) == (
+                    involved_kind,
+                    involved_name,
+                    reason,
+                    message,
+                ):
+                    event["count"] += 1
+                    event["lastTimestamp"] = now
+                    self._stored("events", "MODIFIED", event)
+                    return copy.deepcopy(event)
+            plural = next((p for p, k in [*CORE.items(), *self._custom_kinds()] if k == involved_kind), "")
+            target = self.objects.get(plural, {}).get(involved_name, {}).get("metadata", {})
+            event = {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {
+                    "name": f"{involved_name}.{uuid.uuid4().hex[:16]}",
+                    "namespace": self.namespace,
+                    "uid": str(uuid.uuid4()),
+                },
+                "involvedObject": {
+                    "kind": involved_kind,
+                    "name": involved_name,
+                    "namespace": self.namespace,
+                    "uid": target.get("uid", ""),
+                },
+                "reason": reason,
+                "message": message,
+                "type": type,
+                "count": 1,
+                "firstTimestamp": now,
+                "lastTimestamp": now,
+                "source": {"component": "kubelet" if involved_kind == "Pod" else "controller"},
+            }
+            self._stored("events", "ADDED", event)
+            return copy.deepcopy(event)
+
+    def admit(self, plural: str, name: str) -> None:
+        """Kueue admits the queued job: its Workload reserves quota and is admitted, the job is un-suspended,
+        and the operator turns its Suspended condition False (reason Resumed)."""
+        with self.changed:
+            job = self.objects[plural][name]
+            for workload in self._workloads_of(job):
+                workload["status"]["conditions"] = [
+                    _condition(
+                        "QuotaReserved", "True", "QuotaReserved", "Quota reserved in ClusterQueue cluster-queue"
+                    ),
+                    _condition("Admitted", "True", "Admitted", "The workload is admitted"),
+                ]
+                self._stored("workloads", "MODIFIED", workload)
+            _set_path(job["spec"], SUSPEND[plural]["path"], False)
+            self._stored(plural, "MODIFIED", job)
+        kind = self._kind_of(plural)
+        self.add_event(kind, name, "Started", "Admitted by clusterQueue cluster-queue", "Normal")
+        message = f"{kind} {name} is resumed." if plural == "pytorchjobs" else "TrainJob is resumed"
+        reason = SUSPEND[plural]["reason"].format("Resumed")
+        self._operator_condition(plural, name, "Suspended", "False", reason, message)
+        self.add_event(kind, name, reason, message, "Normal")
 
     def drop_streams(self) -> None:
         """Cut every open watch and log stream mid-response."""
@@ -276,6 +413,77 @@ class FakeKube:
         self.history.append((self.resource_version, plural, event, copy.deepcopy(item)))
         self.changed.notify_all()
 
+    def _custom_kinds(self) -> list[tuple[str, str]]:
+        return [(plural, kind) for kinds in self.served.values() for plural, kind in kinds.items()]
+
+    def _kind_of(self, plural: str) -> str:
+        return dict(self._custom_kinds())[plural]
+
+    def _workloads_of(self, job: dict[str, Any]) -> list[dict[str, Any]]:
+        """Kueue finds a job's Workload by the job-uid label (kueue pkg/controller/jobframework/reconciler.go)."""
+        uid = job["metadata"]["uid"]
+        return [
+            w for w in self.objects.get("workloads", {}).values() if w["metadata"]["labels"].get(JOB_UID_LABEL) == uid
+        ]
+
+    def _hold_in_queue(self, plural: str, job: dict[str, Any]) -> None:
+        """What follows the creation of a queued (and so suspended) job: Kueue makes its Workload, which waits
+        for quota, and the operator records that the job is suspended."""
+        kind, name, uid = self._kind_of(plural), job["metadata"]["name"], job["metadata"]["uid"]
+        group = job["apiVersion"].split("/")[0]
+        # Named as kueue's GetWorkloadNameForOwnerWithGVK names it (pkg/controller/jobframework/workload_names.go).
+        digest = hashlib.sha1(f"{kind}\n{group}\n{name}\n{uid}".encode()).hexdigest()[:5]
+        podset = SUSPEND[plural]["podset"]
+        workload = {
+            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "kind": "Workload",
+            "metadata": {
+                "name": f"{kind.lower()}-{name}-{digest}",
+                "namespace": self.namespace,
+                "uid": str(uuid.uuid4()),
+                "labels": {JOB_UID_LABEL: uid},
+                "ownerReferences": [{"kind": kind, "name": name, "uid": uid, "controller": True}],
+            },
+            "spec": {"queueName": job["metadata"]["labels"][QUEUE_LABEL], "podSets": [{"name": podset}]},
+            "status": {
+                "conditions": [
+                    _condition("QuotaReserved", "False", "Pending", self.kueue_pending_message.format(podset=podset))
+                ]
+            },
+        }
+        with self.changed:
+            self._stored("workloads", "ADDED", workload)
+        self.add_event(
+            kind,
+            name,
+            "CreatedWorkload",
+            f"Created Workload: {self.namespace}/{workload['metadata']['name']}",
+            "Normal",
+        )
+        if plural == "pytorchjobs":
+            self._operator_condition(
+                plural, name, "Created", "True", "PyTorchJobCreated", f"PyTorchJob {name} is created."
+            )
+        message = f"{kind} {name} is suspended." if plural == "pytorchjobs" else "TrainJob is suspended"
+        reason = SUSPEND[plural]["reason"].format("Suspended")
+        self._operator_condition(plural, name, "Suspended", "True", reason, message)
+        self.add_event(kind, name, reason, message, "Normal")
+
+    def _operator_condition(self, plural: str, name: str, kind: str, status: str, reason: str, message: str) -> None:
+        """Set a condition as the operator does: the Training Operator moves it to the end of the list
+        (pkg/util/status.go setCondition), Trainer v2 updates it in place (meta.SetStatusCondition)."""
+        with self.changed:
+            job = self.objects.get(plural, {}).get(name)
+            if job is None:
+                return
+            conditions = job.setdefault("status", {}).setdefault("conditions", [])
+            new = _condition(kind, status, reason, message)
+            if plural == "trainjobs" and any(c["type"] == kind for c in conditions):
+                job["status"]["conditions"] = [new if c["type"] == kind else c for c in conditions]
+            else:
+                job["status"]["conditions"] = [c for c in conditions if c["type"] != kind] + [new]
+            self._stored(plural, "MODIFIED", job)
+
     # --- the API --------------------------------------------------------------------------------
     def handle(self, method: str, path: str, query: dict[str, str], body: Any) -> tuple[int, Any] | Iterator[str]:
         self.requests.append(Request(method, path, query))
@@ -284,16 +492,69 @@ class FakeKube:
             return self._discovery(f"{parts[1]}/{parts[2]}")
         if parts[0] == "apis" and len(parts) >= 6 and parts[3] == "namespaces":
             group_version, plural = f"{parts[1]}/{parts[2]}", parts[5]
+            name = parts[6] if len(parts) > 6 else None
             if plural not in self.served.get(group_version, {}):
                 return 404, _status(
                     404, "NotFound", f"the server could not find the requested resource ({plural}.{group_version})"
                 )
-            return self._resource(method, plural, parts[6] if len(parts) > 6 else None, query, body)
-        if parts[:2] == ["api", "v1"] and len(parts) >= 5 and parts[4] == "pods":
-            if len(parts) == 7 and parts[6] == "log":
+            if plural in self.forbidden:
+                return self._forbidden(method, query, parts[1], plural, name)
+            if method == "POST" and name is None:
+                return self._create(group_version, plural, query, body)
+            return self._resource(method, plural, name, query, body)
+        if parts[:2] == ["api", "v1"] and len(parts) >= 5 and parts[4] in CORE:
+            name = parts[5] if len(parts) > 5 else None
+            resource = parts[4] + (f"/{parts[6]}" if len(parts) == 7 else "")
+            if resource in self.forbidden:
+                return self._forbidden(method, query, "", resource, name)
+            if resource == "pods/log":
                 return self._log(parts[5], query)
-            return self._resource(method, "pods", parts[5] if len(parts) > 5 else None, query, body)
+            return self._resource(method, parts[4], name, query, body)
         return 404, _status(404, "NotFound", f"no route for {method} {path}")
+
+    def _forbidden(self, method: str, query: dict[str, str], group: str, resource: str, name: str | None):
+        """403 as the RBAC authorizer words it (k8s.io/apiserver endpoints/handlers/responsewriters/errors.go)."""
+        verb = {"POST": "create", "DELETE": "delete"}.get(method) or (
+            "get" if name else "watch" if query.get("watch") == "true" else "list"
+        )
+        plural, _, subresource = resource.partition("/")
+        qualified = f"{plural}.{group}" if group else plural
+        user = f"system:serviceaccount:{self.namespace}:pipeline-runner-dspa"
+        target = f'resource "{plural}"' + (f' with subresource "{subresource}"' if subresource else "")
+        reason = f'User "{user}" cannot {verb} {target} in API group "{group}" in the namespace "{self.namespace}"'
+        subject = f'{qualified} "{name}"' if name else qualified
+        return 403, _status(403, "Forbidden", f"{subject} is forbidden: {reason}")
+
+    def _create(self, group_version: str, plural: str, query: dict[str, str], body: dict[str, Any]) -> tuple[int, Any]:
+        """Create a custom object as the API server and Kueue's webhook do.
+
+        Spec fields the CRD does not know are pruned silently, unless the client
+        asked for ``fieldValidation=Strict``: then the create is refused with the
+        decoder's strict error (apiextensions-apiserver customresource_handler.go
+        schemaCoercingDecoder, wrapped by apiserver handlers/rest.go transformDecodeError).
+        """
+        kind, version = self.served[group_version][plural], group_version.split("/")[1]
+        unknown = sorted(field for field in body.get("spec") or {} if field in self.unknown_spec_fields.get(plural, ()))
+        if unknown and query.get("fieldValidation") == "Strict":
+            errors = ", ".join(f'unknown field "spec.{field}"' for field in unknown)
+            message = f'{kind} in version "{version}" cannot be handled as a {kind}: strict decoding error: {errors}'
+            return 400, _status(400, "BadRequest", message)
+        name = body["metadata"]["name"]
+        queued = plural in SUSPEND and QUEUE_LABEL in (body["metadata"].get("labels") or {})
+        with self.changed:
+            if name in self.objects.get(plural, {}):
+                return 409, _status(409, "AlreadyExists", f'{plural} "{name}" already exists')
+            item = copy.deepcopy(body)
+            for field in unknown:
+                del item["spec"][field]
+            item["metadata"].update(uid=str(uuid.uuid4()), namespace=self.namespace)
+            if queued:  # Kueue's mutating webhook suspends a queued job as it is created
+                _set_path(item.setdefault("spec", {}), SUSPEND[plural]["path"], True)
+            self._stored(plural, "ADDED", item)
+            created = copy.deepcopy(item)
+        if queued:
+            self._hold_in_queue(plural, created)
+        return 201, created
 
     def _discovery(self, group_version: str) -> tuple[int, Any]:
         if group_version not in self.served:
@@ -318,14 +579,6 @@ class FakeKube:
     def _resource(
         self, method: str, plural: str, name: str | None, query: dict[str, str], body: Any
     ) -> tuple[int, Any] | Iterator[str]:
-        if method == "POST" and name is None:
-            with self.changed:
-                if body["metadata"]["name"] in self.objects.get(plural, {}):
-                    return 409, _status(409, "AlreadyExists", f'{plural} "{body["metadata"]["name"]}" already exists')
-                item = copy.deepcopy(body)
-                item["metadata"].update(uid=str(uuid.uuid4()), namespace=self.namespace)
-                self._stored(plural, "ADDED", item)
-                return 201, item
         if method == "GET" and name is not None:
             with self.changed:
                 item = self.objects.get(plural, {}).get(name)
@@ -342,10 +595,19 @@ class FakeKube:
                     if name in (p["metadata"].get("labels") or {}).values()
                 ]:
                     self._stored("pods", "DELETED", pod)  # Foreground propagation: the job's pods go first
+                for workload in self._workloads_of(item):
+                    self._stored("workloads", "DELETED", workload)  # owned by the job: garbage-collected
                 return 200, item
         if method == "GET" and query.get("watch") == "true":
             return self._watch(plural, query)
         if method == "GET":
+            unsupported = [
+                field
+                for field, _ in _field_requirements(query)
+                if field not in {"metadata.name", "metadata.namespace"} | FIELD_LABELS.get(plural, set())
+            ]
+            if unsupported:
+                return 400, _status(400, "BadRequest", f"field label not supported: {unsupported[0]}")
             with self.changed:
                 items = [
                     copy.deepcopy(item) for item in self.objects.get(plural, {}).values() if _selected(item, query)
@@ -443,17 +705,35 @@ def _status(code: int, reason: str, message: str) -> dict[str, Any]:
     }
 
 
+def _condition(kind: str, status: str, reason: str, message: str) -> dict[str, str]:
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"type": kind, "status": status, "reason": reason, "message": message, "lastTransitionTime": now}
+
+
+def _set_path(item: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    for key in path[:-1]:
+        item = item.setdefault(key, {})
+    item[path[-1]] = value
+
+
+def _field_requirements(query: dict[str, str]) -> list[tuple[str, str]]:
+    return [tuple(r.partition("=")[::2]) for r in filter(None, query.get("fieldSelector", "").split(","))]
+
+
+def _field(item: dict[str, Any], path: str) -> Any:
+    value: Any = item
+    for key in path.split("."):
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
 def _selected(item: dict[str, Any], query: dict[str, str]) -> bool:
     labels = item["metadata"].get("labels") or {}
     for requirement in filter(None, query.get("labelSelector", "").split(",")):
         key, _, value = requirement.partition("=")
         if labels.get(key) != value:
             return False
-    for requirement in filter(None, query.get("fieldSelector", "").split(",")):
-        field, _, value = requirement.partition("=")
-        if field == "metadata.name" and item["metadata"]["name"] != value:
-            return False
-    return True
+    return all(_field(item, field) == value for field, value in _field_requirements(query))
 
 
 def _handler_for(fake: FakeKube) -> type[BaseHTTPRequestHandler]:
@@ -462,6 +742,12 @@ def _handler_for(fake: FakeKube) -> type[BaseHTTPRequestHandler]:
 
         def log_message(self, format: str, *args: Any) -> None:  # keep test output clean
             pass
+
+        def handle(self) -> None:
+            try:
+                super().handle()
+            except ConnectionResetError:  # a client gone between two requests (a launcher killed by a test)
+                self.close_connection = True
 
         def _serve(self, method: str) -> None:
             url = urlsplit(self.path)
@@ -494,7 +780,10 @@ def _handler_for(fake: FakeKube) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(b"0\r\n\r\n")
             except Dropped:
                 self.close_connection = True
-                self.connection.shutdown(socket.SHUT_RDWR)
+                try:
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                except OSError:  # the client has gone already
+                    pass
             except (BrokenPipeError, ConnectionResetError):
                 self.close_connection = True
 

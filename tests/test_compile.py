@@ -12,9 +12,9 @@ import pytest
 import yaml
 from conftest import REPO_ROOT, run_module
 
+from common.run_layout import CLUSTER_WORKSPACE
 from components.runtime_image import DEFAULT_IMAGE, IMAGE_ENV_VAR, runtime_image
 from pipelines.compile import DEFAULT_OUTPUT
-from pipelines.workspace import MOUNT_PATH
 
 COMMITTED = REPO_ROOT / "compiled" / "fine_tune_pipeline.yaml"
 ROOT = None  # owner of the root DAG in the helpers below
@@ -281,7 +281,7 @@ def test_hub_token_comes_only_from_the_secret(tmp_path, platform):
     assert not [e for e in pipeline["deploymentSpec"]["executors"].values() if "env" in e.get("container", {})]
     for label in ("exec-prepare-dataset", "exec-check-data-changed", "exec-evaluate-model", "exec-publish-model"):
         secrets = platform["deploymentSpec"]["executors"][label]["secretAsEnv"]
-        hub = [secret for secret in secrets if secret["secretName"] == "hf-token"]
+        hub = [secret for secret in secrets if secret.get("secretName") == "hf-token"]
         assert hub == [{**hub[0], "keyToEnv": [{"envVar": "HF_TOKEN", "secretKey": "HF_TOKEN"}], "optional": True}], (
             label
         )
@@ -353,6 +353,21 @@ def test_every_parameter_has_default_and_description(spec):
         "pvc_size",
         "pvc_storage_class",
         "keep_pvc",
+        "data_connection_secret",
+        "training_start_timeout_minutes",
+        "start_timeout_includes_queue",
+        "queue_name",
+        "priority_class",
+        "prepare_cpu",
+        "prepare_memory",
+        "train_launcher_cpu",
+        "train_launcher_memory",
+        "evaluate_cpu",
+        "evaluate_memory",
+        "export_cpu",
+        "export_memory",
+        "publish_cpu",
+        "publish_memory",
     }
     for name, definition in parameters.items():
         assert "defaultValue" in definition, name
@@ -465,9 +480,9 @@ def test_every_stage_option_defaults_to_its_dataclass(spec):
     options dataclass default, or, where the run form does not show it, as that default itself."""
     from components.evaluation.options import EvaluateOptions
     from components.export.options import ExportStageOptions
+    from components.parameters import RUN_PARAMETERS
     from components.publish.options import PublishOptions
     from components.training.options import LaunchOptions
-    from pipelines.parameters import RUN_PARAMETERS
     from trainer.config import TrainConfig
 
     parameters = spec["root"]["inputDefinitions"]["parameters"]
@@ -499,31 +514,163 @@ def test_every_stage_option_defaults_to_its_dataclass(spec):
     assert checked >= 45
 
 
-def test_evaluation_gets_a_gpu_in_the_cluster(spec, platform):
-    """Generating with two models is GPU work; GPU nodes are usually tainted, so the step tolerates the taint."""
-    resources = spec["deploymentSpec"]["executors"]["exec-evaluate-model"]["container"]["resources"]
-    assert (
-        resources["accelerator"]["resourceType"] == "nvidia.com/gpu"
-        and resources["accelerator"]["resourceCount"] == "1"
+RESOURCE_CHANNEL = re.compile(r"^\{\{\$\.inputs\.parameters\['([^']+)'\]\}\}$")
+# Each stage step's pod size comes from its run parameters (request = limit); the rest have fixed small sizes.
+STEP_RESOURCES = {
+    "prepare-dataset": ("prepare_cpu", "prepare_memory"),
+    "train-model": ("train_launcher_cpu", "train_launcher_memory"),
+    "evaluate-model": ("evaluate_cpu", "evaluate_memory"),
+    "export-gguf": ("export_cpu", "export_memory"),
+    "publish-model": ("publish_cpu", "publish_memory"),
+}
+
+
+def resource_source(spec, task_name, value):
+    """Where a resource value comes from: ('param', name) or ('task', producer, key) through the task's own
+    ``pipelinechannel--`` input, or ('constant', value)."""
+    channel = RESOURCE_CHANNEL.match(value)
+    if not channel:
+        return ("constant", value)
+    owner, task = find_task(spec, task_name)
+    return source(spec, owner, task, channel.group(1))
+
+
+def executor_of(spec, task_name):
+    _, task = find_task(spec, task_name)
+    label = spec["components"][task["componentRef"]["name"]]["executorLabel"]
+    return label, spec["deploymentSpec"]["executors"][label]
+
+
+def test_every_step_has_cpu_and_memory_requests_and_limits(spec):
+    """Namespaces with a ResourceQuota refuse pods without requests and limits, and a step without a memory
+    limit can take a node's memory: every container step has both, for CPU and memory; the five stages take
+    theirs from their run parameters, the bookkeeping steps have fixed small ones."""
+    from components.parameters import RUN_PARAMETERS
+    from pipelines.tasks import SMALL_STEP_CPU, SMALL_STEP_MEMORY
+
+    parameters = {parameter.name for parameter in RUN_PARAMETERS}
+    for _, name, task in all_tasks(spec):
+        if "dag" in spec["components"][task["componentRef"]["name"]]:
+            continue
+        label, executor = executor_of(spec, name)
+        if is_pvc_stub(label):
+            continue
+        resources = executor["container"]["resources"]
+        cpu, memory = STEP_RESOURCES.get(name, (None, None))
+        for field, parameter, fixed in (
+            ("CpuRequest", cpu, SMALL_STEP_CPU),
+            ("CpuLimit", cpu, SMALL_STEP_CPU),
+            ("MemoryRequest", memory, SMALL_STEP_MEMORY),
+            ("MemoryLimit", memory, SMALL_STEP_MEMORY),
+        ):
+            found = resource_source(spec, name, resources[f"resource{field}"])
+            expected = ("param", parameter) if parameter else ("constant", fixed)
+            assert found == expected, (name, field, found)
+            if parameter:
+                assert parameter in parameters, parameter
+
+
+def test_every_dag_declares_the_inputs_its_tasks_read(spec):
+    """A task that reads a parameter its DAG was never given fails at run time in the backend's driver;
+    kfp 2.17 compiles such references for resource settings unless pipelines.tasks.consumes registers them."""
+    for owner, dag in dags(spec):
+        declared = (
+            (spec["root"] if owner is ROOT else spec["components"][owner])
+            .get("inputDefinitions", {})
+            .get("parameters", {})
+        )
+        for name, task in dag["tasks"].items():
+            for binding in task.get("inputs", {}).get("parameters", {}).values():
+                if "componentInputParameter" in binding:
+                    assert binding["componentInputParameter"] in declared, (owner, name, binding)
+
+
+def test_evaluation_is_placed_like_the_training_pods(spec, platform):
+    """The evaluate step's GPU count, node selector and tolerations come from the parameter check's outputs,
+    which it derives from gpus_per_node, node_selector and tolerations: no hard-wired GPU or toleration, so
+    gpus_per_node=0 evaluates on a CPU node. The same GPU count tells the step whether CUDA must work."""
+    _, executor = executor_of(spec, "evaluate-model")
+    accelerator = executor["container"]["resources"]["accelerator"]
+    assert accelerator["resourceType"] == "nvidia.com/gpu"
+    assert resource_source(spec, "evaluate-model", accelerator["resourceCount"]) == (
+        "task",
+        "validate-parameters",
+        "evaluate_gpus",
     )
-    (toleration,) = platform["deploymentSpec"]["executors"]["exec-evaluate-model"]["tolerations"]
-    assert toleration == {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
     owner, evaluate = find_task(spec, "evaluate-model")
-    assert source(spec, owner, evaluate, "require_cuda") == ("constant", True)  # it must not fall back to the CPU
+    assert source(spec, owner, evaluate, "gpus") == ("task", "validate-parameters", "evaluate_gpus")
+    settings = platform["deploymentSpec"]["executors"]["exec-evaluate-model"]
+    assert pvc_source(spec, owner, settings["nodeSelector"]["nodeSelectorJson"]) == (
+        "task",
+        "validate-parameters",
+        "node_selector",
+    )
+    (toleration,) = settings["tolerations"]
+    assert set(toleration) == {"tolerationJson"}
+    assert pvc_source(spec, owner, toleration["tolerationJson"]) == ("task", "validate-parameters", "tolerations")
+    _, validate = find_task(spec, "validate-parameters")
+    for name in ("gpus_per_node", "node_selector", "tolerations"):
+        assert source(spec, ROOT, validate, name) == ("param", name)
+
+
+@pytest.mark.parametrize(
+    ("gpus_per_node", "node_selector", "tolerations", "expected"),
+    [
+        (
+            1,
+            "",
+            "nvidia.com/gpu:NoSchedule",
+            (1, {}, [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]),
+        ),
+        (8, "gpu=a100,zone=b", "", (1, {"gpu": "a100", "zone": "b"}, [])),
+        (0, '{"pool": "cpu"}', "", (0, {"pool": "cpu"}, [])),
+    ],
+)
+def test_the_parameter_check_derives_the_evaluation_placement(gpus_per_node, node_selector, tolerations, expected):
+    """What the first step returns for the evaluate step's pod, from the same parsers the training pods use."""
+    from components.parameters import RUN_PARAMETERS
+    from pipelines.tasks import validate_parameters
+
+    values = {parameter.name: parameter.default for parameter in RUN_PARAMETERS}
+    values.update(gpus_per_node=gpus_per_node, node_selector=node_selector, tolerations=tolerations)
+    placement = validate_parameters.python_func(**values)
+    assert (placement.evaluate_gpus, placement.node_selector, placement.tolerations) == expected
+
+
+def test_the_data_connection_secret_is_a_run_parameter(spec, platform):
+    """The prepare step reads S3 credentials from the Secret the run names, optional so public data needs none."""
+    owner, _ = find_task(spec, "prepare-dataset")
+    (connection,) = [
+        secret
+        for secret in platform["deploymentSpec"]["executors"]["exec-prepare-dataset"]["secretAsEnv"]
+        if "secretName" not in secret
+    ]
+    assert connection["secretNameParameter"] == {"componentInputParameter": "data_connection_secret"}
+    assert connection["optional"] is True
+    assert {entry["envVar"] for entry in connection["keyToEnv"]} >= {"AWS_ACCESS_KEY_ID", "AWS_S3_ENDPOINT"}
+
+
+def test_a_lost_train_launcher_is_retried(spec):
+    """The train step runs again when its pod is lost; the job it started is found by name and followed
+    (tests/test_train_cluster.py shows the re-attaching)."""
+    from pipelines.fine_tune import TRAIN_STEP_RETRIES
+
+    _, train = find_task(spec, "train-model")
+    assert train["retryPolicy"]["maxRetryCount"] == TRAIN_STEP_RETRIES >= 1
 
 
 def test_workspace_stages_mount_the_pvc(spec, platform):
-    """Every stage that touches the workspace gets the run's PVC at MOUNT_PATH and is told that path;
+    """Every stage that touches the workspace gets the run's PVC at CLUSTER_WORKSPACE and is told that path;
     nothing else mounts it."""
     touching = workspace_tasks(spec)
     assert "prepare-dataset" in touching
     mounted = set()
     for name, (owner, task) in touching.items():
-        assert source(spec, owner, task, "workspace_root") == ("constant", MOUNT_PATH), name
+        assert source(spec, owner, task, "workspace_root") == ("constant", CLUSTER_WORKSPACE), name
         label = spec["components"][task["componentRef"]["name"]]["executorLabel"]
         mounted.add(label)
         (mount,) = platform["deploymentSpec"]["executors"][label]["pvcMount"]
-        assert mount["mountPath"] == MOUNT_PATH == "/mnt/workspace"
+        assert mount["mountPath"] == CLUSTER_WORKSPACE == "/mnt/workspace"
         assert pvc_source(spec, owner, mount["pvcNameParameter"]) == ("task", "workspace-pvc", "Output"), name
     assert set(platform["deploymentSpec"]["executors"]) == mounted
 

@@ -240,7 +240,7 @@ def test_failed_gate_is_a_result_not_an_error_and_fills_the_kfp_artifacts(
         score_rows=1,
         min_eval_loss_improvement=10.0,
         batch_size=8,
-        require_cuda=False,
+        gpus=0,
         metrics=metrics,
         report_html=html,
         report_markdown=markdown,

@@ -8,9 +8,10 @@ import pytest
 from conftest import run_module
 
 from common.errors import UserError
-from pipelines import run, run_params
+from components import run_params
+from components.parameters import check_in_pipeline, problems, validate
+from pipelines import run
 from pipelines.fine_tune import fine_tune_pipeline
-from pipelines.parameters import check_in_pipeline, problems, validate
 from pipelines.tasks import validate_parameters
 
 GOOD = {
@@ -123,7 +124,10 @@ BAD_STAGE_OPTIONS = {
     "node_selector": "gpu",
     "tolerations": "nvidia.com/gpu:Sometimes",
     "training_timeout_minutes": 0.0,
+    "training_start_timeout_minutes": -5.0,
     "training_backoff_limit": -1,
+    "queue_name": "Team_A",
+    "priority_class": "x" * 64,
     "training_grace_period_seconds": 5,
     "extra_questions": ["  "],
     "eval_max_new_tokens": 0,
@@ -134,6 +138,17 @@ BAD_STAGE_OPTIONS = {
     "gguf_outtype": "q3",
     "gguf_thresholds": {"top1": 0.5},
     "hub_repo_id": "no-owner",
+    "data_connection_secret": "my secret",
+    "prepare_cpu": "two",
+    "prepare_memory": "0",
+    "train_launcher_cpu": "-1",
+    "train_launcher_memory": "1 Gi",
+    "evaluate_cpu": "",
+    "evaluate_memory": "32GB",
+    "export_cpu": "0m",
+    "export_memory": "lots",
+    "publish_cpu": "1 cpu",
+    "publish_memory": "2 Gi",
 }
 
 
@@ -227,7 +242,8 @@ def test_cli_lists_every_bad_parameter(tmp_path):
             "evil_fraction=0.2",
             (
                 "--param 'evil_fraction' is not a pipeline parameter (did you mean eval_fraction?); "
-                "the parameters are: base_model, base_model_revision, collective_timeout_minutes, dataset_uri,"
+                "the parameters are: base_model, base_model_revision, collective_timeout_minutes, "
+                "data_connection_secret, dataset_uri,"
             ),
         ),
         ("split_seed=abc", "--param split_seed='abc': split_seed must be a whole number."),

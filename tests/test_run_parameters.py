@@ -3,7 +3,7 @@
 KFP needs literal Python where it reads signatures: the pipeline function (the
 run form) and the step functions, whose source is shipped to the pods. These
 tests prove those literals, the compiled descriptions and the README table equal
-``pipelines.parameters.RUN_PARAMETERS``, which derives from the dataclasses.
+``components.parameters.RUN_PARAMETERS``, which derives from the dataclasses.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from components import steps
 from components.dataprep.options import PrepareOptions
 from components.evaluation.options import EvaluateOptions
 from components.export.options import ExportStageOptions
+from components.parameters import RUN_PARAMETERS, readme_table
 from components.publish.options import PublishOptions
+from components.run_options import RunInputs
 from components.training.options import LaunchOptions
 from pipelines.fine_tune import build_pipeline
-from pipelines.parameters import RUN_PARAMETERS, readme_table
-from pipelines.run_options import RunInputs
 from pipelines.tasks import validate_parameters
 from pipelines.workspace import ClusterWorkspace
 from trainer.config import TrainConfig
@@ -42,6 +42,7 @@ RUN_INPUT_STEPS = {
     "dataset_uri": [steps.prepare_dataset, steps.publish_model],
     "force": [steps.check_data_changed],
     "base_model": [steps.train_model, steps.publish_model],
+    "data_connection_secret": [],  # a setting of the prepare step's pod, not an input (tests/test_compile.py)
 }
 
 
@@ -102,7 +103,7 @@ def test_the_readme_table_is_the_declarations():
     """Users read the README before filling the form: its table is generated text, checked here row for row."""
     readme = (REPO_ROOT / "README.md").read_text()
     table = readme_table()
-    assert table in readme, "README's run-parameter table is stale: paste pipelines.parameters.readme_table()"
+    assert table in readme, "README's run-parameter table is stale: paste components.parameters.readme_table()"
 
 
 def test_cli_help_comes_from_the_same_declaration():

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import threading
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable
 
@@ -27,24 +28,17 @@ from fake_kube import FakeKube, Request
 from train_jobs import RUN_ID, example_spec, replica_pods, stand_in_artifacts
 
 from common.errors import UserError
+from common.run_layout import TRAINING_FAILURE
 from components.local_model import CLUSTER_BASE_MODEL
 from components.training.follow import run_job
 from components.training.kinds import PYTORCHJOB, TRAINJOB, JobKind
 from components.training.kube import connect
 from components.training.manifests import render_pytorchjob, render_trainjob
+from components.training.owner import POD_NAME_ENV
 from components.training.reports import TrainingFailed
 from components.training.stage import run_in_pipeline
 
 SUCCESS = {PYTORCHJOB: "Succeeded", TRAINJOB: "Complete"}
-
-
-@pytest.fixture
-def fake(tmp_path, monkeypatch):
-    server = FakeKube().start()
-    monkeypatch.setenv("KUBECONFIG", str(server.write_kubeconfig(tmp_path / "kubeconfig")))
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)  # not in a pod: the kubeconfig is used
-    yield server
-    server.stop()
 
 
 class Scenario(threading.Thread):
@@ -73,14 +67,35 @@ def manifest_for(kind: JobKind, nodes: int = 2) -> dict:
 
 
 def launch(
-    fake: FakeKube, kind: JobKind, script, *, timeout: float = 60, nodes: int = 2
+    fake: FakeKube,
+    kind: JobKind,
+    script,
+    *,
+    timeout: float = 60,
+    start_timeout: float = 60,
+    count_queue_time: bool = False,
+    nodes: int = 2,
+    labels: dict[str, str] | None = None,
 ) -> tuple[str, dict | BaseException]:
-    """Run the launcher against ``script``; its log and its result (or the exception it raised)."""
+    """Run the launcher against ``script``; its log and its result (or the exception it raised).
+
+    ``labels`` are added to the job's (e.g. Kueue's queue label).
+    """
     out = io.StringIO()
+    manifest = manifest_for(kind, nodes)
+    manifest["metadata"]["labels"].update(labels or {})
     scenario = Scenario(fake, script)
     scenario.start()
     try:
-        result = run_job(connect(), kind, manifest_for(kind, nodes), timeout=timeout, out=out)
+        result = run_job(
+            connect(),
+            kind,
+            manifest,
+            timeout=timeout,
+            start_timeout=start_timeout,
+            count_queue_time=count_queue_time,
+            out=out,
+        )
     except (TrainingFailed, UserError) as error:
         result = error
     scenario.check()
@@ -177,7 +192,10 @@ def test_rbac_grants_exactly_what_the_issue_asks():
         for verb in ("create", "get", "list", "watch", "delete")
     }
     pods = {("", resource, verb) for resource in ("pods", "pods/log") for verb in ("get", "list", "watch")}
-    assert granted == jobs | pods
+    events = {("", "events", "list")}  # why pods do not start
+    kueue = {("kueue.x-k8s.io", "localqueues", "get"), ("kueue.x-k8s.io", "localqueues", "list")}
+    kueue |= {("kueue.x-k8s.io", "workloads", "list")}  # why a queued job waits
+    assert granted == jobs | pods | events | kueue
 
 
 # --- lifecycle ----------------------------------------------------------------------------------
@@ -332,20 +350,64 @@ def test_a_retried_launcher_follows_the_job_its_run_already_started(fake):
     ]
 
 
-def test_a_retried_launcher_replaces_the_job_that_failed(fake):
+def test_a_retried_launcher_reports_the_job_that_failed_instead_of_training_again(fake):
+    """A retry is for a lost launcher pod: a job that failed on its own is reported, not trained a second time."""
     failed = manifest_for(PYTORCHJOB)
+    name = failed["metadata"]["name"]
     fake.handle("POST", f"/apis/kubeflow.org/v1/namespaces/{fake.namespace}/pytorchjobs", {}, failed)
-    fake.set_condition("pytorchjobs", failed["metadata"]["name"], "Failed", "JobFailed")
+    (master, labels), *_ = replica_pods(PYTORCHJOB, name, 2)
+    fake.add_pod(master, labels, PYTORCHJOB.container)
+    fake.run_container(master)
+    fake.log(master, "torch.OutOfMemoryError: CUDA out of memory")
+    fake.exit_container(master, 1)
+    fake.set_condition(
+        "pytorchjobs", name, "Failed", "JobFailed", "PyTorchJob has failed because it has reached the backoff limit"
+    )
+
+    log, result = launch(fake, PYTORCHJOB, lambda fake: None)
+    assert isinstance(result, TrainingFailed), result
+    assert "already exists and has failed" in log
+    assert "failing replica: master-0" in str(result) and "CUDA out of memory" in str(result)
+    assert len(fake.requests_matching("POST", "/pytorchjobs")) == 2 and not fake.requests_matching(
+        "DELETE", "/pytorchjobs"
+    )
+    assert fake.job_names("pytorchjobs") == [name]
+
+
+def test_a_retried_launcher_counts_the_timeout_from_when_the_job_started(fake):
+    """The overall timeout bounds the job, not the launcher: a job that started two hours ago (status.startTime)
+    has used up a one-hour timeout, however fresh the launcher that adopts it."""
+    adopted = manifest_for(PYTORCHJOB)
+    name = adopted["metadata"]["name"]
+    fake.handle("POST", f"/apis/kubeflow.org/v1/namespaces/{fake.namespace}/pytorchjobs", {}, adopted)
+    fake.set_condition("pytorchjobs", name, "Running", "JobRunning")
+    two_hours_ago = datetime.now(timezone.utc) - timedelta(hours=2)
+    with fake.changed:
+        fake.objects["pytorchjobs"][name]["status"]["startTime"] = two_hours_ago.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    log, result = launch(fake, PYTORCHJOB, lambda fake: None, timeout=3600)
+    assert isinstance(result, TrainingFailed) and "did not finish within the timeout" in str(result), result
+    assert "already exists and is still running" in log and fake.job_names("pytorchjobs") == []
+
+
+def test_a_job_being_deleted_is_waited_for_and_created_anew(fake):
+    """A cancelled earlier attempt's job may still be terminating its pods: following it would end in DELETED."""
+    going = manifest_for(PYTORCHJOB)
+    name = going["metadata"]["name"]
+    fake.handle("POST", f"/apis/kubeflow.org/v1/namespaces/{fake.namespace}/pytorchjobs", {}, going)
+    with fake.changed:
+        fake.objects["pytorchjobs"][name]["metadata"]["deletionTimestamp"] = "2026-11-23T03:00:00Z"
 
     def script(fake):
-        fake.wait_for_request("DELETE", "/pytorchjobs/")
-        fake.wait_for_request("POST", "/pytorchjobs", count=3)  # ours, the launcher's refused one, its second
+        fake.wait_for_request("GET", f"/pytorchjobs/{name}", count=2)  # the launcher is waiting for it to go
+        fake.handle("DELETE", f"/apis/kubeflow.org/v1/namespaces/{fake.namespace}/pytorchjobs/{name}", {}, None)
+        fake.wait_for_request("POST", "/pytorchjobs", count=3)  # ours, the refused one, the launcher's second
         job, pods = start_replicas(fake, PYTORCHJOB)
         succeed(fake, PYTORCHJOB, job, pods)
 
     log, result = launch(fake, PYTORCHJOB, script)
     assert not isinstance(result, BaseException), result
-    assert "failed; replacing it" in log and PYTORCHJOB.outcome(result).succeeded
+    assert "is being deleted; waiting for it" in log and f"created PyTorchJob {name}" in log
 
 
 # --- the whole step on the cluster backends ----------------------------------------------------
@@ -436,6 +498,17 @@ def test_cluster_step_fails_with_the_report_when_the_job_fails(fake, tmp_path, c
     )
     assert "  | error: --expected-world-size is 2" in err
 
+    # The step is retried when its pod is lost; a retry after a failed training reports it and trains nothing.
+    train_dir = workspace / "runs" / RUN_ID / "train"
+    assert "failing replica: worker-0" in (train_dir / TRAINING_FAILURE).read_text()
+    posts = len(fake.requests_matching("POST", "/pytorchjobs"))
+    with pytest.raises(SystemExit) as retried:
+        run_in_pipeline(**step_arguments(workspace, data, tmp_path))
+    assert retried.value.code == 1 and len(fake.requests_matching("POST", "/pytorchjobs")) == posts
+    err = capsys.readouterr().err
+    assert "training failed in an earlier attempt of this step" in err and "failing replica: worker-0" in err
+    assert "Start a new run" in err
+
 
 LAUNCHER = """
 import sys
@@ -446,9 +519,26 @@ run_in_pipeline(**{arguments!r}, **stand_in_artifacts(__import__("pathlib").Path
 """
 
 
-def test_sigterm_to_the_launcher_deletes_the_job(fake, tmp_path):
-    """Cancelling the run stops the launcher pod with SIGTERM: its job must not keep the GPUs."""
+LAUNCHER_POD = "llm-finetune-x7k2q-system-container-impl-1"
+WORKFLOW_OWNER = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "name": "llm-finetune-x7k2q", "uid": "6c1e"}
+# What the API server adds to a pod before evicting it (kubernetes pkg/apis/core/types.go, DisruptionTarget).
+EVICTION = {
+    "type": "DisruptionTarget",
+    "status": "True",
+    "reason": "EvictionByEvictionAPI",
+    "message": "Eviction API: evicting",
+}
+
+
+def sigterm_the_launcher(fake: FakeKube, tmp_path: Path, pod_conditions: list[dict]) -> tuple[str, str, str, int]:
+    """Run the train step as a KFP step pod would (its pod, owned by the run's Workflow, named by KFP_POD_NAME),
+    send it SIGTERM once it follows its running job; the job's name, the step's stdout, stderr and exit code."""
     workspace, data, _ = workspace_with_data(tmp_path)
+    fake.add_pod(LAUNCHER_POD, {"workflows.argoproj.io/workflow": WORKFLOW_OWNER["name"]}, "main")
+    with fake.changed:
+        launcher = fake.objects["pods"][LAUNCHER_POD]
+        launcher["metadata"]["ownerReferences"] = [WORKFLOW_OWNER]
+        launcher["status"]["conditions"] = pod_conditions
     arguments = {
         key: value
         for key, value in step_arguments(workspace, data, tmp_path).items()
@@ -466,7 +556,7 @@ def test_sigterm_to_the_launcher_deletes_the_job(fake, tmp_path):
     process = subprocess.Popen(
         [sys.executable, str(script)],
         cwd=REPO_ROOT,
-        env={**os.environ, "KUBECONFIG": os.environ["KUBECONFIG"]},
+        env={**os.environ, "KUBECONFIG": os.environ["KUBECONFIG"], POD_NAME_ENV: LAUNCHER_POD},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -483,10 +573,29 @@ def test_sigterm_to_the_launcher_deletes_the_job(fake, tmp_path):
         out, err = process.communicate(timeout=60)
     finally:
         process.kill()
-    assert process.returncode == 143, err
+    return job, out, err, process.returncode
+
+
+def test_sigterm_to_the_launcher_deletes_the_job(fake, tmp_path):
+    """Cancelling the run stops the launcher pod with SIGTERM: its job must not keep the GPUs."""
+    job, out, err, code = sigterm_the_launcher(fake, tmp_path, [])
+    assert code == 143, err
     assert f"deleting PyTorchJob {job}" in out and f"deleted PyTorchJob {job}" in out
     assert "stopped (SIGTERM)" in err and "Traceback" not in err
     (delete,) = fake.requests_matching("DELETE", f"/pytorchjobs/{job}")
     assert delete.query.get("propagationPolicy") == "Foreground"
     assert fake.job_names("pytorchjobs") == []
+    assert_granted_by_rbac(fake.requests)
+
+
+def test_an_evicted_launcher_leaves_the_job_training_for_the_next_attempt(fake, tmp_path):
+    """A node drain also sends SIGTERM, after marking the pod DisruptionTarget: the job trains on, owned by the
+    run's Workflow, and the step's next attempt follows it."""
+    job, out, err, code = sigterm_the_launcher(fake, tmp_path, [EVICTION])
+    assert code == 143, err
+    assert "being evicted (EvictionByEvictionAPI: Eviction API: evicting)" in out and "keeps training" in out
+    assert not fake.requests_matching("DELETE", "/pytorchjobs") and fake.job_names("pytorchjobs") == [job]
+    assert fake.objects["pytorchjobs"][job]["metadata"]["ownerReferences"] == [
+        {key: WORKFLOW_OWNER[key] for key in ("apiVersion", "kind", "name", "uid")}
+    ]
     assert_granted_by_rbac(fake.requests)

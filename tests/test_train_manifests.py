@@ -75,7 +75,9 @@ def check_container_env(env: list[dict], job: JobSpec) -> None:
 
 
 def check_resources(resources: dict, job: JobSpec) -> None:
-    assert resources["requests"]["cpu"] == "8" and resources["limits"]["memory"] == "64Gi"
+    # Limits equal requests: namespaces with a ResourceQuota on limits refuse pods without them.
+    assert resources["requests"]["cpu"] == resources["limits"]["cpu"] == "8"
+    assert resources["requests"]["memory"] == resources["limits"]["memory"] == "64Gi"
     if job.gpus_per_node:
         assert (
             resources["limits"]["nvidia.com/gpu"] == resources["requests"]["nvidia.com/gpu"] == str(job.gpus_per_node)

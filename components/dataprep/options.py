@@ -2,7 +2,7 @@
 
 ``python -m components.dataprep.stage`` generates its options from these fields
 and the pipeline's run form takes its parameters, defaults and descriptions from
-them (``pipelines.parameters``).
+them (``components.parameters``).
 """
 
 from __future__ import annotations

@@ -4,14 +4,15 @@ The step's outcome is the job's outcome. A failed job fails the step with the
 replica that failed first, its exit code or reason and its last log lines,
 because a launcher that returns normally on a failed job lets the pipeline go
 on to evaluate and publish a model that was never trained. A job that outlives
-the timeout, or whose launcher is stopped (the run was cancelled: SIGTERM), is
-deleted so it does not hold GPUs for nobody.
+the timeout, that does not start within the start timeout, or whose launcher is
+stopped (the run was cancelled: SIGTERM), is deleted so it does not hold GPUs
+(or its place in a queue) for nobody. While it has not started, the log says
+what it waits for (components/training/stalls.py).
 """
 
 from __future__ import annotations
 
 import sys
-import time
 from typing import Any, TextIO
 
 from kubernetes.client.exceptions import ApiException
@@ -29,36 +30,69 @@ from components.training.kube import (
     watch_objects,
 )
 from components.training.logs import ReplicaLogs, failed_replicas
+from components.training.owner import launcher_disruption
 from components.training.reports import TAIL_LINES, TrainingFailed, exit_code_text, quoted
-from components.training.signals import sigterm_raises
+from components.training.signals import Terminated, sigterm_raises
+from components.training.stalls import NotStarted, Startup
 
 DRAIN_SECONDS = 30  # how long to wait for the replicas' last log lines once the job has ended
+TIMEOUT_PARAMETER = "training_timeout_minutes"
 
 
 def run_job(
-    cluster: Cluster, kind: JobKind, manifest: dict[str, Any], timeout: float, out: TextIO | None = None
+    cluster: Cluster,
+    kind: JobKind,
+    manifest: dict[str, Any],
+    timeout: float,
+    start_timeout: float,
+    count_queue_time: bool = False,
+    out: TextIO | None = None,
 ) -> dict[str, Any]:
     """Create the job and stream its replicas' logs until it succeeds (returns the job) or fails
     (raises TrainingFailed).
 
-    Deletes the job when it outlives ``timeout`` seconds (TrainingFailed) and when
-    this process is interrupted (``Terminated`` on SIGTERM, KeyboardInterrupt)
-    or loses the job to an unexpected error, before re-raising.
+    Deletes the job, with TrainingFailed, when its replicas are not all running
+    ``start_timeout`` seconds after its creation, and when it outlives ``timeout``
+    seconds. Neither clock counts the time Kueue holds the job suspended before
+    admitting it (or after preempting it): a job waiting hours in its queue is
+    neither stuck nor training too long. ``count_queue_time`` makes the start
+    timeout count it, for users who would rather fail than wait in a queue; the
+    overall timeout never does. Also deletes the job when this process is
+    interrupted (``Terminated`` on SIGTERM, KeyboardInterrupt) or loses the job
+    to an unexpected error, before re-raising; but not when SIGTERM comes
+    because the launcher pod is being evicted (``owner.launcher_disruption``):
+    then the job trains on for the step's next attempt to follow.
     """
     out = out or sys.stdout  # looked up now: tests and callers may have replaced it
     require_kind(cluster, kind)
     name = manifest["metadata"]["name"]
-    deadline = time.monotonic() + timeout
     logs = ReplicaLogs(cluster, kind, name, out)
+    startup = Startup(cluster, kind, manifest, logs, out, start_timeout, count_queue_time)
     created = False
     with sigterm_raises():
         try:
-            create_job(cluster, kind, manifest, out)
+            adopted = create_job(cluster, kind, manifest, out)
             created = True
+            if adopted:
+                startup.adopt(adopted)
             logs.start()
-            job = wait_for_end(cluster, kind, name, deadline, out)
+            job = wait_for_end(cluster, kind, name, timeout, startup, out)
+        except NotStarted as stalled:
+            logs.stop()
+            print(f"{kind.kind} {name} has not started in time; deleting it", file=out, flush=True)
+            delete_job(cluster, kind, name)
+            raise TrainingFailed(str(stalled)) from None
         except BaseException as interruption:
             logs.stop()
+            disruption = launcher_disruption(cluster) if isinstance(interruption, Terminated) else None
+            if disruption:
+                print(
+                    f"this launcher pod is being evicted ({disruption}); {kind.kind} {name} keeps training. A retry "
+                    "of this step, or Retry on the run, follows it; deleting the run deletes it",
+                    file=out,
+                    flush=True,
+                )
+                raise
             # A signal during creation may come after the API server stored the job: delete it too.
             if not isinstance(interruption, TrainingFailed) and (created or not isinstance(interruption, Exception)):
                 print(
@@ -84,9 +118,17 @@ def run_job(
     return job
 
 
-def wait_for_end(cluster: Cluster, kind: JobKind, name: str, deadline: float, out: TextIO) -> dict[str, Any] | None:
-    """The job once it has succeeded or failed; None when ``deadline`` passes first."""
+def wait_for_end(
+    cluster: Cluster, kind: JobKind, name: str, timeout: float, startup: Startup, out: TextIO
+) -> dict[str, Any] | None:
+    """The job once it has succeeded or failed; None once it has been active (not held by Kueue) for
+    ``timeout`` seconds. Raises NotStarted when ``startup`` says it did not start in time.
+    """
     phase = None
+
+    def stream_seconds() -> float:  # a stream ends when the launcher has something to say or check
+        return min(STREAM_SECONDS, startup.seconds_to_next(), timeout - startup.job_active())
+
     events = watch_objects(
         cluster.custom.list_namespaced_custom_object,
         kind.group,
@@ -94,26 +136,27 @@ def wait_for_end(cluster: Cluster, kind: JobKind, name: str, deadline: float, ou
         cluster.namespace,
         kind.plural,
         field_selector=f"metadata.name={name}",
-        stream_seconds=lambda: min(STREAM_SECONDS, deadline - time.monotonic()),
+        stream_seconds=stream_seconds,
         out=out,
     )
     try:
         for event in events:
-            if time.monotonic() >= deadline:
+            if event is not None:
+                kind_of_change, job = event
+                if kind_of_change == "DELETED":
+                    raise TrainingFailed(
+                        f"{kind.kind} {name} was deleted while this step was following it (by a user, or its TTL); "
+                        "the step cannot tell how training ended."
+                    )
+                startup.see(job)
+                if kind.phase(job) != phase:
+                    phase = kind.phase(job)
+                    print(f"{kind.kind} {name}: {phase}", file=out, flush=True)
+                if kind.outcome(job):
+                    return job
+            if startup.job_active() >= timeout:
                 return None
-            if event is None:
-                continue
-            kind_of_change, job = event
-            if kind_of_change == "DELETED":
-                raise TrainingFailed(
-                    f"{kind.kind} {name} was deleted while this step was following it (by a user, or its TTL); "
-                    "the step cannot tell how training ended."
-                )
-            if kind.phase(job) != phase:
-                phase = kind.phase(job)
-                print(f"{kind.kind} {name}: {phase}", file=out, flush=True)
-            if kind.outcome(job):
-                return job
+            startup.check()
     except ApiException as error:
         raise api_problem(error, f"watch {kind.plural}", cluster) or error
     return None
@@ -180,9 +223,12 @@ def failure_report(cluster: Cluster, kind: JobKind, job: dict[str, Any], logs: R
 
 
 def timeout_report(kind: JobKind, name: str, timeout: float, logs: ReplicaLogs) -> str:
-    lines = [f"{kind.kind} {name} did not finish within the timeout of {timeout / 60:.1f} minutes and was deleted."]
+    lines = [
+        f"{kind.kind} {name} did not finish within the timeout of {timeout / 60:.1f} minutes "
+        "(time waiting for Kueue admission not counted) and was deleted."
+    ]
     lines.append(
-        "Raise the timeout parameter, or shorten training (epochs, max_steps); "
+        f"Raise {TIMEOUT_PARAMETER}, or shorten training (epochs, max_steps); "
         "lines above say whether it was running or waiting for resources."
     )
     for replica in sorted(logs.tails):

@@ -10,7 +10,20 @@ Everything else (create, watch, logs, clean-up) is the same code for both.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
+
+# The oldest operator releases that know every field the launcher's manifests set, named when a cluster
+# refuses one. Trainer v2.2.0 introduced TrainJob's spec.runtimePatches and spec.activeDeadlineSeconds
+# (kubeflow/trainer #3309 and #3258, first tagged v2.2.0-rc.0). PyTorchJob manifests are written for the
+# Training Operator v1.9, the last v1 release (its spec.nprocPerNode dates from v1.7).
+PYTORCHJOB_MIN_VERSION = "Kubeflow Training Operator v1.9"
+TRAINJOB_MIN_VERSION = "Kubeflow Trainer v2.2"
+
+
+# Kueue's labels on a job (kubernetes-sigs/kueue pkg/controller/constants/constants.go): the LocalQueue it is
+# submitted to and its WorkloadPriorityClass. Kueue reads them on the job itself, never on its pods.
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 
 
 @dataclass(frozen=True)
@@ -36,6 +49,9 @@ class JobKind:
     success_condition: str
     removed_by_ttl: bool  # whether the job's TTL removes it once finished; if not, the launcher deletes a succeeded job
     install_hint: str
+    min_version: str  # the oldest operator that knows every field of the launcher's manifests
+    suspend_path: tuple[str, ...]  # where Kueue suspends the job (and un-suspends it on admission)
+    replicas: Callable[[dict[str, Any]], list[str]]  # the replicas a job (manifest) asks for, as replica_name says
 
     @property
     def api_version(self) -> str:
@@ -66,9 +82,31 @@ class JobKind:
         return None
 
     def phase(self, job: dict[str, Any]) -> str:
-        """The newest true condition (Created, Running, Restarting, ...), for progress lines."""
+        """The newest true condition (Created, Suspended, Running, Restarting, ...), for progress lines."""
         true = [c for c in (job.get("status") or {}).get("conditions") or [] if c.get("status") == "True"]
         return true[-1].get("type", "") if true else "Pending"
+
+    def suspended(self, job: dict[str, Any]) -> bool:
+        """Whether the job is held suspended (by Kueue until it admits it).
+
+        Read from the spec, which Kueue's webhook sets as the job is created, not
+        from the operator's ``Suspended`` condition, which follows a moment later.
+        """
+        value: Any = job
+        for key in self.suspend_path:
+            value = (value or {}).get(key)
+        return bool(value)
+
+
+def _pytorchjob_replicas(job: dict[str, Any]) -> list[str]:
+    """``master-0``, ``worker-0``, ...: every replica type's count (the operator defaults a missing one to 1)."""
+    specs = job["spec"]["pytorchReplicaSpecs"]
+    return [f"{role.lower()}-{index}" for role, spec in specs.items() for index in range(spec.get("replicas", 1))]
+
+
+def _trainjob_replicas(job: dict[str, Any]) -> list[str]:
+    """``node-0`` ... ``node-<numNodes - 1>``: the trainer's replicated job in the torch-distributed runtime."""
+    return [f"node-{index}" for index in range(job["spec"]["trainer"].get("numNodes", 1))]
 
 
 # Pod labels: the Training Operator v1.9 sets training.kubeflow.org/* on PyTorchJob
@@ -94,6 +132,9 @@ PYTORCHJOB = JobKind(
         "'github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.0'. "
         "Or set the backend parameter to trainjob on clusters with Kubeflow Trainer v2 (OpenShift AI 3.x)."
     ),
+    min_version=PYTORCHJOB_MIN_VERSION,
+    suspend_path=("spec", "runPolicy", "suspend"),
+    replicas=_pytorchjob_replicas,
 )
 
 TRAINJOB = JobKind(
@@ -115,6 +156,9 @@ TRAINJOB = JobKind(
         "-k 'https://github.com/kubeflow/trainer.git/manifests/overlays/runtimes?ref=v2.3.0'. "
         "Or set the backend parameter to pytorchjob on clusters with the Training Operator v1."
     ),
+    min_version=TRAINJOB_MIN_VERSION,
+    suspend_path=("spec", "suspend"),
+    replicas=_trainjob_replicas,
 )
 
 KINDS = {kind.backend: kind for kind in (PYTORCHJOB, TRAINJOB)}

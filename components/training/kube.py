@@ -8,6 +8,11 @@ objects in a way that survives what long watches meet in practice: streams
 that end or drop (reconnect from the last resourceVersion), an expired
 resourceVersion (410 Gone: list again), brief API outages (back off, retry).
 
+The job is created with strict field validation: an API server whose CRD is
+older than the manifest (an older Trainer or Training Operator) refuses a field
+it does not know instead of dropping it silently, which would run a job without
+its volumes or deadline.
+
 The kind check uses API discovery (``GET /apis/<group>/<version>``), which
 every authenticated user may read, so the launcher needs no ClusterRole to read
 CustomResourceDefinitions.
@@ -16,6 +21,7 @@ CustomResourceDefinitions.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from typing import Any, Callable, Iterator, TextIO
@@ -27,13 +33,18 @@ from kubernetes.client.exceptions import ApiException
 import common.kube
 from common.errors import UserError
 from common.kube import Cluster
-from components.training.kinds import JobKind
+from components.training.kinds import KINDS, JobKind
 
+DELETE_WAIT_SECONDS = 300  # a deleted job's pods have their grace period (180 s by default) to stop
 REQUEST_TIMEOUT = (10, 60)  # seconds to connect, to read a reply (not a stream)
 STREAM_SECONDS = 30  # a watch ends after this and is renewed, so its caller can check its clock
 RETRYABLE_STATUS = (429, 500, 502, 503, 504)
 NETWORK_ERRORS = (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError)
-DELETE_WAIT_SECONDS = 180
+# The API server's answer to a Strict create with fields the CRD's schema lacks, e.g. 'TrainJob in version
+# "v1alpha1" cannot be handled as a TrainJob: strict decoding error: unknown field "spec.runtimePatches"'
+# (k8s.io/apiserver endpoints/handlers/rest.go transformDecodeError, apiextensions-apiserver
+# customresource_handler.go schemaCoercingDecoder).
+UNKNOWN_FIELD = re.compile(r'unknown field "([^"]+)"')
 
 
 def connect() -> Cluster:
@@ -45,10 +56,7 @@ def connect() -> Cluster:
 
 def api_problem(error: ApiException, action: str, cluster: Cluster) -> UserError | None:
     """A UserError for API refusals the user can fix (permissions, an invalid job), else None."""
-    try:
-        message = json.loads(error.body or "{}").get("message") or error.reason
-    except (TypeError, ValueError):
-        message = error.reason
+    message = error_message(error)
     if error.status == 403:
         return UserError(
             f"The pipeline's service account may not {action} in namespace {cluster.namespace}: {message}. "
@@ -62,6 +70,28 @@ def api_problem(error: ApiException, action: str, cluster: Cluster) -> UserError
     if error.status in (400, 422):
         return UserError(f"The cluster refused to {action}: {message}. Check the train step's parameters.")
     return None
+
+
+def error_message(error: ApiException) -> str:
+    """The API server's own words (the Status message), else the HTTP reason."""
+    try:
+        return json.loads(error.body or "{}").get("message") or error.reason
+    except (TypeError, ValueError, AttributeError):
+        return error.reason
+
+
+def unknown_fields_problem(error: ApiException, kind: JobKind) -> UserError | None:
+    """A UserError naming the fields the cluster's CRD does not know, when a Strict create was refused for them."""
+    message = error_message(error)
+    fields = UNKNOWN_FIELD.findall(message) if error.status == 400 and "strict decoding error" in message else []
+    if not fields:
+        return None
+    other = next(other for other in KINDS.values() if other is not kind)
+    return UserError(
+        f"The cluster's {kind.kind} API does not know {', '.join(fields)}, which the train step sets: it is "
+        f"older than {kind.min_version}, which these fields need (the API server said: {message}). Upgrade to "
+        f"{kind.min_version} or newer, or set training_backend={other.backend} to train with a {other.kind} instead."
+    )
 
 
 def require_kind(cluster: Cluster, kind: JobKind) -> None:
@@ -89,41 +119,69 @@ def require_kind(cluster: Cluster, kind: JobKind) -> None:
         )
 
 
-def create_job(cluster: Cluster, kind: JobKind, manifest: dict[str, Any], out: TextIO) -> None:
-    """Create the job; if this run's job already exists, follow it, unless it failed: then replace it.
+def create_job(cluster: Cluster, kind: JobKind, manifest: dict[str, Any], out: TextIO) -> dict[str, Any] | None:
+    """Create the job (None); if this run's job already exists, follow it (the job as it is now), whatever its
+    state, unless it is going away.
 
     The job's name is derived from the run id, so a conflict means an earlier
-    attempt of this very step (e.g. a retried launcher pod) created it: a
-    running or succeeded one is adopted rather than trained again, a failed one
-    is replaced (its replicas resume from the checkpoints it left on the workspace).
+    attempt of this very step (a retried launcher pod) created it. A running or
+    succeeded job is adopted rather than trained again; a failed one is followed
+    too, so the step reports its failure rather than train again: a retry is
+    for a lost launcher, not a second restart budget. A job being deleted (the
+    earlier attempt was cancelled) is waited for and then created anew.
     """
     name = manifest["metadata"]["name"]
     for attempt in range(2):
         try:
             cluster.custom.create_namespaced_custom_object(
-                kind.group, kind.version, cluster.namespace, kind.plural, manifest, _request_timeout=REQUEST_TIMEOUT
+                kind.group,
+                kind.version,
+                cluster.namespace,
+                kind.plural,
+                manifest,
+                field_validation="Strict",
+                _request_timeout=REQUEST_TIMEOUT,
             )
             print(f"created {kind.kind} {name} in namespace {cluster.namespace}", file=out, flush=True)
-            return
+            return None
         except ApiException as error:
             if error.status != 409 or attempt:
-                raise api_problem(error, f"create {kind.plural}", cluster) or error
+                problem = unknown_fields_problem(error, kind) or api_problem(error, f"create {kind.plural}", cluster)
+                raise problem or error
         existing = cluster.custom.get_namespaced_custom_object(
             kind.group, kind.version, cluster.namespace, kind.plural, name, _request_timeout=REQUEST_TIMEOUT
         )
+        if existing["metadata"].get("deletionTimestamp"):
+            print(f"{kind.kind} {name} from an earlier attempt is being deleted; waiting for it", file=out, flush=True)
+            wait_until_gone(cluster, kind, name)
+            continue
         outcome = kind.outcome(existing)
-        if outcome is None or outcome.succeeded:
-            state = "is still running" if outcome is None else "has succeeded"
-            print(
-                f"{kind.kind} {name} already exists and {state} "
-                "(an earlier attempt of this step started it); following it",
-                file=out,
-                flush=True,
+        state = "is still running" if outcome is None else "has succeeded" if outcome.succeeded else "has failed"
+        print(
+            f"{kind.kind} {name} already exists and {state} (an earlier attempt of this step started it); following it",
+            file=out,
+            flush=True,
+        )
+        return existing
+    return None
+
+
+def wait_until_gone(cluster: Cluster, kind: JobKind, name: str, timeout: float = DELETE_WAIT_SECONDS) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            cluster.custom.get_namespaced_custom_object(
+                kind.group, kind.version, cluster.namespace, kind.plural, name, _request_timeout=REQUEST_TIMEOUT
             )
-            return
-        print(f"{kind.kind} {name} from an earlier attempt of this step failed; replacing it", file=out, flush=True)
-        delete_job(cluster, kind, name)
-        wait_until_gone(cluster, kind, name)
+        except ApiException as error:
+            if error.status == 404:
+                return
+            raise api_problem(error, f"get {kind.plural}", cluster) or error
+        time.sleep(1)
+    raise UserError(
+        f"{kind.kind} {name} from an earlier attempt was still being deleted after {timeout:.0f} s (its pods may "
+        f"be stuck terminating: oc get pods -n {cluster.namespace}); retry the step later."
+    )
 
 
 def delete_job(cluster: Cluster, kind: JobKind, name: str) -> None:
@@ -141,24 +199,6 @@ def delete_job(cluster: Cluster, kind: JobKind, name: str) -> None:
     except ApiException as error:
         if error.status != 404:
             raise api_problem(error, f"delete {kind.plural}", cluster) or error
-
-
-def wait_until_gone(cluster: Cluster, kind: JobKind, name: str, timeout: float = DELETE_WAIT_SECONDS) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            cluster.custom.get_namespaced_custom_object(
-                kind.group, kind.version, cluster.namespace, kind.plural, name, _request_timeout=REQUEST_TIMEOUT
-            )
-        except ApiException as error:
-            if error.status == 404:
-                return
-            raise
-        time.sleep(1)
-    raise UserError(
-        f"{kind.kind} {name} from an earlier attempt was still being deleted after {timeout:.0f} s; "
-        "retry the step later."
-    )
 
 
 Event = tuple[str, dict[str, Any]]

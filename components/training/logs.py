@@ -59,6 +59,18 @@ def container_status(pod: dict[str, Any], container: str) -> dict[str, Any] | No
     return None
 
 
+def has_started(pod: dict[str, Any], container: str) -> bool:
+    """Whether the trainer container got past scheduling, volumes and image: it runs, or ran and ended.
+
+    A container that crashes and restarts has started: the trainer's own log and
+    the job's restart limit deal with it, not the start timeout.
+    """
+    status = container_status(pod, container) or {}
+    state, last = status.get("state") or {}, status.get("lastState") or {}
+    running = "running" in state and (pod.get("status") or {}).get("phase") == "Running"
+    return running or "terminated" in state or "terminated" in last
+
+
 def failed_replicas(pods: list[dict[str, Any]], kind: JobKind) -> list[ReplicaExit]:
     """Non-zero exits of the trainer container (current or previous run), earliest first: the first is
     usually the cause.
@@ -102,6 +114,8 @@ class ReplicaLogs:
         self.cluster, self.kind, self.job_name, self.out = cluster, kind, job_name, out
         self.tails: dict[str, deque[str]] = defaultdict(lambda: deque(maxlen=TAIL_LINES))
         self.pods: dict[str, dict[str, Any]] = {}  # uid -> newest state seen (deleted ones too), for the failure report
+        self.deleted: set[str] = set()  # uids of the pods above that are gone
+        self.started: set[str] = set()  # replicas whose trainer container has run (is running, or ran and ended)
         self._followers: dict[tuple[str, int], threading.Thread] = {}
         self._notices: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
@@ -153,6 +167,24 @@ class ReplicaLogs:
         with self._lock:
             return list(self.tails.get(replica, ()))
 
+    def started_replicas(self) -> set[str]:
+        """The replicas whose trainer container has started at least once, as seen so far."""
+        with self._lock:
+            return set(self.started)
+
+    def waiting_pods(self) -> list[dict[str, Any]]:
+        """The job's pods that exist and whose trainer container has not started: pending, or still being set
+        up (volumes, image), which is where a job that does not start is stuck.
+        """
+        with self._lock:
+            return [
+                pod
+                for uid, pod in self.pods.items()
+                if uid not in self.deleted
+                and not has_started(pod, self.kind.container)
+                and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+            ]
+
     def _watch_pods(self) -> None:
         core = self.cluster.core
         selector = self.kind.pod_selector(self.job_name)
@@ -182,6 +214,10 @@ class ReplicaLogs:
         uid = pod["metadata"]["uid"]
         with self._lock:
             self.pods[uid] = pod  # kept after deletion: its exit code may explain a failure
+            if deleted:
+                self.deleted.add(uid)
+            elif has_started(pod, self.kind.container):
+                self.started.add(self.kind.replica_name(pod))
         if deleted:
             return
         self._notice_why_waiting(pod)
@@ -189,14 +225,16 @@ class ReplicaLogs:
         state = (status or {}).get("state") or {}
         if "running" in state or "terminated" in state:
             key = (uid, status.get("restartCount", 0))
-            with self._lock:  # the pod watch and drain() may both see this run of the container
+            # The pod watch and drain() may both see this run of the container; a follower is registered
+            # only once started, so drain() never joins a thread that has not begun.
+            with self._lock:
                 if key in self._followers:
                     return
                 thread = threading.Thread(
                     target=self._follow, args=(pod, key[1]), name=f"log-{pod['metadata']['name']}", daemon=True
                 )
+                thread.start()
                 self._followers[key] = thread
-            thread.start()
 
     def _notice_why_waiting(self, pod: dict[str, Any]) -> None:
         replica = self.kind.replica_name(pod)

@@ -35,7 +35,7 @@ from typing import Any
 import yaml
 
 from components.hub_auth import SECRET_KEY, TOKEN_ENV
-from components.training.kinds import PYTORCHJOB, TRAINJOB
+from components.training.kinds import PRIORITY_LABEL, PYTORCHJOB, QUEUE_LABEL, TRAINJOB
 from components.training.options import TORCHRUN_EXIT_SECONDS
 from trainer.config import TrainConfig, to_args
 
@@ -62,7 +62,7 @@ class JobSpec:
     train: TrainConfig  # the trainer's options; paths are on the workspace PVC
     nodes: int  # pods
     gpus_per_node: int  # 0 trains on CPU with one process per pod
-    cpu: str  # request per pod
+    cpu: str  # request and limit per pod
     memory: str  # request and limit per pod (it includes /dev/shm)
     shm_size: str
     pvc_name: str
@@ -76,6 +76,9 @@ class JobSpec:
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: tuple[dict[str, Any], ...] = ()
     labels: dict[str, str] = field(default_factory=dict)  # ties the job and its pods to the pipeline run
+    queue_name: str = ""  # Kueue LocalQueue; empty: Kueue leaves the job alone
+    priority_class: str = ""  # Kueue WorkloadPriorityClass; empty: the queue's default
+    owner: dict[str, str] | None = None  # ownerReference to the pipeline run's Argo Workflow: deleted with the run
 
     @property
     def procs_per_node(self) -> int:
@@ -128,8 +131,10 @@ def run_labels(run_id: str, pipeline_name: str) -> dict[str, str]:
 
 
 def _resources(spec: JobSpec) -> dict[str, Any]:
+    # Limits equal to the requests: a namespace with a ResourceQuota on limits refuses pods without them, and
+    # with the GPUs requested too the pods get the Guaranteed QoS class, evicted last under node pressure.
     requests = {"cpu": spec.cpu, "memory": spec.memory}
-    limits = {"memory": spec.memory}
+    limits = {"cpu": spec.cpu, "memory": spec.memory}
     if spec.gpus_per_node:
         requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(spec.gpus_per_node)
     return {"requests": requests, "limits": limits}
@@ -183,7 +188,23 @@ def _placement(spec: JobSpec) -> dict[str, Any]:
 
 
 def _metadata(spec: JobSpec) -> dict[str, Any]:
-    return {"name": spec.name, "namespace": spec.namespace, "labels": dict(spec.labels)}
+    """The job's name and labels, Kueue's labels (on the job only: Kueue admits jobs, not pods) and its owner.
+
+    The owner is not the controller (``controller`` unset), so neither Kueue nor
+    the operator treats the job as another controller's child, and
+    ``blockOwnerDeletion`` is unset because setting it needs update rights on
+    the Workflow's finalizers; the garbage collector deletes the job with the
+    Workflow either way.
+    """
+    labels = dict(spec.labels)
+    if spec.queue_name:
+        labels[QUEUE_LABEL] = spec.queue_name
+    if spec.priority_class:
+        labels[PRIORITY_LABEL] = spec.priority_class
+    metadata: dict[str, Any] = {"name": spec.name, "namespace": spec.namespace, "labels": labels}
+    if spec.owner:
+        metadata["ownerReferences"] = [dict(spec.owner)]
+    return metadata
 
 
 def render_pytorchjob(spec: JobSpec) -> dict[str, Any]:
@@ -283,6 +304,14 @@ def render_trainjob(spec: JobSpec, runtime_name: str = "torch-distributed") -> d
     }
 
 
+class _PlainDumper(yaml.SafeDumper):
+    """Writes a repeated object (the Master's and Workers' shared pod template) out in full each time, not as a
+    YAML anchor and alias, which readers of the manifest would have to resolve by eye."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def to_yaml(manifest: dict[str, Any]) -> str:
     """The manifest as YAML, in the order it was built (what ``oc apply -f`` would take)."""
-    return yaml.safe_dump(manifest, sort_keys=False, width=1000)
+    return yaml.dump(manifest, Dumper=_PlainDumper, sort_keys=False, width=1000)

@@ -1,7 +1,7 @@
 """Where and how the training stage runs the trainer: its options, their defaults, help and validation.
 
 ``LaunchOptions`` is the single declaration of these run parameters
-(``pipelines.parameters`` maps ``training_nodes`` to ``nodes`` and so on);
+(``components.parameters`` maps ``training_nodes`` to ``nodes`` and so on);
 ``launch_problems`` is their validation, shared by the pipeline's first step and
 the train step itself.
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 from common.cli_options import option
 from common.errors import UserError
-from common.kube import is_positive_quantity, is_subdomain_name
+from common.kube import is_label_value_name, is_positive_quantity, is_subdomain_name
 from components.base_model import LOCAL_BACKEND
 from components.hub_auth import SECRET_NAME
 from components.training.kinds import KINDS
@@ -41,7 +41,7 @@ class LaunchOptions:
         2, "Training pods (1 master + workers); the job has nodes x gpus_per_node processes (local: processes)."
     )
     gpus_per_node: int = option(1, "GPUs per training pod, one training process each; 0 trains on CPU.")
-    cpu: str = option("8", "CPU request of each training pod, e.g. 8.")
+    cpu: str = option("8", "CPU request and limit of each training pod, e.g. 8.")
     memory: str = option("48Gi", "Memory request and limit of each training pod, /dev/shm included, e.g. 48Gi.")
     shm_size: str = option(
         "8Gi", "Memory-backed /dev/shm of each training pod (NCCL and data loaders need it), e.g. 8Gi."
@@ -58,9 +58,35 @@ class LaunchOptions:
         SECRET_NAME,
         "Secret with key HF_TOKEN for the training pods; optional, so a missing one only matters for gated models.",
     )
-    timeout_minutes: float = option(24 * 60.0, "Delete the training job and fail the run after this many minutes.")
+    timeout_minutes: float = option(
+        24 * 60.0,
+        "Delete the training job and fail the run once it has run this many minutes (time waiting in a Kueue "
+        "queue excluded).",
+    )
+    start_timeout_minutes: float = option(
+        30.0,
+        "Delete the training job and fail the run, with the pods' Kubernetes events, when its pods are not all "
+        "running this many minutes after it was created (unschedulable, volume not mounting, image not pulling). "
+        "Time waiting in a Kueue queue does not count unless start_timeout_includes_queue is on.",
+    )
+    count_queue_time: bool = option(
+        False, "Count the time the training job waits for Kueue admission toward the start timeout."
+    )
     backoff_limit: int = option(
-        3, "Restarts of failed training pods (each resumes from the newest checkpoint) before the job fails."
+        3,
+        "PyTorchJob: container restarts before the job fails, counted over all replicas together (the Training "
+        "Operator sums them); each restart resumes from the newest checkpoint. A TrainJob restarts as its "
+        "ClusterTrainingRuntime says instead.",
+    )
+    queue_name: str = option(
+        "",
+        "Kueue LocalQueue to submit the training job to (label kueue.x-k8s.io/queue-name); it then waits for "
+        "quota and appears in OpenShift AI's Distributed workloads dashboard. Empty: no queue.",
+    )
+    priority_class: str = option(
+        "",
+        "Kueue WorkloadPriorityClass of the training job (label kueue.x-k8s.io/priority-class); needs "
+        "queue_name. Empty: the queue's default priority.",
     )
     trainjob_runtime: str = option("torch-distributed", "The ClusterTrainingRuntime a trainjob uses.")
     termination_grace_seconds: int = option(
@@ -162,6 +188,8 @@ def launch_problems(launch: LaunchOptions) -> dict[str, str]:
         problems["gpus_per_node"] = f"must be 0 (CPU) or more (got {launch.gpus_per_node})"
     if launch.timeout_minutes <= 0:
         problems["timeout_minutes"] = f"must be positive (got {launch.timeout_minutes})"
+    if launch.start_timeout_minutes <= 0:
+        problems["start_timeout_minutes"] = f"must be positive (got {launch.start_timeout_minutes})"
     if launch.termination_grace_seconds < MIN_GRACE_SECONDS:
         problems["termination_grace_seconds"] = (
             f"must be at least {MIN_GRACE_SECONDS} (got {launch.termination_grace_seconds}): torchrun needs "
@@ -175,6 +203,18 @@ def launch_problems(launch: LaunchOptions) -> dict[str, str]:
             problems[name] = f"is {value!r}, not a positive Kubernetes quantity such as '8', '500m', '48Gi'"
     if launch.hf_token_secret and not is_subdomain_name(launch.hf_token_secret):
         problems["hf_token_secret"] = f"is {launch.hf_token_secret!r}, not a valid Secret name (or empty for none)"
+    for name in ("queue_name", "priority_class"):
+        value = getattr(launch, name)
+        if value and not is_label_value_name(value):
+            problems[name] = (
+                f"is {value!r}, not a Kueue object name usable as a label value: at most 63 lowercase letters, "
+                "digits, '-' and '.', starting and ending with a letter or digit (or empty for none)"
+            )
+    if launch.priority_class and not launch.queue_name:
+        problems["priority_class"] = (
+            f"is {launch.priority_class!r} but queue_name is empty: only Kueue reads the priority class, so "
+            "set queue_name too (or leave priority_class empty)"
+        )
     for name, parse in (("node_selector", parse_node_selector), ("tolerations", parse_tolerations)):
         try:
             parse(getattr(launch, name))

@@ -33,3 +33,14 @@ def exit_code_text(exit_code: int, reason: str = "") -> str:
 def quoted(lines: list[str]) -> list[str]:
     """Log lines set off from the report's own sentences."""
     return [f"  | {line}" for line in lines] or ["  (no log lines: the trainer may never have started)"]
+
+
+def duration_text(seconds: float) -> str:
+    """``45 s``, ``3 min 12 s``, ``30 min``, ``2 h 5 min``: how long something waited, for a log line."""
+    minutes, rest = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    if hours:
+        return f"{hours} h" + (f" {minutes} min" if minutes else "")
+    if minutes:
+        return f"{minutes} min" + (f" {rest} s" if rest else "")
+    return f"{rest} s"

@@ -21,7 +21,7 @@ from typing import Any
 
 from common.atomic import write_json, write_text_atomic
 from common.errors import UserError, exit_on_user_error
-from common.run_layout import TRAINING_SUMMARY, stage_dir
+from common.run_layout import TRAINING_FAILURE, TRAINING_SUMMARY, stage_dir
 from components.base_model import LOCAL_BACKEND, resolve_base_model
 from components.training.kinds import KINDS, PYTORCHJOB
 from components.training.manifests import JobSpec, job_name, render_pytorchjob, render_trainjob, run_labels, to_yaml
@@ -83,6 +83,7 @@ def job_spec(
     pvc_name: str,
     mount_path: str,
     image: str,
+    owner: dict[str, str] | None = None,
 ) -> JobSpec:
     timeout = int(launch.timeout_minutes * 60)
     return JobSpec(
@@ -106,7 +107,19 @@ def job_spec(
         node_selector=parse_node_selector(launch.node_selector),
         tolerations=tuple(parse_tolerations(launch.tolerations)),
         labels=run_labels(run_id, pipeline_name),
+        queue_name=launch.queue_name,
+        priority_class=launch.priority_class,
+        owner=owner,
     )
+
+
+def render_job(config: TrainConfig, launch: LaunchOptions, **placement: Any) -> dict[str, Any]:
+    """The PyTorchJob or TrainJob manifest for ``launch.backend``: what the step creates, and what
+    ``python -m components.train_model render`` prints. ``placement`` holds ``job_spec``'s keyword arguments."""
+    spec = job_spec(config, launch, **placement)
+    if KINDS[launch.backend] is PYTORCHJOB:
+        return render_pytorchjob(spec)
+    return render_trainjob(spec, launch.trainjob_runtime)
 
 
 def train_on_cluster(
@@ -122,10 +135,14 @@ def train_on_cluster(
 ) -> None:
     from components.training.follow import run_job
     from components.training.kube import connect
+    from components.training.kueue import require_local_queue
+    from components.training.owner import run_owner
 
     cluster = connect()
     kind = KINDS[launch.backend]
-    spec = job_spec(
+    if launch.queue_name:
+        require_local_queue(cluster, launch.queue_name)
+    manifest = render_job(
         config,
         launch,
         namespace=cluster.namespace,
@@ -134,12 +151,28 @@ def train_on_cluster(
         pvc_name=pvc_name,
         mount_path=mount_path,
         image=image,
+        owner=run_owner(cluster),
     )
-    manifest = render_pytorchjob(spec) if kind is PYTORCHJOB else render_trainjob(spec, launch.trainjob_runtime)
+    name = manifest["metadata"]["name"]
     write_text_atomic(Path(manifest_artifact.path), to_yaml(manifest))
-    manifest_artifact.metadata.update({"kind": kind.kind, "name": spec.name, "namespace": spec.namespace})
+    manifest_artifact.metadata.update({"kind": kind.kind, "name": name, "namespace": cluster.namespace})
     print(f"{kind.kind} to run:\n{to_yaml(manifest)}", flush=True)
-    run_job(cluster, kind, manifest, timeout=launch.timeout_minutes * 60)
+    if kind is not PYTORCHJOB:
+        print(
+            "note: training_backoff_limit applies to PyTorchJobs only; this TrainJob restarts as its "
+            f"ClusterTrainingRuntime says (oc get clustertrainingruntime {launch.trainjob_runtime} -o yaml). The "
+            "stock torch-distributed runtime sets no JobSet failurePolicy, so Kubernetes' Job default applies: 6 pod "
+            "restarts of the node Job, all nodes together, then the TrainJob fails.",
+            flush=True,
+        )
+    run_job(
+        cluster,
+        kind,
+        manifest,
+        timeout=launch.timeout_minutes * 60,
+        start_timeout=launch.start_timeout_minutes * 60,
+        count_queue_time=launch.count_queue_time,
+    )
 
 
 def train_locally(config: TrainConfig, launch: LaunchOptions, manifest_artifact) -> None:
@@ -197,6 +230,26 @@ def record_outputs(config: TrainConfig, launch: LaunchOptions, model_artifact, m
             metrics.log_metric(name, value)
 
 
+def report_an_earlier_failure(train_dir: Path) -> None:
+    """Exit 1 with the report an earlier attempt of this step recorded, if training failed there.
+
+    The step is retried so that a lost launcher pod re-attaches to its job; a
+    retry after the training itself failed or timed out must not train a
+    second and third time (each with its own restart budget and timeout). A
+    failed training is final for its run: start a new run once the cause is fixed.
+    """
+    record = train_dir / TRAINING_FAILURE
+    if record.is_file():
+        print(
+            f"error: training failed in an earlier attempt of this step ({record}); not training again.\n"
+            f"{record.read_text(encoding='utf-8')}"
+            "Start a new run once the cause is fixed.",
+            file=sys.stderr,
+            flush=True,
+        )
+        sys.exit(1)
+
+
 @exit_on_user_error
 def run_in_pipeline(
     *,
@@ -225,6 +278,7 @@ def run_in_pipeline(
     train_dir = stage_dir(workspace_root, run_id, "train")
     config = TrainConfig(model=base_model, data_dir=Path(data_dir), output_dir=train_dir, **training)
     check_parameters(options, config, pvc_name, image)
+    report_an_earlier_failure(train_dir)
     config = dataclasses.replace(config, model=resolve_base_model(base_model, options.backend))
     print(
         f"training {config.model} ({config.method}) with backend {options.backend}; outputs go to {train_dir}",
@@ -245,11 +299,13 @@ def run_in_pipeline(
                 manifest_artifact=manifest_artifact,
             )
     except TrainingFailed as failure:
+        write_text_atomic(train_dir / TRAINING_FAILURE, f"{failure}\n")
         print(f"error: training failed.\n{failure}", file=sys.stderr, flush=True)
         sys.exit(1)
     except Terminated:
         print(
-            "the train step was stopped (SIGTERM) before training finished; its trainer was stopped",
+            "the train step was stopped (SIGTERM) before training finished; the lines above say what became of "
+            "its training job or local trainer",
             file=sys.stderr,
             flush=True,
         )

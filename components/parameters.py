@@ -34,8 +34,15 @@ from components.export.options import ExportStageOptions
 from components.export.options import option_problems as export_problems
 from components.publish.options import PublishOptions
 from components.publish.options import option_problems as publish_problems
-from components.training.options import LaunchOptions, launch_problems
-from pipelines.run_options import RunInputs, WorkspaceOptions, workspace_problems
+from components.run_options import (
+    RunInputs,
+    StepResources,
+    WorkspaceOptions,
+    inputs_problems,
+    resources_problems,
+    workspace_problems,
+)
+from components.training.options import LaunchOptions, launch_problems, parse_node_selector, parse_tolerations
 from trainer.config import SET_BY_THE_LAUNCHER, TrainConfig
 from trainer.config import option_problems as training_problems
 
@@ -65,20 +72,39 @@ class RunParameter:
         return List[str] if kind == tuple[str, ...] else kind
 
     @property
+    def kfp_type(self) -> str:
+        """The type's name in a compiled pipeline's parameter definitions (ParameterTypeEnum)."""
+        return KFP_TYPES[self.type]
+
+    @property
     def help(self) -> str:
         return self.declaration.metadata["help"]
+
+
+KFP_TYPES = {
+    str: "STRING",
+    int: "NUMBER_INTEGER",
+    float: "NUMBER_DOUBLE",
+    bool: "BOOLEAN",
+    dict: "STRUCT",
+    List[str]: "LIST",
+}
 
 
 def _options_of(options: type, **fields_by_parameter: str) -> list[RunParameter]:
     return [RunParameter(name, options, field) for name, field in fields_by_parameter.items()]
 
 
+PIPELINE_NAME = "llm-finetune"
+# The evaluation generates with both models on one GPU when training has GPUs (on the CPU otherwise).
+EVALUATE_GPUS = 1
+
 # Every trainer option is a run parameter under its own name, except what the train step sets itself.
 TRAINING_OPTIONS = [spec.name for spec in dataclasses.fields(TrainConfig) if spec.name not in SET_BY_THE_LAUNCHER]
 
 # In the order of the run form.
 RUN_PARAMETERS: tuple[RunParameter, ...] = (
-    *_options_of(RunInputs, dataset_uri="dataset_uri"),
+    *_options_of(RunInputs, dataset_uri="dataset_uri", data_connection_secret="data_connection_secret"),
     *_options_of(
         PrepareOptions,
         eval_fraction="eval_fraction",
@@ -99,7 +125,11 @@ RUN_PARAMETERS: tuple[RunParameter, ...] = (
         node_selector="node_selector",
         tolerations="tolerations",
         training_timeout_minutes="timeout_minutes",
+        training_start_timeout_minutes="start_timeout_minutes",
+        start_timeout_includes_queue="count_queue_time",
         training_backoff_limit="backoff_limit",
+        queue_name="queue_name",
+        priority_class="priority_class",
         trainjob_runtime="trainjob_runtime",
         training_grace_period_seconds="termination_grace_seconds",
     ),
@@ -133,12 +163,13 @@ RUN_PARAMETERS: tuple[RunParameter, ...] = (
         pvc_storage_class="pvc_storage_class",
         keep_pvc="keep_pvc",
     ),
+    *_options_of(StepResources, **{spec.name: spec.name for spec in dataclasses.fields(StepResources)}),
 )
 
 # Each options dataclass's validation: field name -> problem, read from any object with the fields
 # (the values are checked before the dataclass, whose __post_init__ may refuse them, is built).
 VALIDATION: dict[type, Callable[[Any], dict[str, str]]] = {
-    RunInputs: lambda options: {},
+    RunInputs: inputs_problems,
     PrepareOptions: prepare_problems,
     TrainConfig: training_problems,
     LaunchOptions: launch_problems,
@@ -146,6 +177,7 @@ VALIDATION: dict[type, Callable[[Any], dict[str, str]]] = {
     ExportStageOptions: export_problems,
     PublishOptions: publish_problems,
     WorkspaceOptions: workspace_problems,
+    StepResources: resources_problems,
 }
 
 
@@ -188,6 +220,24 @@ def validate(values: dict[str, Any]) -> None:
     found = problems(values)
     if found:
         raise UserError("The run parameters are invalid: " + "; ".join(found) + ". Fix them and start the run again.")
+
+
+@dataclass(frozen=True)
+class EvaluatePlacement:
+    """Where the evaluate step runs: on the training pods' kind of node, with one GPU if they have GPUs."""
+
+    evaluate_gpus: int
+    node_selector: dict[str, str]
+    tolerations: list[dict[str, Any]]
+
+
+def evaluate_placement(values: dict[str, Any]) -> EvaluatePlacement:
+    """The evaluate step's GPU count, node selector and tolerations from the training run parameters."""
+    return EvaluatePlacement(
+        evaluate_gpus=EVALUATE_GPUS if values["gpus_per_node"] > 0 else 0,
+        node_selector=parse_node_selector(values["node_selector"]),
+        tolerations=parse_tolerations(values["tolerations"]),
+    )
 
 
 @exit_on_user_error
