@@ -8,7 +8,9 @@
 Without ``--schedule`` it starts one run; with it, a recurring run (at most one
 run at a time, no catch-up of missed runs unless ``--catchup``). Everything that
 can be checked here is checked before the server is contacted: the package, the
-parameter names and values, the cron expression.
+parameter names and values, the cron expression. Then the server's Kubeflow
+Pipelines backend version is checked against the oldest this pipeline runs on
+(``pipelines.backend_versions``) before anything is created there.
 
 The bearer token is ``--token``, else ``$KFP_TOKEN``, else the one in the current
 kubeconfig context (``oc login`` puts it there; ``oc whoami -t`` prints it). It is
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import sys
 import warnings
@@ -28,6 +31,7 @@ from typing import Iterator
 
 from common.errors import UserError, exit_on_user_error
 from components.run_params import checked_arguments
+from pipelines.backend_versions import check_backend
 from pipelines.compile import DEFAULT_OUTPUT as DEFAULT_PACKAGE
 from pipelines.cron import validate_cron
 
@@ -158,17 +162,31 @@ def kubeconfig_token() -> str | None:
 
 
 def connect(host: str, token: str | None, ca_cert: str | None):
-    """A ``kfp.Client`` for ``host``, after one health request that turns common mistakes into clear errors.
+    """A ``kfp.Client`` for ``host``, once its health answer shows a backend this pipeline runs on.
 
-    kfp.Client itself retries a failing health check for 25 s and then reports a
-    timeout, whatever the cause; one direct request tells a wrong token from a wrong URL.
+    The version check (``pipelines.backend_versions``) comes before anything is
+    created: an older server may accept the run and drop what it does not know.
     """
     import kfp
-    import kfp_server_api
 
+    health = server_health(host, token, ca_cert)
+    print(check_backend(host, health), flush=True)
     warnings.filterwarnings(
         "ignore", message="This client only works with Kubeflow Pipeline v2", category=FutureWarning
     )
+    return kfp.Client(host=host, existing_token=token, ssl_ca_cert=ca_cert)
+
+
+def server_health(host: str, token: str | None, ca_cert: str | None) -> dict:
+    """The JSON of ``host``'s /apis/v2beta1/healthz, from one request that turns common mistakes into clear errors.
+
+    kfp.Client itself retries a failing health check for 25 s and then reports a
+    timeout, whatever the cause; one direct request tells a wrong token from a
+    wrong URL. The body is read raw: kfp_server_api's V2beta1GetHealthzResponse,
+    which kfp.Client.get_kfp_healthz() returns, keeps only multi_user and
+    pipeline_store and drops the tag_name (the backend version) the server sends.
+    """
+    import kfp_server_api
 
     configuration = kfp_server_api.Configuration(host=host.rstrip("/"))
     if token:
@@ -177,8 +195,21 @@ def connect(host: str, token: str | None, ca_cert: str | None):
     if ca_cert:
         configuration.ssl_ca_cert = ca_cert
     with _server_errors(host):
-        kfp_server_api.HealthzServiceApi(kfp_server_api.ApiClient(configuration)).healthz_service_get_healthz()
-    return kfp.Client(host=host, existing_token=token, ssl_ca_cert=ca_cert)
+        response = kfp_server_api.HealthzServiceApi(
+            kfp_server_api.ApiClient(configuration)
+        ).healthz_service_get_healthz(_preload_content=False)
+        body = response.data
+    try:
+        health = json.loads(body)
+    except ValueError:
+        health = None
+    if not isinstance(health, dict):
+        raise UserError(
+            f"{host} answered /apis/v2beta1/healthz with something other than the Kubeflow Pipelines API's JSON "
+            f"({' '.join(body.decode(errors='replace').split())[:200]!r}). Check --host: it is the pipelines API "
+            "route, not the dashboard or a login page."
+        )
+    return health
 
 
 @contextlib.contextmanager

@@ -6,6 +6,12 @@ and a recurring run (healthz, experiments list/create, runs create, recurring
 runs create) with the JSON shapes of the real API, requires the expected bearer
 token when one is set, and records every request so tests can assert what the
 server received.
+
+Its healthz answer is the API server's own (kubeflow/pipelines
+backend/src/apiserver/main.go, the /apis/v2beta1/healthz handler): commit_sha,
+tag_name (the backend version; "unknown" where the image was built without one,
+as OpenShift AI's are), multi_user and, since KFP 2.14.0, pipeline_store.
+``tag_name`` and ``pipeline_store`` are settable; None leaves the field out.
 """
 
 from __future__ import annotations
@@ -28,9 +34,21 @@ class Received:
 
 
 class FakeKfp(LocalServer):
-    def __init__(self, token: str | None = None, experiments: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        token: str | None = None,
+        experiments: dict[str, str] | None = None,
+        tag_name: str | None = "2.17.0",
+        pipeline_store: str | None = "database",
+    ) -> None:
         self.token = token
         self.experiments = dict(experiments or {})  # display name -> id
+        self.health = {
+            "commit_sha": "4a3592cb2d",
+            "tag_name": tag_name,
+            "multi_user": False,
+            "pipeline_store": pipeline_store,
+        }
         self.received: list[Received] = []
         super().__init__(self._handler_class())
 
@@ -76,7 +94,7 @@ class FakeKfp(LocalServer):
                     return self._send(401, {"error": "Unauthorized", "code": 16})
                 route = (method, parts.path)
                 if route == ("GET", "/apis/v2beta1/healthz"):
-                    return self._send(200, {"multi_user": False})
+                    return self._send(200, {k: v for k, v in fake.health.items() if v is not None})
                 if route == ("GET", "/apis/v2beta1/experiments"):
                     predicate = json.loads(received.query["filter"][0])["predicates"][0]
                     wanted = predicate.get("stringValue", predicate.get("string_value"))

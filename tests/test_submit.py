@@ -6,17 +6,22 @@ a fake KFP v2beta1 API server on 127.0.0.1 that records what it receives.
 
 from __future__ import annotations
 
+from http.server import BaseHTTPRequestHandler
+
 import pytest
 import yaml
 from conftest import REPO_ROOT
 from fake_kfp import FakeKfp
 from kfp.client import client as kfp_client
+from local_server import LocalServer
 
+from pipelines.backend_versions import MINIMUM_BACKEND
 from pipelines.cron import validate_cron
 from pipelines.submit import main
 
 TOKEN = "kfp-CANARY-9e2b7d41"
 PACKAGE = REPO_ROOT / "compiled" / "fine_tune_pipeline.yaml"
+MINIMUM = ".".join(map(str, MINIMUM_BACKEND))
 
 
 @pytest.fixture(autouse=True)
@@ -194,3 +199,76 @@ def test_missing_package_is_a_clear_error(server, tmp_path, capfd):
         main(["--host", server.url, "--package", str(tmp_path / "nope.yaml")])
     assert "python -m pipelines.compile" in capfd.readouterr().err
     assert server.received == []
+
+
+@pytest.mark.parametrize("schedule", [(), ("--schedule", "@daily")], ids=["run", "recurring run"])
+def test_server_older_than_the_minimum_is_refused_before_anything_is_created(capfd, schedule):
+    with FakeKfp(token=TOKEN, tag_name="2.14.4") as server:  # the last release before 2.15.0
+        with pytest.raises(SystemExit) as exited:
+            submit("--host", server.url, "--token", TOKEN, *schedule)
+    assert exited.value.code == 2
+    error = " ".join(capfd.readouterr().err.split())
+    assert f"{server.url} runs Kubeflow Pipelines backend 2.14.4" in error
+    assert f"older than {MINIMUM}, the oldest this pipeline runs on" in error
+    assert "It lacks use_secret_as_env(..., optional=True) (from 2.15.0)." in error
+    assert "Nothing was submitted. Upgrade the pipeline server: OpenShift AI to 3.0 or later" in error
+    assert "Traceback" not in error
+    assert [(request.method, request.path) for request in server.received] == [("GET", "/apis/v2beta1/healthz")]
+
+
+@pytest.mark.parametrize("tag", [MINIMUM, "v2.16.1", "2.17.0"])
+def test_server_at_or_above_the_minimum_gets_the_run(capfd, tag):
+    with FakeKfp(token=TOKEN, tag_name=tag) as server:
+        assert submit("--host", server.url, "--token", TOKEN) == 0
+    assert len(server.bodies("POST", "/apis/v2beta1/runs")) == 1
+    output = capfd.readouterr().out
+    assert f"{server.url} runs Kubeflow Pipelines backend {tag}; this pipeline needs {MINIMUM} or later" in output
+
+
+def test_server_without_a_version_gets_the_run_with_a_warning(capfd):
+    """What OpenShift AI's data science pipelines server answers: tag_name "unknown", with pipeline_store."""
+    with FakeKfp(token=TOKEN, tag_name="unknown") as server:
+        assert submit("--host", server.url, "--token", TOKEN) == 0
+    assert len(server.bodies("POST", "/apis/v2beta1/runs")) == 1
+    output = " ".join(capfd.readouterr().out.split())
+    assert (
+        f"warning: {server.url} does not report its Kubeflow Pipelines backend version (tag_name 'unknown': " in output
+    )
+    assert "so it was not checked" in output and f"this pipeline needs {MINIMUM} (OpenShift AI 3.0) or later" in output
+
+
+def test_server_without_a_version_or_pipeline_store_is_refused(capfd):
+    """KFP 2.4 / 2.5 images and OpenShift AI 2.21 and before: tag_name "unknown", no pipeline_store."""
+    with FakeKfp(token=TOKEN, tag_name="unknown", pipeline_store=None) as server:
+        with pytest.raises(SystemExit) as exited:
+            submit("--host", server.url, "--token", TOKEN)
+    assert exited.value.code == 2
+    error = " ".join(capfd.readouterr().err.split())
+    assert "has no pipeline_store, which every backend since 2.14.0 sends: it is older than 2.14.0" in error
+    assert "set_retry on a task inside dsl.If (from 2.14.0)" in error and "Nothing was submitted" in error
+    assert [request.path for request in server.received] == ["/apis/v2beta1/healthz"]
+
+
+class LoginPage(BaseHTTPRequestHandler):
+    """What a route answers when it is not the pipelines API (a dashboard, an OAuth login page)."""
+
+    def do_GET(self):
+        body = b"<html><head><title>Log in</title></head></html>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_a_page_instead_of_the_api_is_a_clear_error(capfd):
+    with LocalServer(LoginPage) as page:
+        with pytest.raises(SystemExit) as exited:
+            submit("--host", page.url, "--token", TOKEN)
+    assert exited.value.code == 2
+    error = " ".join(capfd.readouterr().err.split())
+    assert f"{page.url} answered /apis/v2beta1/healthz with something other than the Kubeflow Pipelines API's" in error
+    assert "<title>Log in</title>" in error and "not the dashboard or a login page" in error
