@@ -16,7 +16,7 @@ from test_train_cluster import launch, manifest_for, start_replicas, succeed
 from train_jobs import replica_pods
 
 from common.errors import UserError
-from components.training import stalls
+from components.training import kueue, stalls
 from components.training.kinds import PYTORCHJOB, TRAINJOB
 from components.training.reports import TrainingFailed
 
@@ -36,7 +36,7 @@ QUOTA = (
 @pytest.fixture
 def quick(monkeypatch):
     """Notices and event polls every second (the watch's granularity) instead of every few minutes."""
-    monkeypatch.setattr(stalls, "ADMISSION_NOTICE_SECONDS", 1)
+    monkeypatch.setattr(kueue, "ADMISSION_NOTICE_SECONDS", 1)
     monkeypatch.setattr(stalls, "EVENT_POLL_SECONDS", 1)
 
 

@@ -1,4 +1,4 @@
-"""Kueue: the check that the LocalQueue a training job is submitted to exists.
+"""Kueue: the check that a training job's LocalQueue exists, and what the log says while Kueue holds the job.
 
 Kueue's job integrations (PyTorchJob through ``kubeflow.org/pytorchjob``,
 TrainJob through ``trainer.kubeflow.org/trainjob``) manage a job that carries
@@ -6,6 +6,12 @@ TrainJob through ``trainer.kubeflow.org/trainjob``) manage a job that carries
 job suspended and Kueue un-suspends it once the LocalQueue's ClusterQueue has
 quota for all its pods.
 OpenShift AI's Distributed workloads dashboard lists only such workloads.
+
+While the job waits, ``Admission`` says so at once, then every
+``ADMISSION_NOTICE_SECONDS``, with how long it has waited and why in the words of
+the job's Workload ("couldn't assign flavors to pod set master: insufficient
+unused quota for nvidia.com/gpu ..."); Kueue labels a Workload with the uid of
+its job (``kueue.x-k8s.io/job-uid``, pkg/controller/constants/constants.go).
 
 A queue name that names no LocalQueue would leave the job suspended for ever
 (Kueue reports it only on the Workload), and a cluster without Kueue would
@@ -15,17 +21,25 @@ before the job is created.
 
 from __future__ import annotations
 
+import time
+from typing import Any, TextIO
+
 from kubernetes.client.exceptions import ApiException
 
 from common.errors import UserError
 from common.kube import Cluster
-from components.training.kube import REQUEST_TIMEOUT, api_problem
+from components.training.kinds import QUEUE_LABEL, JobKind
+from components.training.kube import NETWORK_ERRORS, REQUEST_TIMEOUT, api_problem, error_message
+from components.training.reports import duration_text
 
 GROUP = "kueue.x-k8s.io"
 # Served by every Kueue release through v0.19 and its main branch; deprecated since v0.16 in favour of v1beta2,
 # which serves the same LocalQueues and Workloads.
 VERSION = "v1beta1"
 LOCAL_QUEUES = "localqueues"
+WORKLOADS = "workloads"
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"  # on a Workload: the uid of the job it was made for
+ADMISSION_NOTICE_SECONDS = 120  # how often "waiting for admission" is repeated while Kueue holds the job
 
 
 def require_local_queue(cluster: Cluster, queue_name: str) -> None:
@@ -58,3 +72,76 @@ def require_local_queue(cluster: Cluster, queue_name: str) -> None:
         f"({existing}); Kueue would hold the training job suspended for ever. Set queue_name to one of them, ask "
         "your cluster administrator for a LocalQueue, or leave queue_name empty."
     )
+
+
+class Admission:
+    """Says, while Kueue holds the job, where it waits, for how long and why; and when it is admitted."""
+
+    def __init__(self, cluster: Cluster, kind: JobKind, name: str, out: TextIO) -> None:
+        self.cluster, self.kind, self.name, self.out = cluster, kind, name, out
+        self.next_notice = 0.0
+        self.workloads_readable = True
+
+    def waiting(self, job: dict[str, Any], waited: float) -> None:
+        """Say (at once, then every ADMISSION_NOTICE_SECONDS) that the job waits for admission."""
+        if time.monotonic() < self.next_notice:
+            return
+        self.next_notice = time.monotonic() + ADMISSION_NOTICE_SECONDS
+        why = self.why(job)
+        print(
+            f"{self.kind.kind} {self.name}: {self.waiting_text(job, waited)}" + (f"; Kueue says: {why}" if why else ""),
+            file=self.out,
+            flush=True,
+        )
+
+    @staticmethod
+    def waiting_text(job: dict[str, Any], waited: float) -> str:
+        queue = (job.get("metadata", {}).get("labels") or {}).get(QUEUE_LABEL)
+        where = f"in queue {queue}" if queue else "(the job is suspended but names no Kueue queue)"
+        return f"waiting for admission {where} for {duration_text(waited)} so far"
+
+    def admitted(self, job: dict[str, Any], waited: float) -> None:
+        self.next_notice = 0.0  # a job suspended again (preempted) is announced at once
+        queued = QUEUE_LABEL in (job.get("metadata", {}).get("labels") or {})
+        by = "admitted by Kueue" if queued else "resumed"
+        print(f"{self.kind.kind} {self.name}: {by} after {duration_text(waited)}", file=self.out, flush=True)
+
+    def why(self, job: dict[str, Any]) -> str:
+        """Why Kueue has not admitted the job, from its Workload's conditions; empty when that cannot be read."""
+        if not self.workloads_readable:
+            return ""
+        uid = job.get("metadata", {}).get("uid", "")
+        try:
+            listing = self.cluster.custom.list_namespaced_custom_object(
+                GROUP,
+                VERSION,
+                self.cluster.namespace,
+                WORKLOADS,
+                label_selector=f"{JOB_UID_LABEL}={uid}",
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+        except ApiException as error:
+            if error.status in (403, 404):  # not granted (an older pipelines/rbac.yaml), or no Kueue API
+                self.workloads_readable = False
+                if error.status == 403:
+                    print(
+                        f"cannot read Kueue Workloads to say why the job waits ({error_message(error)}); "
+                        "apply the current pipelines/rbac.yaml to see it here. Carrying on.",
+                        file=self.out,
+                        flush=True,
+                    )
+            return ""
+        except NETWORK_ERRORS:
+            return ""
+        return pending_reason(listing.get("items") or [])
+
+
+def pending_reason(workloads: list[dict[str, Any]]) -> str:
+    """The message of the first condition holding a Workload back: no quota reserved, or admission checks."""
+    for workload in workloads:
+        conditions = {c.get("type"): c for c in (workload.get("status") or {}).get("conditions") or []}
+        for condition_type in ("QuotaReserved", "Admitted"):
+            condition = conditions.get(condition_type)
+            if condition and condition.get("status") == "False" and condition.get("message"):
+                return condition["message"]
+    return ""

@@ -1,18 +1,15 @@
 """Why a training job has not started yet, said while it waits; and the start timeout that bounds the wait.
 
 A job that waits looks like a hang in the step's log unless someone says why.
-It waits for one of three things, and each is said here:
+It waits for one of three things, and ``Startup`` has each said:
 
-- Kueue holds it suspended until its ClusterQueue has quota for all its pods.
-  The log says so at once, then every ``ADMISSION_NOTICE_SECONDS`` with how
-  long it has waited and why, in the words of the job's Kueue Workload
-  ("couldn't assign flavors to pod set master: insufficient unused quota for
-  nvidia.com/gpu ..."); then that it was admitted, and after how long.
+- Kueue holds it suspended until its ClusterQueue has quota for all its pods:
+  ``kueue.Admission`` says so, how long and why, and when it is admitted.
 - Its pods are pending (no node fits), stuck being set up (a volume that does
   not attach or mount, an image that does not pull), or not created at all (a
-  ResourceQuota refuses them). Kubernetes says why only in Events, so those of
-  the waiting pods and of the job are printed every ``EVENT_POLL_SECONDS``,
-  each once (again when it repeats), until every replica has started.
+  ResourceQuota refuses them): the Events of the waiting pods and of the job
+  (``events.EventLog``) are printed every ``EVENT_POLL_SECONDS`` until every
+  replica has started.
 - The start timeout bounds that wait, so a job that cannot start fails the
   step with the events that say why instead of waiting out the overall
   timeout. Time held by Kueue does not count unless asked for: waiting in a
@@ -22,34 +19,23 @@ Kueue suspends a PyTorchJob through ``spec.runPolicy.suspend`` and a TrainJob
 through ``spec.suspend``; the Training Operator v1.9 then sets the condition
 ``Suspended`` (reason ``PyTorchJobSuspended``, pkg/controller.v1/common/job.go)
 and Trainer v2 ``Suspended`` (reason ``Suspended``, pkg/controller/
-trainjob_controller.go). Kueue names the job's Workload after the job and
-labels it with the job's uid (kubernetes-sigs/kueue pkg/controller/jobframework).
+trainjob_controller.go).
 """
 
 from __future__ import annotations
 
-import json
 import time
-from collections import defaultdict
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
-from kubernetes.client.exceptions import ApiException
-
 from common.kube import Cluster
-from components.training.kinds import QUEUE_LABEL, TRAINJOB, JobKind
-from components.training.kube import NETWORK_ERRORS, REQUEST_TIMEOUT, error_message
-from components.training.kueue import GROUP as KUEUE_GROUP
-from components.training.kueue import VERSION as KUEUE_VERSION
+from components.training.events import EventLog, job_event_selectors
+from components.training.kinds import JobKind
+from components.training.kueue import Admission
 from components.training.logs import ReplicaLogs, container_status
-from components.training.manifests import TRAINJOB_REPLICATED_JOB
 from components.training.reports import duration_text
 
-ADMISSION_NOTICE_SECONDS = 120  # how often "waiting for admission" is repeated while Kueue holds the job
 EVENT_POLL_SECONDS = 15  # how often the Events of a job that has not started are read
-EVENTS_IN_REPORT = 5  # the last events of each object that go into the start timeout's report
-WORKLOADS = "workloads"
-JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"  # on a Workload: the uid of the job it was made for
 START_TIMEOUT_PARAMETER = "training_start_timeout_minutes"
 QUEUE_TIME_PARAMETER = "start_timeout_includes_queue"
 
@@ -116,163 +102,6 @@ def active_seconds(kind: JobKind, job: dict[str, Any]) -> float:
         return 0.0
     since = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
     return max(0.0, (datetime.now(timezone.utc) - since).total_seconds())
-
-
-class Admission:
-    """Says, while Kueue holds the job, where it waits, for how long and why; and when it is admitted."""
-
-    def __init__(self, cluster: Cluster, kind: JobKind, name: str, out: TextIO) -> None:
-        self.cluster, self.kind, self.name, self.out = cluster, kind, name, out
-        self.next_notice = 0.0
-        self.workloads_readable = True
-
-    def waiting(self, job: dict[str, Any], waited: float) -> None:
-        """Say (at once, then every ADMISSION_NOTICE_SECONDS) that the job waits for admission."""
-        if time.monotonic() < self.next_notice:
-            return
-        self.next_notice = time.monotonic() + ADMISSION_NOTICE_SECONDS
-        why = self.why(job)
-        print(
-            f"{self.kind.kind} {self.name}: {self.waiting_text(job, waited)}" + (f"; Kueue says: {why}" if why else ""),
-            file=self.out,
-            flush=True,
-        )
-
-    @staticmethod
-    def waiting_text(job: dict[str, Any], waited: float) -> str:
-        queue = (job.get("metadata", {}).get("labels") or {}).get(QUEUE_LABEL)
-        where = f"in queue {queue}" if queue else "(the job is suspended but names no Kueue queue)"
-        return f"waiting for admission {where} for {duration_text(waited)} so far"
-
-    def admitted(self, job: dict[str, Any], waited: float) -> None:
-        self.next_notice = 0.0  # a job suspended again (preempted) is announced at once
-        queued = QUEUE_LABEL in (job.get("metadata", {}).get("labels") or {})
-        by = "admitted by Kueue" if queued else "resumed"
-        print(f"{self.kind.kind} {self.name}: {by} after {duration_text(waited)}", file=self.out, flush=True)
-
-    def why(self, job: dict[str, Any]) -> str:
-        """Why Kueue has not admitted the job, from its Workload's conditions; empty when that cannot be read."""
-        if not self.workloads_readable:
-            return ""
-        uid = job.get("metadata", {}).get("uid", "")
-        try:
-            listing = self.cluster.custom.list_namespaced_custom_object(
-                KUEUE_GROUP,
-                KUEUE_VERSION,
-                self.cluster.namespace,
-                WORKLOADS,
-                label_selector=f"{JOB_UID_LABEL}={uid}",
-                _request_timeout=REQUEST_TIMEOUT,
-            )
-        except ApiException as error:
-            if error.status in (403, 404):  # not granted (an older pipelines/rbac.yaml), or no Kueue API
-                self.workloads_readable = False
-                if error.status == 403:
-                    print(
-                        f"cannot read Kueue Workloads to say why the job waits ({error_message(error)}); "
-                        "apply the current pipelines/rbac.yaml to see it here. Carrying on.",
-                        file=self.out,
-                        flush=True,
-                    )
-            return ""
-        except NETWORK_ERRORS:
-            return ""
-        return pending_reason(listing.get("items") or [])
-
-
-def pending_reason(workloads: list[dict[str, Any]]) -> str:
-    """The message of the first condition holding a Workload back: no quota reserved, or admission checks."""
-    for workload in workloads:
-        conditions = {c.get("type"): c for c in (workload.get("status") or {}).get("conditions") or []}
-        for condition_type in ("QuotaReserved", "Admitted"):
-            condition = conditions.get(condition_type)
-            if condition and condition.get("status") == "False" and condition.get("message"):
-                return condition["message"]
-    return ""
-
-
-def event_count(event: dict[str, Any]) -> int:
-    """How often the event happened: ``count``, or ``series.count`` for events written through events.k8s.io."""
-    return event.get("count") or (event.get("series") or {}).get("count") or 1
-
-
-def event_time(event: dict[str, Any]) -> str:
-    series = event.get("series") or {}
-    return event.get("lastTimestamp") or series.get("lastObservedTime") or event.get("eventTime") or ""
-
-
-def event_text(event: dict[str, Any]) -> str:
-    """``Warning FailedMount: MountVolume.SetUp failed for volume "workspace" : ... (3 times)``"""
-    count = event_count(event)
-    message = " ".join((event.get("message") or "").split())
-    repeated = f" ({count} times)" if count > 1 else ""
-    return f"{event.get('type', '')} {event.get('reason', '')}: {message}{repeated}"
-
-
-class EventLog:
-    """Prints Kubernetes Events of chosen objects, each once, and again when it repeats."""
-
-    def __init__(self, cluster: Cluster, out: TextIO) -> None:
-        self.cluster, self.out = cluster, out
-        self.printed: dict[str, int] = {}  # event uid -> the count last printed
-        self.latest: dict[str, dict[str, str]] = defaultdict(dict)  # label -> event uid -> its newest line
-        self.readable = True
-
-    def last(self, label: str) -> list[str]:
-        """The newest events printed for ``label``, oldest first, each once with its latest count."""
-        return list(self.latest[label].values())[-EVENTS_IN_REPORT:]
-
-    def poll(self, selector: str, label: str | None = None, warnings_only: bool = False) -> None:
-        """Print the new events matching the field ``selector``, prefixed with ``label`` (default: their object)."""
-        if not self.readable:
-            return
-        try:
-            listing = json.loads(
-                self.cluster.core.list_namespaced_event(
-                    self.cluster.namespace,
-                    field_selector=selector,
-                    _preload_content=False,
-                    _request_timeout=REQUEST_TIMEOUT,
-                ).data
-            )
-        except ApiException as error:
-            if error.status == 403:
-                self.readable = False
-                print(
-                    f"cannot read the Kubernetes events of the job and its pods ({error_message(error)}); "
-                    "apply the current pipelines/rbac.yaml to see here why pods do not start. Carrying on.",
-                    file=self.out,
-                    flush=True,
-                )
-            return
-        except NETWORK_ERRORS:
-            return
-        for event in sorted(listing.get("items") or [], key=event_time):
-            if warnings_only and event.get("type") != "Warning":
-                continue
-            uid, count = event["metadata"]["uid"], event_count(event)
-            if self.printed.get(uid, 0) >= count:
-                continue
-            self.printed[uid] = count
-            involved = event.get("involvedObject") or {}
-            prefix = label or f"{involved.get('kind', '')} {involved.get('name', '')}"
-            self.latest[prefix].pop(uid, None)  # a repeated event moves to the end
-            self.latest[prefix][uid] = event_text(event)
-            print(f"[{prefix}] {event_text(event)}", file=self.out, flush=True)
-
-
-def job_event_selectors(kind: JobKind, name: str) -> list[str]:
-    """Field selectors for the Events of the job and of what stands between it and its pods.
-
-    The job's name alone also matches a TrainJob's JobSet (same name). Pods that
-    a ResourceQuota refuses are reported as FailedCreate on whoever creates
-    them: the PyTorchJob itself, or a TrainJob's child Job ``<name>-node-0``
-    (JobSet names it ``<jobset>-<replicated job>-<index>``).
-    """
-    selectors = [f"involvedObject.name={name}"]
-    if kind is TRAINJOB:
-        selectors.append(f"involvedObject.kind=Job,involvedObject.name={name}-{TRAINJOB_REPLICATED_JOB}-0")
-    return selectors
 
 
 def pod_state(pod: dict[str, Any], container: str) -> str:
