@@ -33,8 +33,8 @@ WORKFLOW = {
 }
 
 
-def serve(tmp_path, monkeypatch, served) -> FakeKube:
-    server = FakeKube(served=served).start()
+def serve(tmp_path, monkeypatch, served, forbidden=None) -> FakeKube:
+    server = FakeKube(served=served, forbidden=forbidden).start()
     monkeypatch.setenv("KUBECONFIG", str(server.write_kubeconfig(tmp_path / "kubeconfig")))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     return server
@@ -107,3 +107,15 @@ def test_outside_a_pipeline_step_there_is_no_owner_and_the_log_says_so(no_kueue,
     assert run_owner(connect(), out) is None
     assert f"${POD_NAME_ENV} is not set" in out.getvalue()
     assert not no_kueue.requests_matching("GET", "/pods/")
+
+
+def test_a_launcher_that_may_not_read_its_own_pod_stops_before_creating_an_orphan(tmp_path, monkeypatch):
+    """Without its Workflow as owner the job would outlive the run: an older Role is a clear error, not a shrug."""
+    server = serve(tmp_path, monkeypatch, WITHOUT_KUEUE, forbidden={"pods"})
+    try:
+        monkeypatch.setenv(POD_NAME_ENV, "launcher")
+        with pytest.raises(UserError, match="pipelines/rbac.yaml") as refused:
+            run_owner(connect(), io.StringIO())
+        assert "may not read its own pod launcher" in str(refused.value)
+    finally:
+        server.stop()

@@ -247,8 +247,10 @@ class ReplicaLogs:
         if waiting.get("reason") in WAITING_REASONS:
             notices.append(f"container not starting: {waiting['reason']}: {waiting.get('message', '')}")
         for notice in notices:
-            if (replica, notice) not in self._notices:
+            with self._lock:  # the pod watch and drain() may both see the pod
+                fresh = (replica, notice) not in self._notices
                 self._notices.add((replica, notice))
+            if fresh:
                 self.emit(replica, notice)
 
     def _still_running(self, name: str, uid: str, restart_count: int) -> bool:
