@@ -226,13 +226,3 @@ def test_an_older_operator_refuses_the_fields_it_does_not_know(fake, kind, unkno
     (create,) = fake.requests_matching("POST", f"/{kind.plural}")
     assert create.query.get("fieldValidation") == "Strict"
     assert fake.job_names(kind.plural) == []
-
-
-def test_without_strict_validation_an_older_trainer_would_drop_the_fields_silently(fake):
-    """Why the launcher asks for Strict: by default the API server prunes unknown fields and creates the job."""
-    fake.unknown_spec_fields = {"trainjobs": {"runtimePatches", "activeDeadlineSeconds"}}
-    manifest = manifest_for(TRAINJOB)
-    code, created = fake.handle(
-        "POST", f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{fake.namespace}/trainjobs", {}, manifest
-    )
-    assert code == 201 and "runtimePatches" not in created["spec"] and "activeDeadlineSeconds" not in created["spec"]
