@@ -18,6 +18,7 @@ This module imports no KFP: the first pipeline step imports it in its pod.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import typing
 from dataclasses import dataclass
@@ -240,9 +241,29 @@ def evaluate_placement(values: dict[str, Any]) -> EvaluatePlacement:
     )
 
 
+def runtime_image_problems(values: dict[str, Any]) -> list[str]:
+    """What the runtime image itself cannot do for these values.
+
+    Checked only inside the image, by the pipeline's first step: its pod runs
+    the image the training pods run, so a missing package is refused here, in
+    seconds, instead of by the trainer once GPU pods were scheduled (a laptop
+    that renders or submits the run may have other packages).
+    """
+    if values.get("method") == "qlora" and importlib.util.find_spec("bitsandbytes") is None:
+        return [
+            "parameter 'method' is qlora, which loads the base model in 4 bits with the bitsandbytes package, and "
+            "the runtime image (which the training pods run too) does not install it: use method lora (LoRA on "
+            "the bf16 model), or build the image with bitsandbytes for CUDA"
+        ]
+    return []
+
+
 @exit_on_user_error
 def check_in_pipeline(values: dict[str, Any]) -> None:
     validate(values)
+    found = runtime_image_problems(values)
+    if found:
+        raise UserError("The run parameters ask for what this image cannot do: " + "; ".join(found) + ".")
     print("run parameters are valid", flush=True)
 
 

@@ -192,6 +192,28 @@ def test_in_pipeline_check_exits_2_with_one_paragraph(capsys):
     assert capsys.readouterr().out == "run parameters are valid\n"
 
 
+def test_qlora_is_refused_in_an_image_without_bitsandbytes(capsys, monkeypatch):
+    """The first step runs the training pods' image: QLoRA without bitsandbytes fails there, before any GPU pod."""
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+
+    def image_with(bitsandbytes: bool):
+        return lambda name, *rest: (
+            (object() if bitsandbytes else None) if name == "bitsandbytes" else real_find_spec(name)
+        )
+
+    monkeypatch.setattr(importlib.util, "find_spec", image_with(bitsandbytes=False))
+    with pytest.raises(SystemExit) as exited:
+        check_in_pipeline({"method": "qlora"})
+    assert exited.value.code == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "parameter 'method' is qlora" in err and "does not install it: use method lora" in err
+    monkeypatch.setattr(importlib.util, "find_spec", image_with(bitsandbytes=True))
+    check_in_pipeline({"method": "qlora"})
+    assert capsys.readouterr().out == "run parameters are valid\n"
+
+
 def test_parse_params_types_values():
     """--param values are typed by the pipeline's own declarations; a value may itself contain '='."""
     declared = run_params.declared_parameters(fine_tune_pipeline)

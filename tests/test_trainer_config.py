@@ -67,7 +67,19 @@ def test_arguments_are_flags_and_values():
     args = to_args(TrainConfig(**REQUIRED, packing=False, scale_lr=True))
     assert "--no-packing" in args and "--scale-lr" in args
     assert args[args.index("--model") + 1] == "HuggingFaceTB/SmolLM3-3B"
-    assert args[args.index("--learning-rate") + 1] == "0.0002"
+    assert args[args.index("--learning-rate") + 1] == "0.0"  # the method's usual rate, resolved in the trainer
+
+
+@pytest.mark.parametrize(
+    ("method", "learning_rate", "peak"),
+    [("lora", 0.0, 2e-4), ("qlora", 0.0, 2e-4), ("full", 0.0, 2e-5), ("full", 1e-4, 1e-4), ("lora", 5e-5, 5e-5)],
+)
+def test_the_learning_rate_defaults_to_the_methods_usual_one(method, learning_rate, peak):
+    """A full fine-tune at LoRA's 2e-4 would overwrite what the model knew: 0 picks the method's usual rate, and
+    a rate given is used as given."""
+    from trainer.config import peak_learning_rate
+
+    assert peak_learning_rate(TrainConfig(**REQUIRED, method=method, learning_rate=learning_rate)) == peak
 
 
 @pytest.mark.parametrize(

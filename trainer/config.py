@@ -18,6 +18,10 @@ from common.cli_options import add_options, flag, option, options_from
 from common.run_layout import ADAPTER, CHECKPOINTS, MERGED
 
 METHODS = ("lora", "full", "qlora")
+# The peak learning rate when none is given: LoRA's usual 2e-4 (the LoRA and QLoRA papers, TRL's PEFT
+# examples) is about ten times what full fine-tuning uses (TRL SFTConfig's own default, torchtune's full
+# fine-tuning recipes: 2e-5); updating every weight at a LoRA rate destroys what the model knew.
+METHOD_LEARNING_RATES = {"lora": 2e-4, "qlora": 2e-4, "full": 2e-5}
 LOSS_ON = ("assistant", "all")
 
 
@@ -37,7 +41,8 @@ class TrainConfig:
     )
     method: str = option(
         "lora",
-        "lora (default), full fine-tuning, or qlora (4-bit; needs NVIDIA GPUs with CUDA and bitsandbytes).",
+        "lora (default), full fine-tuning, or qlora (4-bit; needs NVIDIA GPUs with CUDA and bitsandbytes, which "
+        "the runtime image does not install yet: the first step refuses it).",
         choices=METHODS,
     )
     lora_r: int = option(16, "LoRA rank: the size of the low-rank update of each adapted weight.")
@@ -47,7 +52,9 @@ class TrainConfig:
     epochs: float = option(3.0, "Passes over the training split.")
     max_steps: int = option(-1, "Stop after this many optimizer steps (-1: run all epochs).")
     learning_rate: float = option(
-        2e-4, "Peak learning rate, reached after warm-up and followed by a cosine decay (see scale_lr)."
+        0.0,
+        "Peak learning rate, reached after warm-up and followed by a cosine decay (see scale_lr). 0: the method's "
+        "usual rate, 2e-4 for lora and qlora, 2e-5 for full (a LoRA rate would wreck a full fine-tune).",
     )
     scale_lr: bool = option(
         False,
@@ -134,8 +141,8 @@ def option_problems(config: TrainConfig) -> dict[str, str]:
         problems["epochs"] = f"must be positive (got {config.epochs}) unless max_steps is set"
     if config.max_steps == 0 or config.max_steps < -1:
         problems["max_steps"] = f"must be positive, or -1 to run all epochs (got {config.max_steps})"
-    if config.learning_rate <= 0:
-        problems["learning_rate"] = f"must be positive (got {config.learning_rate})"
+    if config.learning_rate < 0:
+        problems["learning_rate"] = f"must be positive, or 0 for the method's usual rate (got {config.learning_rate})"
     if not 0 <= config.warmup_ratio < 1:
         problems["warmup_ratio"] = f"must be in [0, 1) (got {config.warmup_ratio})"
     if config.weight_decay < 0:
@@ -187,3 +194,8 @@ def to_args(config: TrainConfig) -> list[str]:
         else:
             args += [flag(spec.name), repr(value) if isinstance(value, float) else str(value)]
     return args
+
+
+def peak_learning_rate(config: TrainConfig) -> float:
+    """The learning rate asked for, or the method's usual one when it is 0 (before scale_lr)."""
+    return config.learning_rate or METHOD_LEARNING_RATES[config.method]

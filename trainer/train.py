@@ -28,7 +28,7 @@ from common.errors import UserError
 from common.run_layout import DATA_SHARDS, LOSS_CURVE, TRAINING_HISTORY, TRAINING_SUMMARY
 from trainer import base_model, checkpoints, data, diagnostics, distributed, outputs
 from trainer.callbacks import CompletionManifest, PreemptionSave, ProgressLines
-from trainer.config import TrainConfig, option_problems
+from trainer.config import TrainConfig, option_problems, peak_learning_rate
 from trainer.cuda import check_cuda_usable
 from trainer.diagnostics import ShardRecorder
 from trainer.distributed import Topology
@@ -89,7 +89,7 @@ def sft_config(config: TrainConfig, topology: Topology, has_eval: bool) -> SFTCo
         output_dir=str(config.checkpoints_dir),
         num_train_epochs=config.epochs,
         max_steps=config.max_steps,
-        learning_rate=config.learning_rate * (topology.world_size if config.scale_lr else 1),
+        learning_rate=peak_learning_rate(config) * (topology.world_size if config.scale_lr else 1),
         lr_scheduler_type="cosine",
         warmup_steps=config.warmup_ratio,  # a float below 1 is a share of all steps
         weight_decay=config.weight_decay,
