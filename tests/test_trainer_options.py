@@ -14,7 +14,7 @@ from trl import SFTTrainer
 from trainer import data
 from trainer.config import TrainConfig
 from trainer.distributed import Topology
-from trainer.train import lora_config, sft_config
+from trainer.train import load_model, lora_config, sft_config, trained_weights_dtype
 
 SINGLE = Topology(rank=0, local_rank=0, world_size=1)
 
@@ -90,3 +90,17 @@ def test_tokens_seen_counts_every_real_token_once(packing, tiny_model_dir, prepa
     )
 
     assert trained.state.num_input_tokens_seen == expected
+
+
+@pytest.mark.parametrize(("method", "held_in"), [("full", torch.float32), ("lora", torch.bfloat16)])
+def test_bf16_training_keeps_full_fine_tuning_weights_in_fp32(method, held_in, tiny_model_dir, tmp_path):
+    """Under bf16 compute, a full fine-tune's weights (and so AdamW's state) stay fp32 master weights; LoRA's frozen
+    base is held in bf16 while PEFT keeps the adapters it trains in fp32, which the summary then reports."""
+    config = TrainConfig(model=str(tiny_model_dir), data_dir=tmp_path, output_dir=tmp_path, method=method)
+    model = load_model(config, tiny_model_dir, bf16=True)
+    assert {parameter.dtype for parameter in model.parameters()} == {held_in}
+    if method == "lora":
+        from peft import get_peft_model
+
+        model = get_peft_model(model, lora_config(config))
+    assert trained_weights_dtype(model) == "float32"

@@ -143,6 +143,7 @@ def test_two_ranks_split_the_data_agree_on_weights_and_only_rank_0_writes(tiny_m
     result = summary(output)
     assert result["world_size"] == 2 and len(result["devices"]) == 2
     assert result["learning_rate"] == pytest.approx(2e-3)  # --scale-lr: 1e-3 times the world size
+    assert result["precision"] == "fp32" and result["trained_weights_dtype"] == "float32"  # on CPU
     assert result["ranks"][0]["weights_sha256"] == result["ranks"][1]["weights_sha256"]
 
     shards = json.loads((output / "data_shards.json").read_text())

@@ -54,7 +54,15 @@ def check_config(config: TrainConfig) -> None:
 
 
 def load_model(config: TrainConfig, source: Path, bf16: bool) -> PreTrainedModel:
-    kwargs: dict[str, Any] = {"dtype": torch.bfloat16 if bf16 else torch.float32}
+    """The base model, in the dtype its trained weights are kept in.
+
+    Full fine-tuning keeps fp32 master weights (and so fp32 AdamW state) and
+    computes in bf16 under the Trainer's autocast: bf16 weights would round
+    away most updates of a small learning rate. LoRA trains only its adapters,
+    which PEFT keeps in fp32 (``autocast_adapter_dtype``), so the frozen base can
+    be held in bf16, halving its memory.
+    """
+    kwargs: dict[str, Any] = {"dtype": torch.bfloat16 if bf16 and config.method != "full" else torch.float32}
     if config.method == "qlora":
         from transformers import BitsAndBytesConfig
 
@@ -174,6 +182,11 @@ def clear_incomplete_checkpoints(config: TrainConfig, topology: Topology) -> Pat
     return checkpoints.newest_complete(verdicts)
 
 
+def trained_weights_dtype(model: torch.nn.Module) -> str:
+    """The dtype of the weights the optimizer updates, as they are: what the summary says ran."""
+    return ",".join(sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters() if p.requires_grad}))
+
+
 def device_name() -> str:
     return torch.cuda.get_device_name(torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
 
@@ -188,8 +201,14 @@ def final_eval_loss(trainer: SFTTrainer) -> float | None:
     return trainer.evaluate()["eval_loss"]
 
 
-def save_models(trainer: SFTTrainer, config: TrainConfig, source: Path, tokenizer: PreTrainedTokenizerBase) -> None:
-    """``adapter/`` (LoRA only) and ``merged/``: a plain checkpoint the evaluation and GGUF stages load."""
+def save_models(
+    trainer: SFTTrainer, config: TrainConfig, source: Path, tokenizer: PreTrainedTokenizerBase, dtype: torch.dtype
+) -> None:
+    """``adapter/`` (LoRA only) and ``merged/``: a plain checkpoint the evaluation and GGUF stages load.
+
+    ``merged/`` is written in ``dtype``, the training's compute precision (bf16 on GPUs that have it): the
+    size of the base checkpoint, not the fp32 master weights' double.
+    """
     model = trainer.accelerator.unwrap_model(trainer.model)
     if config.method != "full":
         replace_dir(config.adapter_dir, model.save_pretrained)
@@ -199,6 +218,7 @@ def save_models(trainer: SFTTrainer, config: TrainConfig, source: Path, tokenize
             base = AutoModelForCausalLM.from_pretrained(source, dtype=torch.bfloat16)
             model = PeftModel.from_pretrained(base, config.adapter_dir)
         model = model.merge_and_unload()
+    model = model.to(dtype)
 
     def write_merged(directory: Path) -> None:
         model.save_pretrained(directory)
@@ -261,7 +281,7 @@ def run(config: TrainConfig) -> int:
         topology.world_size,
     )
     if topology.is_main:
-        save_models(trainer, config, source, tokenizer)
+        save_models(trainer, config, source, tokenizer, torch.bfloat16 if args.bf16 else torch.float32)
         history = trainer.state.log_history
         write_json(config.output_dir / TRAINING_HISTORY, history)
         outputs.plot_loss_curve(history, config.output_dir / LOSS_CURVE)
@@ -276,6 +296,7 @@ def run(config: TrainConfig) -> int:
                 "world_size": topology.world_size,
                 "devices": [rank["device"] for rank in ranks],
                 "precision": "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
+                "trained_weights_dtype": trained_weights_dtype(trainer.model),
                 "learning_rate": args.learning_rate,
                 "resumed_from": str(resume_from) if resume_from else None,
                 "global_step": trainer.state.global_step,
