@@ -133,6 +133,7 @@ def test_whole_pipeline_runs_locally_and_says_where_outputs_went(runs):
 
     summary = json.loads((run_dir / "train" / "training_summary.json").read_text())
     assert summary["world_size"] == 2 and summary["global_step"] == 2
+    assert summary["trained_weights_dtype"] == "float32"  # the LoRA adapters, read before merging
     assert summary["config"]["model"].endswith(
         "SmolLM2-135M-Instruct"
     )  # the empty base_model resolved to the local model

@@ -206,8 +206,9 @@ def save_models(
 ) -> None:
     """``adapter/`` (LoRA only) and ``merged/``: a plain checkpoint the evaluation and GGUF stages load.
 
-    ``merged/`` is written in ``dtype``, the training's compute precision (bf16 on GPUs that have it): the
-    size of the base checkpoint, not the fp32 master weights' double.
+    ``merged/`` is written in ``dtype``: bf16 where training computed in bf16 (the size of a bf16 base
+    checkpoint, not the fp32 master weights' double), else fp32. This merges and casts the trainer's own
+    model, so nothing may read it afterwards.
     """
     model = trainer.accelerator.unwrap_model(trainer.model)
     if config.method != "full":
@@ -280,6 +281,7 @@ def run(config: TrainConfig) -> int:
         },
         topology.world_size,
     )
+    weights_dtype = trained_weights_dtype(trainer.model)  # before save_models merges and casts the model
     if topology.is_main:
         save_models(trainer, config, source, tokenizer, torch.bfloat16 if args.bf16 else torch.float32)
         history = trainer.state.log_history
@@ -296,7 +298,7 @@ def run(config: TrainConfig) -> int:
                 "world_size": topology.world_size,
                 "devices": [rank["device"] for rank in ranks],
                 "precision": "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
-                "trained_weights_dtype": trained_weights_dtype(trainer.model),
+                "trained_weights_dtype": weights_dtype,
                 "learning_rate": args.learning_rate,
                 "resumed_from": str(resume_from) if resume_from else None,
                 "global_step": trainer.state.global_step,

@@ -67,12 +67,13 @@ def run_job(
     require_kind(cluster, kind)
     name = manifest["metadata"]["name"]
     logs = ReplicaLogs(cluster, kind, name, out)
-    startup = Startup(cluster, kind, manifest, logs, out, start_timeout, count_queue_time)
     created = False
     with sigterm_raises():
         try:
             adopted = create_job(cluster, kind, manifest, out)
             created = True
+            # The clocks start once the job exists: waiting for an earlier attempt's job to go does not count.
+            startup = Startup(cluster, kind, manifest, logs, out, start_timeout, count_queue_time)
             if adopted:
                 startup.adopt(adopted)
             logs.start()

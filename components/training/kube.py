@@ -145,12 +145,22 @@ def create_job(cluster: Cluster, kind: JobKind, manifest: dict[str, Any], out: T
             print(f"created {kind.kind} {name} in namespace {cluster.namespace}", file=out, flush=True)
             return None
         except ApiException as error:
-            if error.status != 409 or attempt:
+            if error.status == 409 and attempt:
+                raise UserError(
+                    f"{kind.kind} {name} was created again by someone else while this step waited for the earlier "
+                    f"one to go; inspect it (oc get {kind.plural} {name} -n {cluster.namespace}) and retry the run."
+                ) from None
+            if error.status != 409:
                 problem = unknown_fields_problem(error, kind) or api_problem(error, f"create {kind.plural}", cluster)
                 raise problem or error
-        existing = cluster.custom.get_namespaced_custom_object(
-            kind.group, kind.version, cluster.namespace, kind.plural, name, _request_timeout=REQUEST_TIMEOUT
-        )
+        try:
+            existing = cluster.custom.get_namespaced_custom_object(
+                kind.group, kind.version, cluster.namespace, kind.plural, name, _request_timeout=REQUEST_TIMEOUT
+            )
+        except ApiException as error:
+            if error.status == 404:  # deleted between our create and this read: create it again
+                continue
+            raise api_problem(error, f"get {kind.plural}", cluster) or error
         if existing["metadata"].get("deletionTimestamp"):
             print(f"{kind.kind} {name} from an earlier attempt is being deleted; waiting for it", file=out, flush=True)
             wait_until_gone(cluster, kind, name)
@@ -163,7 +173,7 @@ def create_job(cluster: Cluster, kind: JobKind, manifest: dict[str, Any], out: T
             flush=True,
         )
         return existing
-    return None
+    # Not reached: the second attempt's create either succeeds or raises.
 
 
 def wait_until_gone(cluster: Cluster, kind: JobKind, name: str, timeout: float = DELETE_WAIT_SECONDS) -> None:
@@ -177,6 +187,8 @@ def wait_until_gone(cluster: Cluster, kind: JobKind, name: str, timeout: float =
             if error.status == 404:
                 return
             raise api_problem(error, f"get {kind.plural}", cluster) or error
+        except NETWORK_ERRORS:
+            pass  # a brief API outage: ask again
         time.sleep(1)
     raise UserError(
         f"{kind.kind} {name} from an earlier attempt was still being deleted after {timeout:.0f} s (its pods may "

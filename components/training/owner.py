@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import TextIO
 
 from kubernetes.client.exceptions import ApiException
@@ -34,6 +35,7 @@ from components.training.kube import NETWORK_ERRORS, REQUEST_TIMEOUT, api_proble
 
 POD_NAME_ENV = "KFP_POD_NAME"
 DISRUPTION_CONDITION = "DisruptionTarget"
+DISRUPTION_READS = 3
 WORKFLOW_KIND = "Workflow"
 WORKFLOW_GROUP = "argoproj.io"
 
@@ -77,19 +79,28 @@ def run_owner(cluster: Cluster, out: TextIO | None = None) -> dict[str, str] | N
     return None
 
 
-def launcher_disruption(cluster: Cluster) -> str | None:
+def launcher_disruption(cluster: Cluster, reads: int = DISRUPTION_READS) -> str | None:
     """Why this launcher pod is being evicted or preempted (the DisruptionTarget condition's reason and message),
-    or None: not in a pipeline step, not disrupted (a cancelled run), or the pod cannot be read."""
+    or None: not in a pipeline step, not disrupted (a cancelled run), or the pod cannot be read.
+
+    The Eviction API, the scheduler and the taint manager set the condition
+    before the pod is deleted; the kubelet (node-pressure eviction, node
+    shutdown) sends it along with the kill, so the pod is read a few times, a
+    second apart, before the answer is no.
+    """
     pod_name = os.environ.get(POD_NAME_ENV, "")
     if not pod_name:
         return None
-    try:
-        pod = _launcher_pod(cluster, pod_name)
-    except (ApiException, *NETWORK_ERRORS):
-        return None
-    for condition in pod.status.conditions or []:
-        if condition.type == DISRUPTION_CONDITION and condition.status == "True":
-            return f"{condition.reason}: {condition.message}" if condition.message else condition.reason
+    for read in range(reads):
+        if read:
+            time.sleep(1)
+        try:
+            pod = _launcher_pod(cluster, pod_name)
+        except (ApiException, *NETWORK_ERRORS):
+            continue
+        for condition in pod.status.conditions or []:
+            if condition.type == DISRUPTION_CONDITION and condition.status == "True":
+                return f"{condition.reason}: {condition.message}" if condition.message else condition.reason
     return None
 
 

@@ -98,9 +98,10 @@ def active_seconds(kind: JobKind, job: dict[str, Any]) -> float:
             if condition.get("type") == "Suspended" and condition.get("status") == "False"
         ]
         stamp = resumed[-1] if resumed else job.get("metadata", {}).get("creationTimestamp")
-    if not stamp:
+    try:
+        since = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except (AttributeError, ValueError):  # no timestamp, or not RFC 3339: count from now rather than fail
         return 0.0
-    since = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
     return max(0.0, (datetime.now(timezone.utc) - since).total_seconds())
 
 
