@@ -63,11 +63,17 @@ def _parse_value(name: str, text: str, kind: str) -> Any:
 
 
 def checked_arguments(pairs: list[str], pipeline) -> dict[str, Any]:
-    """The typed ``NAME=VALUE`` overrides, once the run's every value (defaults included) passes the first
-    step's checks.
+    """The typed ``NAME=VALUE`` overrides for ``pipeline``, once the run's every value passes the first
+    step's checks."""
+    return checked_overrides(pairs, declared_parameters(pipeline), defaults_of(pipeline))
+
+
+def checked_overrides(pairs: list[str], declared: dict[str, str], defaults: dict[str, Any]) -> dict[str, Any]:
+    """The typed ``NAME=VALUE`` overrides of the ``declared`` parameters, once the run's every value (the
+    ``defaults`` included) passes the first step's checks.
     """
-    overrides = parse_params(pairs, declared_parameters(pipeline))
-    validate({**defaults_of(pipeline), **overrides})
+    overrides = parse_params(pairs, declared)
+    validate({**defaults, **overrides})
     return overrides
 
 

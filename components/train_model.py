@@ -25,8 +25,8 @@ from common.errors import UserError, exit_on_user_error
 from common.kube import default_namespace
 from common.run_layout import CLUSTER_WORKSPACE, stage_dir
 from components.base_model import LOCAL_BACKEND, resolve_base_model
-from components.parameters import PIPELINE_NAME, RUN_PARAMETERS, arguments_for, validate
-from components.run_params import parse_params
+from components.parameters import PIPELINE_NAME, RUN_PARAMETERS, arguments_for
+from components.run_params import checked_overrides
 from components.runtime_image import runtime_image
 from components.training.kinds import KINDS
 from components.training.manifests import to_yaml
@@ -60,9 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
 def run_values(pairs: list[str]) -> dict:
     """Every run parameter's value: the pipeline's defaults overridden by ``pairs``, validated as a run is."""
     declared = {parameter.name: parameter.kfp_type for parameter in RUN_PARAMETERS}
-    values = {parameter.name: parameter.default for parameter in RUN_PARAMETERS} | parse_params(pairs, declared)
-    validate(values)
-    return values
+    defaults = {parameter.name: parameter.default for parameter in RUN_PARAMETERS}
+    return defaults | checked_overrides(pairs, declared, defaults)
 
 
 def render(pairs: list[str], *, namespace: str, run_id: str, image: str) -> str:

@@ -75,6 +75,14 @@ def test_each_step_takes_its_options_by_field_name_and_type(step, options):
         assert signature[parameter.field].default is inspect.Parameter.empty, (step.name, parameter.field)
 
 
+def test_the_tables_kfp_types_are_the_compiled_pipelines():
+    """``render`` types --param values from the table; ``run`` and ``submit`` from the pipeline: the same types."""
+    from components.run_params import declared_parameters
+
+    pipeline = build_pipeline(ClusterWorkspace())
+    assert {parameter.name: parameter.kfp_type for parameter in RUN_PARAMETERS} == declared_parameters(pipeline)
+
+
 def test_the_run_inputs_reach_their_steps_by_name_and_type():
     inputs = {parameter.field: parameter for parameter in RUN_PARAMETERS if parameter.options is RunInputs}
     assert set(inputs) == set(RUN_INPUT_STEPS)
