@@ -192,6 +192,13 @@ def _held_out_fraction(value: float) -> str | None:
 PIPELINE_RULES: dict[str, Callable[[Any], str | None]] = {"eval_fraction": _held_out_fraction}
 
 
+def parameter_name(options: type, field: str) -> str:
+    """The run-form name of ``options.<field>``: what a message tells the user to change."""
+    return next(
+        parameter.name for parameter in RUN_PARAMETERS if (parameter.options, parameter.field) == (options, field)
+    )
+
+
 def arguments_for(options: type, run: dict[str, Any]) -> dict[str, Any]:
     """The run parameters that ``options`` declares, from ``run`` (name -> value), keyed by field name."""
     return {parameter.field: run[parameter.name] for parameter in RUN_PARAMETERS if parameter.options is options}

@@ -18,6 +18,7 @@ from typing import Any, TextIO
 from kubernetes.client.exceptions import ApiException
 
 from common.kube import Cluster
+from components.parameters import parameter_name
 from components.training.kinds import JobKind
 from components.training.kube import (
     NETWORK_ERRORS,
@@ -30,13 +31,14 @@ from components.training.kube import (
     watch_objects,
 )
 from components.training.logs import ReplicaLogs, failed_replicas
+from components.training.options import LaunchOptions
 from components.training.owner import launcher_disruption
 from components.training.reports import TAIL_LINES, TrainingFailed, exit_code_text, quoted
 from components.training.signals import Terminated, sigterm_raises
 from components.training.stalls import NotStarted, Startup
 
 DRAIN_SECONDS = 30  # how long to wait for the replicas' last log lines once the job has ended
-TIMEOUT_PARAMETER = "training_timeout_minutes"
+TIMEOUT_PARAMETER = parameter_name(LaunchOptions, "timeout_minutes")
 
 
 def run_job(

@@ -23,6 +23,7 @@ from common.atomic import write_json, write_text_atomic
 from common.errors import UserError, exit_on_user_error
 from common.run_layout import TRAINING_FAILURE, TRAINING_SUMMARY, stage_dir
 from components.base_model import LOCAL_BACKEND, resolve_base_model
+from components.parameters import parameter_name
 from components.training.kinds import KINDS, PYTORCHJOB
 from components.training.manifests import JobSpec, job_name, render_pytorchjob, render_trainjob, run_labels, to_yaml
 from components.training.options import LaunchOptions, launch_problems, parse_node_selector, parse_tolerations
@@ -159,10 +160,11 @@ def train_on_cluster(
     print(f"{kind.kind} to run:\n{to_yaml(manifest)}", flush=True)
     if kind is not PYTORCHJOB:
         print(
-            "note: training_backoff_limit applies to PyTorchJobs only; this TrainJob restarts as its "
-            f"ClusterTrainingRuntime says (oc get clustertrainingruntime {launch.trainjob_runtime} -o yaml). The "
-            "stock torch-distributed runtime sets no JobSet failurePolicy, so Kubernetes' Job default applies: 6 pod "
-            "restarts of the node Job, all nodes together, then the TrainJob fails.",
+            f"note: {parameter_name(LaunchOptions, 'backoff_limit')} applies to PyTorchJobs only; this TrainJob "
+            "restarts as its ClusterTrainingRuntime says "
+            f"(oc get clustertrainingruntime {launch.trainjob_runtime} -o yaml). The stock torch-distributed runtime "
+            "sets no JobSet failurePolicy, so Kubernetes' Job default applies: 6 pod restarts of the node Job, all "
+            "nodes together, then the TrainJob fails.",
             flush=True,
         )
     run_job(
