@@ -79,13 +79,14 @@ def render(pairs: list[str], *, namespace: str, run_id: str, image: str) -> str:
         output_dir=stage_dir(CLUSTER_WORKSPACE, run_id, "train"),
         **arguments_for(TrainConfig, values),
     )
+    pvc_name = values["pvc_name"] or CREATED_PVC
     manifest = render_job(
         config,
         launch,
         namespace=namespace,
         run_id=run_id,
         pipeline_name=PIPELINE_NAME,
-        pvc_name=values["pvc_name"] or CREATED_PVC,
+        pvc_name=pvc_name,
         mount_path=CLUSTER_WORKSPACE,
         image=image,
     )
@@ -93,7 +94,7 @@ def render(pairs: list[str], *, namespace: str, run_id: str, image: str) -> str:
         f"# The {manifest['kind']} the train step creates for these run parameters "
         "(python -m components.train_model render).\n"
         f"# Stand-ins for what only a run knows: run id {run_id!r} (it names the job), namespace {namespace!r}, "
-        f"workspace PVC {values['pvc_name'] or CREATED_PVC!r}.\n"
+        f"workspace PVC {pvc_name!r}.\n"
         "# A run also adds an ownerReference to its Argo Workflow, so deleting the run deletes the job.\n"
     )
     return header + to_yaml(manifest)

@@ -87,18 +87,16 @@ class Admission:
         if time.monotonic() < self.next_notice:
             return
         self.next_notice = time.monotonic() + ADMISSION_NOTICE_SECONDS
-        why = self.why(job)
-        print(
-            f"{self.kind.kind} {self.name}: {self.waiting_text(job, waited)}" + (f"; Kueue says: {why}" if why else ""),
-            file=self.out,
-            flush=True,
-        )
+        print(f"{self.kind.kind} {self.name}: {self.notice(job, waited)}", file=self.out, flush=True)
 
-    @staticmethod
-    def waiting_text(job: dict[str, Any], waited: float) -> str:
+    def notice(self, job: dict[str, Any], waited: float) -> str:
+        """``waiting for admission in queue q for 3 min so far; Kueue says: ...``: the log's line and the report's."""
         queue = (job.get("metadata", {}).get("labels") or {}).get(QUEUE_LABEL)
         where = f"in queue {queue}" if queue else "(the job is suspended but names no Kueue queue)"
-        return f"waiting for admission {where} for {duration_text(waited)} so far"
+        why = self.why(job)
+        return f"waiting for admission {where} for {duration_text(waited)} so far" + (
+            f"; Kueue says: {why}" if why else ""
+        )
 
     def admitted(self, job: dict[str, Any], waited: float) -> None:
         self.next_notice = 0.0  # a job suspended again (preempted) is announced at once

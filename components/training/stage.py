@@ -154,10 +154,10 @@ def train_on_cluster(
         image=image,
         owner=run_owner(cluster),
     )
-    name = manifest["metadata"]["name"]
-    write_text_atomic(Path(manifest_artifact.path), to_yaml(manifest))
+    name, text = manifest["metadata"]["name"], to_yaml(manifest)
+    write_text_atomic(Path(manifest_artifact.path), text)
     manifest_artifact.metadata.update({"kind": kind.kind, "name": name, "namespace": cluster.namespace})
-    print(f"{kind.kind} to run:\n{to_yaml(manifest)}", flush=True)
+    print(f"{kind.kind} to run:\n{text}", flush=True)
     if kind is not PYTORCHJOB:
         print(
             f"note: {parameter_name(LaunchOptions, 'backoff_limit')} applies to PyTorchJobs only; this TrainJob "

@@ -219,12 +219,7 @@ class Startup:
             f"{duration_text(self.start_timeout)} (time waiting for Kueue admission {counted}) and was deleted."
         ]
         if self.clock.suspended:
-            why = self.admission.why(self.job)
-            lines.append(
-                f"It was still {Admission.waiting_text(self.job, self.clock.held())}"
-                + (f"; Kueue says: {why}" if why else "")
-                + "."
-            )
+            lines.append(f"It was still {self.admission.notice(self.job, self.clock.held())}.")
             lines.append(
                 f"Ask for quota in that queue, use another queue_name, raise {START_TIMEOUT_PARAMETER}, or turn "
                 f"{QUEUE_TIME_PARAMETER} off so time in the queue does not count."
