@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 from urllib.parse import parse_qs, urlsplit
 
 SERVED = {
@@ -207,6 +207,17 @@ class FakeKube:
             if drop:
                 self.drops += 1
             self.changed.notify_all()
+
+    def add_step_pod(self, name: str, owners: list[dict[str, Any]], conditions: Iterable[dict[str, Any]] = ()) -> None:
+        """A pipeline step's pod as Argo creates it: its ``main`` container, labelled with and owned by its
+        Workflow (argoproj/argo-workflows workflow/controller/workflowpod.go), with pod ``conditions`` such as
+        the DisruptionTarget the API server adds before an eviction."""
+        workflow = next((owner["name"] for owner in owners if owner.get("kind") == "Workflow"), None)
+        self.add_pod(name, {"workflows.argoproj.io/workflow": workflow} if workflow else {}, "main")
+        with self.changed:
+            pod = self.objects["pods"][name]
+            pod["metadata"]["ownerReferences"] = list(owners)
+            pod["status"]["conditions"] = list(conditions)
 
     def add_pod(self, name: str, labels: dict[str, str], container: str, *, pending_reason: str = "") -> None:
         pod = {

@@ -25,7 +25,7 @@ import pytest
 import yaml
 from conftest import REPO_ROOT
 from fake_kube import FakeKube, Request
-from train_jobs import RUN_ID, example_spec, replica_pods, stand_in_artifacts
+from train_jobs import JOB_OWNER, LAUNCHER_POD, RUN_ID, WORKFLOW, example_spec, replica_pods, stand_in_artifacts
 
 from common.errors import UserError
 from common.run_layout import TRAINING_FAILURE
@@ -519,8 +519,6 @@ run_in_pipeline(**{arguments!r}, **stand_in_artifacts(__import__("pathlib").Path
 """
 
 
-LAUNCHER_POD = "llm-finetune-x7k2q-system-container-impl-1"
-WORKFLOW_OWNER = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "name": "llm-finetune-x7k2q", "uid": "6c1e"}
 # What the API server adds to a pod before evicting it (kubernetes pkg/apis/core/types.go, DisruptionTarget).
 EVICTION = {
     "type": "DisruptionTarget",
@@ -534,11 +532,7 @@ def sigterm_the_launcher(fake: FakeKube, tmp_path: Path, pod_conditions: list[di
     """Run the train step as a KFP step pod would (its pod, owned by the run's Workflow, named by KFP_POD_NAME),
     send it SIGTERM once it follows its running job; the job's name, the step's stdout, stderr and exit code."""
     workspace, data, _ = workspace_with_data(tmp_path)
-    fake.add_pod(LAUNCHER_POD, {"workflows.argoproj.io/workflow": WORKFLOW_OWNER["name"]}, "main")
-    with fake.changed:
-        launcher = fake.objects["pods"][LAUNCHER_POD]
-        launcher["metadata"]["ownerReferences"] = [WORKFLOW_OWNER]
-        launcher["status"]["conditions"] = pod_conditions
+    fake.add_step_pod(LAUNCHER_POD, [WORKFLOW], pod_conditions)
     arguments = {
         key: value
         for key, value in step_arguments(workspace, data, tmp_path).items()
@@ -595,7 +589,5 @@ def test_an_evicted_launcher_leaves_the_job_training_for_the_next_attempt(fake, 
     assert code == 143, err
     assert "being evicted (EvictionByEvictionAPI: Eviction API: evicting)" in out and "keeps training" in out
     assert not fake.requests_matching("DELETE", "/pytorchjobs") and fake.job_names("pytorchjobs") == [job]
-    assert fake.objects["pytorchjobs"][job]["metadata"]["ownerReferences"] == [
-        {key: WORKFLOW_OWNER[key] for key in ("apiVersion", "kind", "name", "uid")}
-    ]
+    assert fake.objects["pytorchjobs"][job]["metadata"]["ownerReferences"] == [JOB_OWNER]
     assert_granted_by_rbac(fake.requests)

@@ -15,8 +15,7 @@ import yaml
 from conftest import run_module
 from crd_schemas import PYTORCHJOB_CRD, TRAINJOB_CRD, schema_errors
 from test_train_cluster import Scenario, start_replicas, step_arguments, succeed, workspace_with_data
-from test_train_queue_owner import WORKFLOW
-from train_jobs import RUN_ID
+from train_jobs import JOB_OWNER, LAUNCHER_POD, RUN_ID, WORKFLOW
 
 from common.errors import UserError
 from common.run_layout import CLUSTER_WORKSPACE
@@ -145,10 +144,8 @@ def test_render_shows_exactly_what_the_train_step_creates(fake, tmp_path, monkey
     workspace, data, train_dir = workspace_with_data(tmp_path)
     queue = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue", "metadata": {"name": "team-a"}}
     fake.handle("POST", f"/apis/kueue.x-k8s.io/v1beta1/namespaces/{fake.namespace}/localqueues", {}, queue)
-    fake.add_pod("llm-finetune-x7k2q-system-container-impl-1", {}, "main")
-    with fake.changed:
-        fake.objects["pods"]["llm-finetune-x7k2q-system-container-impl-1"]["metadata"]["ownerReferences"] = [WORKFLOW]
-    monkeypatch.setenv(POD_NAME_ENV, "llm-finetune-x7k2q-system-container-impl-1")
+    fake.add_step_pod(LAUNCHER_POD, [WORKFLOW])
+    monkeypatch.setenv(POD_NAME_ENV, LAUNCHER_POD)
 
     def script(fake):
         name = fake.wait_for("pytorchjobs")["metadata"]["name"]
@@ -168,6 +165,5 @@ def test_render_shows_exactly_what_the_train_step_creates(fake, tmp_path, monkey
         Path(arguments["manifest_artifact"].path).read_text().replace(str(workspace), CLUSTER_WORKSPACE)
     )
     expected = rendered("epochs=1", "training_nodes=2", "gpus_per_node=1", "pvc_name=ws-pvc", "queue_name=team-a")
-    owner = {key: WORKFLOW[key] for key in ("apiVersion", "kind", "name", "uid")}
-    expected["metadata"]["ownerReferences"] = [owner]
+    expected["metadata"]["ownerReferences"] = [JOB_OWNER]
     assert created == expected

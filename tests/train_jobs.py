@@ -10,6 +10,18 @@ from trainer.config import TrainConfig
 
 RUN_ID = "0f6c8a3e-5b1d-4c2a-9e7f-1a2b3c4d5e6f"
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+# The train step's pod under KFP, and the ownerReference Argo gives it: its Workflow, as controller.
+LAUNCHER_POD = "llm-finetune-x7k2q-system-container-impl-1"
+WORKFLOW = {
+    "apiVersion": "argoproj.io/v1alpha1",
+    "kind": "Workflow",
+    "name": "llm-finetune-x7k2q",
+    "uid": "6c1e2f0a-1b2c-4d5e-8f90-a1b2c3d4e5f6",
+    "controller": True,
+    "blockOwnerDeletion": True,
+}
+# What the launcher makes the training job's owner: the same Workflow, not as controller.
+JOB_OWNER = {key: WORKFLOW[key] for key in ("apiVersion", "kind", "name", "uid")}
 
 
 def example_spec(
