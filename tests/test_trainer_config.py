@@ -27,6 +27,7 @@ def test_every_field_changed_round_trips():
     changed = TrainConfig(
         **REQUIRED,
         method="full",
+        sharding="fsdp",
         lora_r=8,
         lora_alpha=7,
         lora_dropout=0.1,
@@ -42,6 +43,7 @@ def test_every_field_changed_round_trips():
         max_length=333,
         packing=False,
         loss_on="all",
+        mixed_precision=False,
         gradient_checkpointing=True,
         save_steps=9,
         save_total_limit=3,

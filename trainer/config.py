@@ -23,6 +23,7 @@ METHODS = ("lora", "full", "qlora")
 # fine-tuning recipes: 2e-5); updating every weight at a LoRA rate destroys what the model knew.
 METHOD_LEARNING_RATES = {"lora": 2e-4, "qlora": 2e-4, "full": 2e-5}
 LOSS_ON = ("assistant", "all")
+SHARDINGS = ("none", "fsdp")
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,13 @@ class TrainConfig:
         "lora (default), full fine-tuning, or qlora (4-bit; needs NVIDIA GPUs with CUDA and bitsandbytes, which "
         "the runtime image does not install yet: the first step refuses it).",
         choices=METHODS,
+    )
+    sharding: str = option(
+        "none",
+        "none: data parallel (DDP), every GPU holds the whole model, its gradients and optimizer state; fsdp: "
+        "PyTorch FSDP2, each of those sharded across all GPUs of the job (one transformer block gathered at a "
+        "time), for models whose full or LoRA fine-tune does not fit one GPU.",
+        choices=SHARDINGS,
     )
     lora_r: int = option(16, "LoRA rank: the size of the low-rank update of each adapted weight.")
     lora_alpha: int = option(32, "LoRA scaling numerator (the update is scaled by alpha / r).")
@@ -72,6 +80,12 @@ class TrainConfig:
     packing: bool = option(True, "Pack conversations into max_length sequences without cross-sample attention.")
     loss_on: str = option(
         "assistant", "assistant: loss on the assistant's tokens only; all: every token.", choices=LOSS_ON
+    )
+    mixed_precision: bool = option(
+        True,
+        "On GPUs, compute in bf16 (fp16 with loss scaling before Ampere) while full fine-tuning keeps fp32 master "
+        "weights and optimizer state; false: fp32 throughout (slower, twice the activation memory). CPU training is "
+        "always fp32.",
     )
     gradient_checkpointing: bool = option(
         False, "Recompute activations in the backward pass to save GPU memory (about 20% slower)."
@@ -158,7 +172,12 @@ def option_problems(config: TrainConfig) -> dict[str, str]:
             f"must be at least 2 (got {config.save_total_limit}): a save interrupted by a pod "
             "restart must never leave the run without a complete checkpoint"
         )
-    for name in ("method", "loss_on"):
+    if config.sharding == "fsdp" and config.method == "qlora":
+        problems["sharding"] = (
+            "fsdp is not supported with qlora (4-bit weights need a floating-point quant storage to be sharded); "
+            "use lora with fsdp"
+        )
+    for name in ("method", "loss_on", "sharding"):
         choices = TrainConfig.__dataclass_fields__[name].metadata["choices"]
         if getattr(config, name) not in choices:
             problems[name] = f"must be one of {', '.join(choices)} (got {getattr(config, name)!r})"

@@ -15,6 +15,7 @@ the size of the data set.
 from __future__ import annotations
 
 import hashlib
+import resource
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -98,6 +99,16 @@ def weights_digest(model: torch.nn.Module) -> str:
             digest.update(name.encode())
             digest.update(parameter.detach().float().cpu().numpy().tobytes())
     return digest.hexdigest()
+
+
+def peak_memory_mb() -> float:
+    """This rank's peak memory: what the GPU allocator handed out, or on CPU the process's peak resident size.
+
+    Recorded beside the fit check's estimate so that a user can see how close the estimate was.
+    """
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
 def gather(value: Any, world_size: int) -> list[Any]:

@@ -26,7 +26,7 @@ from common.atomic import replace_dir, write_json
 from common.cli_options import flag
 from common.errors import UserError
 from common.run_layout import DATA_SHARDS, LOSS_CURVE, TRAINING_HISTORY, TRAINING_SUMMARY
-from trainer import base_model, checkpoints, data, diagnostics, distributed, outputs
+from trainer import base_model, checkpoints, data, diagnostics, distributed, outputs, sharding
 from trainer.callbacks import CompletionManifest, PreemptionSave, ProgressLines
 from trainer.config import TrainConfig, option_problems, peak_learning_rate
 from trainer.cuda import check_cuda_usable
@@ -39,11 +39,17 @@ log = logging.getLogger("trainer")
 # The exit status of a process stopped by SIGTERM: the pod is going away and a
 # checkpoint is on disk, so the restarted job resumes instead of finishing here.
 PREEMPTED_EXIT_CODE = 143
+RANK_SUMMARY_KEYS = ("rank", "device", "tokens", "weights_sha256", "local_parameter_fraction", "peak_memory_mb")
 
 
-def check_config(config: TrainConfig) -> None:
+def check_config(config: TrainConfig, topology: Topology) -> None:
     """Reject settings that would fail (or silently misbehave) only after the model has loaded."""
     problems = [f"{flag(name)} {problem}" for name, problem in option_problems(config).items()]
+    if config.sharding == "fsdp" and topology.world_size < 2:
+        problems.append(
+            "--sharding fsdp needs at least 2 processes to shard the model across, and this run has 1; launch with "
+            "torchrun --nproc-per-node (and nodes) for 2 or more, or use --sharding none"
+        )
     if config.method == "qlora" and not (torch.cuda.is_available() and importlib.util.find_spec("bitsandbytes")):
         problems.append(
             "--method qlora needs a CUDA GPU and the bitsandbytes package, and this process has "
@@ -106,7 +112,7 @@ def sft_config(config: TrainConfig, topology: Topology, has_eval: bool) -> SFTCo
         # row per batch does each eval row weigh the same whatever the number of ranks it is spread over.
         per_device_eval_batch_size=1,
         gradient_accumulation_steps=config.gradient_accumulation_steps,
-        activation_checkpointing=config.gradient_checkpointing,
+        activation_checkpointing=config.gradient_checkpointing and config.sharding == "none",  # else FSDP's own
         max_length=config.max_length,
         packing=config.packing,
         packing_strategy="bfd",
@@ -139,7 +145,8 @@ def sft_config(config: TrainConfig, topology: Topology, has_eval: bool) -> SFTCo
         seed=config.seed,
         data_seed=config.seed,
         use_cpu=not torch.cuda.is_available(),
-        **precision(device_capability(topology)),
+        **precision(device_capability(topology) if config.mixed_precision else None),
+        **sharding.trainer_arguments(config),
     )
 
 
@@ -153,6 +160,10 @@ class EveryEvalRowTrainer(SFTTrainer):
     with repeated rows and ``gather_for_metrics`` removes the repeats, so each eval
     row counts exactly once.
     """
+
+    def create_accelerator_and_postprocess(self) -> None:
+        super().create_accelerator_and_postprocess()
+        sharding.use_fsdp_on_cpu(self)
 
     def get_eval_dataloader(self, eval_dataset=None):
         drop_last = self.args.dataloader_drop_last
@@ -201,23 +212,63 @@ def final_eval_loss(trainer: SFTTrainer) -> float | None:
     return trainer.evaluate()["eval_loss"]
 
 
+def gathered_model(
+    sharded: torch.nn.Module,
+    full_weights: dict[str, torch.Tensor],
+    config: TrainConfig,
+    source: Path,
+    dtype: torch.dtype,
+) -> PreTrainedModel:
+    """The FSDP-trained model as a plain one on rank 0, LoRA already merged, from its gathered weights.
+
+    LoRA: ``adapter/`` is written from the gathered weights, then merged into a fresh copy of the
+    base. Full: the weights are assigned to a model built on the meta device, so rank 0's host
+    memory holds the weights once.
+    """
+    if config.method != "full":
+        from peft import PeftModel
+
+        replace_dir(config.adapter_dir, lambda directory: sharded.save_pretrained(directory, state_dict=full_weights))
+        base = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
+        return PeftModel.from_pretrained(base, config.adapter_dir).merge_and_unload()
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(sharded.config, dtype=dtype)
+    model.load_state_dict({name: tensor.to(dtype) for name, tensor in full_weights.items()}, assign=True)
+    model.tie_weights()
+    return model
+
+
 def save_models(
-    trainer: SFTTrainer, config: TrainConfig, source: Path, tokenizer: PreTrainedTokenizerBase, dtype: torch.dtype
+    trainer: SFTTrainer,
+    config: TrainConfig,
+    source: Path,
+    tokenizer: PreTrainedTokenizerBase,
+    dtype: torch.dtype,
+    is_main: bool,
 ) -> None:
     """``adapter/`` (LoRA only) and ``merged/``: a plain checkpoint the evaluation and GGUF stages load.
 
-    ``merged/`` is written in ``dtype``: bf16 where training computed in bf16 (the size of a bf16 base
-    checkpoint, not the fp32 master weights' double), else fp32. This merges and casts the trainer's own
-    model, so nothing may read it afterwards.
+    Every rank calls it: under FSDP the full weights are first gathered onto rank 0, a collective;
+    rank 0 alone writes. ``merged/`` is written in ``dtype``: bf16 where training computed in bf16
+    (the size of a bf16 base checkpoint, not the fp32 master weights' double), else fp32. Under DDP
+    this merges and casts the trainer's own model, so nothing may read it afterwards.
     """
     model = trainer.accelerator.unwrap_model(trainer.model)
-    if config.method != "full":
+    full_weights = trainer.accelerator.get_state_dict(trainer.model) if trainer.is_fsdp_enabled else None
+    if not is_main:
+        return
+    if full_weights is not None:
+        # Rank 0 must not touch the sharded model again (its parameters are DTensors, and any use is a
+        # collective the other ranks have left): rebuild a plain one from the gathered weights.
+        model = gathered_model(model, full_weights, config, source, dtype)
+    elif config.method != "full":
         replace_dir(config.adapter_dir, model.save_pretrained)
-        if config.method == "qlora":
+        if config.method == "qlora":  # 4-bit weights cannot merge in place: merge into a fresh bf16 base
             from peft import PeftModel
 
-            base = AutoModelForCausalLM.from_pretrained(source, dtype=torch.bfloat16)
-            model = PeftModel.from_pretrained(base, config.adapter_dir)
+            model = PeftModel.from_pretrained(
+                AutoModelForCausalLM.from_pretrained(source, dtype=dtype), config.adapter_dir
+            )
         model = model.merge_and_unload()
     model = model.to(dtype)
 
@@ -233,7 +284,7 @@ def run(config: TrainConfig) -> int:
     if config.require_cuda:
         check_cuda_usable("training job")
     distributed.check_world_size(topology, config.expected_world_size)
-    check_config(config)
+    check_config(config, topology)
     started = time.monotonic()
     distributed.initialise(topology, config.collective_timeout_minutes)
     source = base_model.local_copy(config.model, config.base_model_revision, topology)
@@ -249,6 +300,8 @@ def run(config: TrainConfig) -> int:
     resume_from = clear_incomplete_checkpoints(config, topology)
     preemption = PreemptionSave()
     shards = ShardRecorder()
+    sharding_check = sharding.ShardingCheck(config, topology.world_size)
+    sharding.prepare_environment(config)
     trainer = EveryEvalRowTrainer(
         model=load_model(config, source, args.bf16),
         args=args,
@@ -256,7 +309,7 @@ def run(config: TrainConfig) -> int:
         eval_dataset=eval_split if len(eval_split) else None,
         processing_class=tokenizer,
         peft_config=lora_config(config),
-        callbacks=[CompletionManifest(), preemption, ProgressLines(), shards],
+        callbacks=[CompletionManifest(), preemption, ProgressLines(), shards, sharding_check],
     )
     shards.attach(trainer)
     if args.disable_tqdm:
@@ -276,14 +329,17 @@ def run(config: TrainConfig) -> int:
         {
             "rank": topology.rank,
             "device": device_name(),
-            "weights_sha256": diagnostics.weights_digest(trainer.model),
+            # Equal on every rank under DDP; under FSDP each rank holds different shards of the weights.
+            "weights_sha256": diagnostics.weights_digest(trainer.model) if config.sharding == "none" else None,
+            "local_parameter_fraction": sharding_check.fraction,
+            "peak_memory_mb": diagnostics.peak_memory_mb(),
             **shards.report(),
         },
         topology.world_size,
     )
     weights_dtype = trained_weights_dtype(trainer.model)  # before save_models merges and casts the model
+    save_models(trainer, config, source, tokenizer, torch.bfloat16 if args.bf16 else torch.float32, topology.is_main)
     if topology.is_main:
-        save_models(trainer, config, source, tokenizer, torch.bfloat16 if args.bf16 else torch.float32)
         history = trainer.state.log_history
         write_json(config.output_dir / TRAINING_HISTORY, history)
         outputs.plot_loss_curve(history, config.output_dir / LOSS_CURVE)
@@ -297,6 +353,7 @@ def run(config: TrainConfig) -> int:
                 "base_model_commit": base_model.snapshot_commit(source),
                 "world_size": topology.world_size,
                 "devices": [rank["device"] for rank in ranks],
+                "sharding": "fsdp" if trainer.is_fsdp_enabled else "none",
                 "precision": "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
                 "trained_weights_dtype": weights_dtype,
                 "learning_rate": args.learning_rate,
@@ -311,7 +368,7 @@ def run(config: TrainConfig) -> int:
                 "final_train_loss": train_losses[-1] if train_losses else None,
                 "mean_train_loss": result.training_loss,
                 "final_eval_loss": eval_loss,
-                "ranks": [{key: rank[key] for key in ("rank", "device", "tokens", "weights_sha256")} for rank in ranks],
+                "ranks": [{key: rank[key] for key in RANK_SUMMARY_KEYS} for rank in ranks],
             },
         )
         write_json(
