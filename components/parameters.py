@@ -43,7 +43,13 @@ from components.run_options import (
     resources_problems,
     workspace_problems,
 )
-from components.training.options import LaunchOptions, launch_problems, parse_node_selector, parse_tolerations
+from components.training.options import (
+    LaunchOptions,
+    launch_problems,
+    parse_node_selector,
+    parse_tolerations,
+    sharding_problem,
+)
 from trainer.config import SET_BY_THE_LAUNCHER, TrainConfig
 from trainer.config import option_problems as training_problems
 
@@ -120,6 +126,7 @@ RUN_PARAMETERS: tuple[RunParameter, ...] = (
         training_backend="backend",
         training_nodes="nodes",
         gpus_per_node="gpus_per_node",
+        gpu_memory="gpu_memory",
         training_cpu="cpu",
         training_memory="memory",
         training_shm_size="shm_size",
@@ -192,6 +199,15 @@ def _held_out_fraction(value: float) -> str | None:
 PIPELINE_RULES: dict[str, Callable[[Any], str | None]] = {"eval_fraction": _held_out_fraction}
 
 
+def _job_rules(values: dict[str, Any]) -> dict[str, str]:
+    """Rules across the training options and the job's size."""
+    names = ("sharding", "training_nodes", "gpus_per_node")
+    if not all(name in values for name in names):
+        return {}
+    problem = sharding_problem(*(values[name] for name in names))
+    return {"sharding": problem} if problem else {}
+
+
 def parameter_name(options: type, field: str) -> str:
     """The run-form name of ``options.<field>``: what a message tells the user to change."""
     return next(
@@ -220,6 +236,7 @@ def problems(values: dict[str, Any]) -> list[str]:
         problem = rule(values[name]) if name in values else None
         if problem:
             found[name] = problem
+    found.update(_job_rules(values))
     return [f"parameter '{p.name}' {found[p.name]}" for p in RUN_PARAMETERS if p.name in found]
 
 

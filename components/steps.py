@@ -105,12 +105,14 @@ def train_model(
     run_id: str,
     data_dir: str,
     pvc_name: str,
+    pvc_size: str,
     image: str,
     base_model: str,
     pipeline_name: str,
     backend: str,
     nodes: int,
     gpus_per_node: int,
+    gpu_memory: str,
     cpu: str,
     memory: str,
     shm_size: str,
@@ -127,6 +129,7 @@ def train_model(
     termination_grace_seconds: int,
     base_model_revision: str,
     method: str,
+    sharding: str,
     lora_r: int,
     lora_alpha: int,
     lora_dropout: float,
@@ -142,6 +145,7 @@ def train_model(
     max_length: int,
     packing: bool,
     loss_on: str,
+    mixed_precision: bool,
     gradient_checkpointing: bool,
     save_steps: int,
     save_total_limit: int,
@@ -160,7 +164,8 @@ def train_model(
     alike (tests/test_run_parameters.py checks it). No defaults here: the pod
     runs this source as written, so they could only be copies; the pipeline
     passes every value. ``image`` is the training pods' image, ``pvc_name`` the
-    workspace PVC (empty for the local backend). Returns the run's train
+    workspace PVC (empty for the local backend) and ``pvc_size`` its size when the run
+    creates it. Returns the run's train
     directory and the base model it resolved, which the evaluation compares against.
     """
     arguments = dict(locals())  # every input by name, taken before anything else is bound here

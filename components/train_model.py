@@ -28,6 +28,7 @@ from components.base_model import LOCAL_BACKEND, resolve_base_model
 from components.parameters import PIPELINE_NAME, RUN_PARAMETERS, arguments_for
 from components.run_params import checked_overrides
 from components.runtime_image import runtime_image
+from components.training.fit import check_fit
 from components.training.kinds import KINDS
 from components.training.manifests import to_yaml
 from components.training.options import LaunchOptions
@@ -96,6 +97,10 @@ def render(pairs: list[str], *, namespace: str, run_id: str, image: str) -> str:
         f"# Stand-ins for what only a run knows: run id {run_id!r} (it names the job), namespace {namespace!r}, "
         f"workspace PVC {pvc_name!r}.\n"
         "# A run also adds an ownerReference to its Argo Workflow, so deleting the run deletes the job.\n"
+        + "".join(
+            f"# {line}\n"
+            for line in check_fit(config, launch.nodes, launch.gpus_per_node, launch.gpu_memory, values["pvc_size"])
+        )
     )
     return header + to_yaml(manifest)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# No Hub can be reached from the test machines: a lookup fails at once instead of after huggingface_hub's five
+# retries (23 s). Tests of Hub access run their clients against tests/fake_hub.py, whose environment says online.
+os.environ["HF_HUB_OFFLINE"] = "1"
 PUBLISHED = ("train.parquet", "eval.parquet", "rejects.jsonl", "stats.json")
 
 

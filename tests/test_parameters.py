@@ -98,6 +98,7 @@ def test_every_problem_is_reported_at_once():
 # One invalid value for every run parameter the first step checks beyond GOOD/BAD above: the stages' own checks.
 BAD_STAGE_OPTIONS = {
     "method": "qlora4",
+    "sharding": "zero3",
     "epochs": 0.0,
     "max_steps": 0,
     "learning_rate": -1e-4,
@@ -118,6 +119,7 @@ BAD_STAGE_OPTIONS = {
     "training_backend": "slurm",
     "training_nodes": 0,
     "gpus_per_node": -1,
+    "gpu_memory": "80 GB",
     "training_cpu": "eight",
     "training_memory": "48GB",
     "training_shm_size": "0",
@@ -179,6 +181,23 @@ def test_pipeline_defaults_are_valid():
     defaults = run_params.defaults_of(fine_tune_pipeline)
     assert set(BAD) <= set(defaults)
     assert problems(defaults) == []
+
+
+@pytest.mark.parametrize(
+    ("nodes", "gpus", "refused"), [(1, 1, True), (1, 0, True), (2, 0, False), (1, 2, False), (2, 8, False)]
+)
+def test_fsdp_needs_two_training_processes(nodes, gpus, refused):
+    """One process has nothing to shard across: refused by the first step, before any pod is asked for."""
+    defaults = run_params.defaults_of(fine_tune_pipeline)
+    found = problems({**defaults, "sharding": "fsdp", "training_nodes": nodes, "gpus_per_node": gpus})
+    if refused:
+        assert found == [
+            f"parameter 'sharding' is fsdp, but the job has {nodes} training process (training_nodes x "
+            "gpus_per_node): FSDP shards the model across processes and needs at least 2; use sharding none, or "
+            "more nodes or GPUs"
+        ]
+    else:
+        assert found == []
 
 
 def test_in_pipeline_check_exits_2_with_one_paragraph(capsys):

@@ -117,7 +117,7 @@ def test_bad_parameters_are_refused_like_a_run_refuses_them(pairs, named):
 
 def test_the_command_prints_yaml_or_one_paragraph_and_exit_2(tmp_path):
     """The real command line: YAML on stdout for good parameters; exit 2, one paragraph, no traceback otherwise."""
-    env = {"KUBECONFIG": str(tmp_path / "none"), "PATH": "/usr/bin:/bin"}
+    env = {"KUBECONFIG": str(tmp_path / "none"), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
     good = run_module(
         "components.train_model",
         "render",
@@ -131,6 +131,8 @@ def test_the_command_prints_yaml_or_one_paragraph_and_exit_2(tmp_path):
     manifest = yaml.safe_load(good.stdout)
     assert manifest["kind"] == "TrainJob" and manifest["metadata"]["namespace"] == "default"
     assert manifest["metadata"]["labels"][QUEUE_LABEL] == "team-a"
+    # The default base model is on the Hub, which the test machine cannot reach: the estimate is skipped, saying why.
+    assert "\n# fit check skipped: could not download config.json of HuggingFaceTB/SmolLM3-3B" in good.stdout
     bad = run_module("components.train_model", "render", "--param", "training_memory=48GB", env=env)
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr.startswith("error: The run parameters are invalid: parameter 'training_memory'")

@@ -41,6 +41,12 @@ class LaunchOptions:
         2, "Training pods (1 master + workers); the job has nodes x gpus_per_node processes (local: processes)."
     )
     gpus_per_node: int = option(1, "GPUs per training pod, one training process each; 0 trains on CPU.")
+    gpu_memory: str = option(
+        "",
+        "Memory of one GPU of the training nodes, e.g. 80Gi (A100/H100 80GB) or 48Gi (L40S): the train step estimates "
+        "each GPU's use from the base model's config.json and refuses a job that cannot fit, before creating it, "
+        "naming the changes that would. Empty: the estimate is printed only.",
+    )
     cpu: str = option("8", "CPU request and limit of each training pod, e.g. 8.")
     memory: str = option("48Gi", "Memory request and limit of each training pod, /dev/shm included, e.g. 48Gi.")
     shm_size: str = option(
@@ -177,6 +183,17 @@ def _toleration_problem(toleration: Any) -> str | None:
     return None
 
 
+def sharding_problem(sharding: str, nodes: int, gpus_per_node: int) -> str | None:
+    """Why ``sharding`` cannot work on a job of ``nodes`` x ``gpus_per_node``, or None."""
+    processes = nodes * (gpus_per_node or 1)
+    if sharding == "fsdp" and processes < 2:
+        return (
+            f"is fsdp, but the job has {processes} training process (training_nodes x gpus_per_node): FSDP shards "
+            "the model across processes and needs at least 2; use sharding none, or more nodes or GPUs"
+        )
+    return None
+
+
 def launch_problems(launch: LaunchOptions) -> dict[str, str]:
     """Field name -> what is wrong with its value; callers name the field their way (step or run parameter)."""
     problems = {}
@@ -197,9 +214,9 @@ def launch_problems(launch: LaunchOptions) -> dict[str, str]:
         )
     if launch.backoff_limit < 0:
         problems["backoff_limit"] = f"must be 0 or more (got {launch.backoff_limit})"
-    for name in ("cpu", "memory", "shm_size"):
+    for name in ("cpu", "memory", "shm_size", "gpu_memory"):
         value = getattr(launch, name)
-        if not is_positive_quantity(value):
+        if (value or name != "gpu_memory") and not is_positive_quantity(value):
             problems[name] = f"is {value!r}, not a positive Kubernetes quantity such as '8', '500m', '48Gi'"
     if launch.hf_token_secret and not is_subdomain_name(launch.hf_token_secret):
         problems["hf_token_secret"] = f"is {launch.hf_token_secret!r}, not a valid Secret name (or empty for none)"

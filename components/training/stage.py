@@ -24,9 +24,16 @@ from common.errors import UserError, exit_on_user_error
 from common.run_layout import TRAINING_FAILURE, TRAINING_SUMMARY, stage_dir
 from components.base_model import LOCAL_BACKEND, resolve_base_model
 from components.parameters import parameter_name
+from components.training.fit import check_fit
 from components.training.kinds import KINDS, PYTORCHJOB
 from components.training.manifests import JobSpec, job_name, render_pytorchjob, render_trainjob, run_labels, to_yaml
-from components.training.options import LaunchOptions, launch_problems, parse_node_selector, parse_tolerations
+from components.training.options import (
+    LaunchOptions,
+    launch_problems,
+    parse_node_selector,
+    parse_tolerations,
+    sharding_problem,
+)
 from components.training.reports import TrainingFailed
 from components.training.signals import TERMINATED_EXIT_CODE, Terminated
 from trainer.config import SET_BY_THE_LAUNCHER, TrainConfig, option_problems
@@ -54,6 +61,8 @@ def check_parameters(launch: LaunchOptions, config: TrainConfig, pvc_name: str, 
         f"parameter '{name}' {problem}"
         for name, problem in {**launch_problems(launch), **option_problems(config)}.items()
     ]
+    if sharding := sharding_problem(config.sharding, launch.nodes, launch.gpus_per_node):
+        problems.append(f"parameter 'sharding' {sharding}")
     if launch.backend in KINDS:
         if not pvc_name:
             problems.append(
@@ -265,6 +274,7 @@ def run_in_pipeline(
     image: str,
     pipeline_name: str,
     model_artifact,
+    pvc_size: str = "",
     metrics,
     manifest_artifact,
 ) -> tuple[str, str]:
@@ -284,6 +294,11 @@ def run_in_pipeline(
     config = dataclasses.replace(config, model=resolve_base_model(base_model, options.backend))
     print(
         f"training {config.model} ({config.method}) with backend {options.backend}; outputs go to {train_dir}",
+        flush=True,
+    )
+    workspace_size = pvc_size if options.backend != LOCAL_BACKEND else ""
+    print(
+        "\n".join(check_fit(config, options.nodes, options.gpus_per_node, options.gpu_memory, workspace_size)),
         flush=True,
     )
     try:
@@ -329,6 +344,7 @@ def run_step(arguments: dict[str, Any]) -> tuple[str, str]:
         training={name: value for name, value in arguments.items() if name in training_fields},
         launch={name: value for name, value in arguments.items() if name in launch_fields},
         pvc_name=arguments["pvc_name"],
+        pvc_size=arguments["pvc_size"],
         image=arguments["image"],
         pipeline_name=arguments["pipeline_name"],
         model_artifact=arguments["model"],

@@ -1,0 +1,316 @@
+"""Will the training job fit its GPUs? A per-GPU memory estimate made before any pod is asked for.
+
+From the base model's ``config.json`` alone (a dense decoder: Llama, SmolLM, Qwen, Mistral) and the
+run's settings, each GPU's memory is the sum of (bytes; P parameters, T trainable, S the number of
+processes the state is sharded over: the world size under FSDP, 1 under DDP):
+
+- weights: full fine-tuning keeps fp32 master weights, 4P/S; LoRA keeps the frozen base in the
+  compute dtype (2 bytes on GPUs) and its adapters in fp32: 2(P-T)/S + 4T/S;
+- gradients 4T/S and AdamW's two moments 8T/S, in fp32;
+- DDP only: its gradient buckets, another 4T, and the autocast cache of the bf16 copies of fp32
+  weights used in the forward pass, 2P for full fine-tuning;
+- FSDP only: the largest unit gathered whole for its forward and backward (a transformer block, or
+  the embedding), in the compute dtype, twice (weights and gradients);
+- activations per token and layer: the fp32 residual stream at the two norms' inputs, 2h x 4 bytes
+  (2h x 2 with a bf16 LoRA base), and in the compute dtype the q/k/v projections before and after
+  rotary, the attention output and the MLP's gate, up, activation and product, (5h + 3kv + 4i)
+  values; LoRA with dropout adds each adapted projection's dropped input and its mask, (6h + i) x 3
+  bytes. With gradient checkpointing only each layer's input is kept, plus one layer recomputed;
+- logits for the loss: the projection's output, its fp32 copy and its gradient, 10 bytes per token
+  and vocabulary entry (12 in fp32);
+- 1.5 GiB for the CUDA context, cuBLAS workspaces and NCCL buffers, then 10% for allocator
+  fragmentation.
+
+Tokens per micro-batch are ``per_device_batch_size x max_length`` (packed rows are full; unpacked
+rows are at most that long, so the estimate is an upper bound). Measured against CPU runs in
+``benchmarks/fit_bench.py`` (see the README for the error).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubernetes.utils import parse_quantity
+
+from common.errors import UserError
+from trainer.config import TrainConfig
+
+GIB = 2**30
+GPU_OVERHEAD_BYTES = int(1.5 * GIB)
+FRAGMENTATION = 0.10
+LORA_TARGETS_PER_LAYER = 7  # all-linear on a Llama block: q, k, v, o, gate, up, down
+MOST_NODES_SUGGESTED = 64
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the memory of a dense decoder depends on, read from its config.json."""
+
+    vocab: int
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    tied_embeddings: bool
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], source: str) -> ModelShape:
+        config = config.get("text_config", config)
+        if any(key in config for key in ("num_local_experts", "num_experts", "n_routed_experts")):
+            raise UserError(f"{source} describes a mixture-of-experts model, which the fit check does not estimate.")
+        missing = [
+            key
+            for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
+            if not isinstance(config.get(key), int)
+        ]
+        if missing:
+            raise UserError(f"{source} has no {', '.join(missing)}, so the fit check cannot size the model.")
+        heads = config["num_attention_heads"]
+        return cls(
+            vocab=config["vocab_size"],
+            hidden=config["hidden_size"],
+            intermediate=config["intermediate_size"],
+            layers=config["num_hidden_layers"],
+            heads=heads,
+            kv_heads=config.get("num_key_value_heads") or heads,
+            head_dim=config.get("head_dim") or config["hidden_size"] // heads,
+            tied_embeddings=bool(config.get("tie_word_embeddings", False)),
+        )
+
+    @property
+    def kv_width(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    @property
+    def block_parameters(self) -> int:
+        attention = 2 * self.hidden * self.heads * self.head_dim + 2 * self.hidden * self.kv_width
+        return attention + 3 * self.hidden * self.intermediate + 2 * self.hidden
+
+    @property
+    def embedding_parameters(self) -> int:
+        return self.vocab * self.hidden
+
+    @property
+    def parameters(self) -> int:
+        embeddings = self.embedding_parameters * (1 if self.tied_embeddings else 2)
+        return embeddings + self.layers * self.block_parameters + self.hidden
+
+    def lora_parameters(self, rank: int) -> int:
+        """Adapter parameters of all-linear LoRA at ``rank``: r x (in + out) per adapted projection."""
+        q_out, kv_out = self.heads * self.head_dim, self.kv_width
+        widths = [
+            (self.hidden, q_out),
+            (self.hidden, kv_out),
+            (self.hidden, kv_out),
+            (q_out, self.hidden),
+            (self.hidden, self.intermediate),
+            (self.hidden, self.intermediate),
+            (self.intermediate, self.hidden),
+        ]
+        return self.layers * rank * sum(fan_in + fan_out for fan_in, fan_out in widths)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Bytes per GPU (or per process on CPU), by what holds them."""
+
+    parts: dict[str, int]
+    processes: int
+    shards: int
+
+    @property
+    def total(self) -> int:
+        return (
+            int(sum(self.parts.values()) * (1 + FRAGMENTATION))
+            if "overhead" in self.parts
+            else sum(self.parts.values())
+        )
+
+    def lines(self) -> list[str]:
+        sharded = f"sharded over {self.shards} processes" if self.shards > 1 else "replicated on every process"
+        rows = [f"estimated memory per GPU: {gib(self.total)} (model state {sharded})"]
+        rows += [f"  {name:<12} {gib(size):>10}" for name, size in self.parts.items() if size]
+        if "overhead" in self.parts:
+            rows.append(f"  {'fragment.':<12} {gib(self.total - sum(self.parts.values())):>10}  (+10%)")
+        return rows
+
+
+def gib(size: float) -> str:
+    return f"{size / GIB:.1f} GiB"
+
+
+def estimate(shape: ModelShape, config: TrainConfig, processes: int, on_gpu: bool) -> Estimate:
+    """The per-process memory of training ``shape`` with ``config`` on ``processes`` processes (see module doc)."""
+    compute = 2 if on_gpu and config.mixed_precision else 4
+    full = config.method == "full"
+    shards = processes if config.sharding == "fsdp" else 1
+    total = shape.parameters
+    trainable = total if full else shape.lora_parameters(config.lora_r)
+    frozen = total - trainable
+    parts = {
+        "weights": (4 * trainable + (compute if not full else 4) * frozen) // shards,
+        "gradients": 4 * trainable // shards,
+        "optimizer": 8 * trainable // shards,
+    }
+    if shards == 1 and processes > 1:
+        parts["ddp buckets"] = 4 * trainable
+    if shards == 1 and full and compute == 2:
+        parts["bf16 copies"] = 2 * total
+    if shards > 1:
+        largest_unit = max(shape.block_parameters, shape.embedding_parameters)
+        parts["gathered"] = 2 * compute * largest_unit
+    parts["activations"] = activation_bytes(shape, config, compute)
+    tokens = config.per_device_batch_size * config.max_length
+    parts["logits"] = tokens * shape.vocab * (10 if compute == 2 else 12)
+    if on_gpu:
+        parts["overhead"] = GPU_OVERHEAD_BYTES
+    return Estimate(parts, processes, shards)
+
+
+def activation_bytes(shape: ModelShape, config: TrainConfig, compute: int) -> int:
+    """What the forward pass keeps for the backward pass, for one micro-batch."""
+    residual = 2 if config.method != "full" and compute == 2 else 4  # a bf16 LoRA base keeps a bf16 residual stream
+    h, kv, i = shape.hidden, shape.kv_width, shape.intermediate
+    per_layer = 2 * h * residual + compute * (5 * h + 3 * kv + 4 * i)
+    if config.method != "full" and config.lora_dropout > 0:
+        per_layer += (6 * h + i) * (compute + 1)
+    tokens = config.per_device_batch_size * config.max_length
+    if config.gradient_checkpointing:
+        return tokens * (shape.layers * h * residual + per_layer)
+    return tokens * shape.layers * per_layer
+
+
+def storage_bytes(shape: ModelShape, config: TrainConfig) -> dict[str, int]:
+    """What the run writes to the workspace PVC, by what it is (bytes; on GPUs, bf16 weights).
+
+    A checkpoint holds the trained weights and AdamW's two moments in fp32 (12 bytes per trainable
+    parameter); an FSDP checkpoint also holds the frozen base of a LoRA run, sharded, in bf16. The
+    Trainer keeps ``save_total_limit`` of them. ``merged/`` and the downloaded base are bf16.
+    """
+    total = shape.parameters
+    trainable = total if config.method == "full" else shape.lora_parameters(config.lora_r)
+    checkpoint = 12 * trainable + (2 * (total - trainable) if config.sharding == "fsdp" else 0)
+    return {
+        "checkpoints": config.save_total_limit * checkpoint,
+        "merged": 2 * total,
+        "adapter": 0 if config.method == "full" else 4 * trainable,
+        "base model": 2 * total,
+    }
+
+
+def storage_lines(shape: ModelShape, config: TrainConfig, pvc_size: str) -> list[str]:
+    """The workspace space this training needs, and a warning when it exceeds ``pvc_size``."""
+    parts = storage_bytes(shape, config)
+    needed = sum(parts.values())
+    detail = ", ".join(f"{name} {gib(size)}" for name, size in parts.items() if size)
+    lines = [f"workspace space for training: {gib(needed)} ({detail}; {config.save_total_limit} checkpoints kept)"]
+    if pvc_size and needed > parse_quantity(pvc_size):
+        lines.append(
+            f"WARNING: that is more than pvc_size {pvc_size} (the size of the workspace PVC the run creates): the "
+            "run would fail writing a checkpoint or merged/. Raise pvc_size, or lower save_total_limit (at least 2)."
+        )
+    return lines
+
+
+def read_model_config(model: str, revision: str) -> tuple[dict[str, Any], str]:
+    """The base model's config.json and where it came from: a local checkpoint, or the Hub (that one file)."""
+    if Path(model).is_dir():
+        return _parsed(Path(model) / "config.json"), str(Path(model) / "config.json")
+    from huggingface_hub import hf_hub_download
+
+    # The launcher pod's home may not be writable (OpenShift runs it as an arbitrary user): a scratch cache.
+    with tempfile.TemporaryDirectory(prefix="fit-check-") as cache:
+        try:
+            path = Path(hf_hub_download(model, "config.json", revision=revision or None, cache_dir=cache))
+        except Exception as error:  # any Hub or network failure: the caller decides whether it matters
+            raise UserError(
+                f"could not download config.json of {model} ({' '.join(str(error).split())[:200]})"
+            ) from None
+        return _parsed(path), f"{model}@{revision or 'main'} config.json"
+
+
+def _parsed(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise UserError(f"could not read {path} ({error})") from None
+
+
+def fixes(shape: ModelShape, config: TrainConfig, nodes: int, procs_per_node: int, budget: int) -> list[str]:
+    """Changes of one setting that make the estimate fit ``budget``, cheapest first."""
+    from dataclasses import replace
+
+    def fits(changed: TrainConfig, job_nodes: int = nodes) -> bool:
+        return estimate(shape, changed, job_nodes * procs_per_node, on_gpu=True).total <= budget
+
+    found = []
+    if not config.gradient_checkpointing and fits(replace(config, gradient_checkpointing=True)):
+        found.append("gradient_checkpointing true")
+    if config.sharding == "none" and fits(replace(config, sharding="fsdp")) and nodes * procs_per_node > 1:
+        found.append("sharding fsdp")
+    if config.method == "full" and fits(replace(config, method="lora")):
+        found.append("method lora")
+    sharded = replace(config, sharding="fsdp")
+    more = next((n for n in range(nodes + 1, MOST_NODES_SUGGESTED + 1) if fits(sharded, n)), None)
+    if more:
+        found.append(
+            f"sharding fsdp with training_nodes {more}" if config.sharding == "none" else f"training_nodes {more}"
+        )
+    if config.per_device_batch_size > 1 and fits(replace(config, per_device_batch_size=1)):
+        found.append("per_device_batch_size 1")
+    return found
+
+
+def check_fit(config: TrainConfig, nodes: int, gpus_per_node: int, gpu_memory: str, pvc_size: str = "") -> list[str]:
+    """The estimate as log lines; raises ``UserError`` when it exceeds ``gpu_memory``, naming what would fit.
+
+    Without GPUs there is nothing to check. Without ``gpu_memory`` the estimate is only printed; a
+    config.json that cannot be read then only skips it, but not when the check was asked for.
+    """
+    if gpus_per_node == 0:
+        return ["fit check: the job trains on CPU (gpus_per_node 0); no GPU memory to check"]
+    try:
+        raw, source = read_model_config(config.model, config.base_model_revision)
+        shape = ModelShape.from_config(raw, source)
+    except UserError as error:
+        if gpu_memory:
+            raise UserError(
+                f"gpu_memory is {gpu_memory}, so the train step checks that the job fits its GPUs, but {error}. "
+                "Give the training pods' hf-token Secret access to the model, or leave gpu_memory empty to skip "
+                "the check."
+            ) from None
+        return [f"fit check skipped: {error}"]
+    processes = nodes * gpus_per_node
+    result = estimate(shape, config, processes, on_gpu=True)
+    lines = [
+        f"fit check: {shape.parameters / 1e9:.2f}B parameters ({source}), {config.method}, sharding {config.sharding}, "
+        f"{nodes} x {gpus_per_node} GPUs, {config.per_device_batch_size} x {config.max_length} tokens per micro-batch, "
+        f"gradient checkpointing {'on' if config.gradient_checkpointing else 'off'}, "
+        f"{'bf16 mixed' if config.mixed_precision else 'fp32'} precision",
+        *result.lines(),
+        *storage_lines(shape, config, pvc_size),
+    ]
+    if not gpu_memory:
+        return [*lines, "  (gpu_memory is empty: set it, e.g. 80Gi, to refuse a job that cannot fit before it starts)"]
+    budget = int(parse_quantity(gpu_memory))
+    if result.total <= budget:
+        return [*lines, f"  fits gpu_memory {gpu_memory} ({gib(budget)})"]
+    options = fixes(shape, config, nodes, gpus_per_node, budget)
+    raise UserError(
+        "\n".join(lines)
+        + f"\nThe job does not fit: about {gib(result.total)} per GPU is needed and gpu_memory is {gpu_memory} "
+        f"({gib(budget)}). "
+        + (
+            f"Any one of these would fit: {'; '.join(options)}. "
+            if options
+            else "No single change of sharding, method, gradient checkpointing or node count fits. "
+        )
+        + "The job was not created. (If the estimate is wrong for your model, leave gpu_memory empty to skip the "
+        "check, and say so in an issue.)"
+    )

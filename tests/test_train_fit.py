@@ -1,0 +1,151 @@
+"""The fit check: per-GPU memory estimated from config.json before any pod is asked for.
+
+The configs under ``model_configs/`` are the public config.json files of Meta-Llama-3-8B,
+Llama-3.2-1B and SmolLM3-3B, copied as data. The parameter counts below are the models'
+published sizes, to the parameter, which pins the sizing of every weight matrix.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import run_module
+
+from common.errors import UserError
+from components.train_model import render
+from components.training.fit import GIB, ModelShape, check_fit, estimate
+from trainer.config import TrainConfig
+
+CONFIGS = Path(__file__).parent / "model_configs"
+
+
+@pytest.fixture
+def model_dir(tmp_path):
+    """A base model directory holding only the named model's config.json, as the fit check needs."""
+
+    def make(name: str) -> Path:
+        directory = tmp_path / name
+        directory.mkdir()
+        shutil.copy(CONFIGS / f"{name}.json", directory / "config.json")
+        return directory
+
+    return make
+
+
+def shape(name: str) -> ModelShape:
+    return ModelShape.from_config(yaml.safe_load((CONFIGS / f"{name}.json").read_text()), name)
+
+
+def test_parameter_counts_are_the_published_ones():
+    assert shape("Meta-Llama-3-8B").parameters == 8_030_261_248
+    assert shape("Llama-3.2-1B").parameters == 1_235_814_400
+    assert shape("SmolLM3-3B").parameters == 3_075_098_624
+
+
+def train_config(model: Path, **settings) -> TrainConfig:
+    return TrainConfig(model=str(model), data_dir=Path("d"), output_dir=Path("o"), **settings)
+
+
+def test_seed_003_llama_3_8b_full_on_2x8_80gb_needs_fsdp(model_dir):
+    """Seed 003: a full fine-tune of Llama-3-8B on 2 nodes x 8 80 GB GPUs. Replicated (DDP) every GPU would hold the
+    fp32 weights, gradients and AdamW state of 8B parameters, ~16 bytes each: refused before any pod, naming fsdp.
+    Sharded over 16 GPUs it fits."""
+    model = model_dir("Meta-Llama-3-8B")
+    with pytest.raises(UserError) as refused:
+        check_fit(train_config(model, method="full"), nodes=2, gpus_per_node=8, gpu_memory="80Gi")
+    message = str(refused.value)
+    assert "The job does not fit" in message and "gpu_memory is 80Gi" in message
+    assert "Any one of these would fit: sharding fsdp; method lora" in message
+    assert "The job was not created" in message
+
+    lines = check_fit(train_config(model, method="full", sharding="fsdp"), nodes=2, gpus_per_node=8, gpu_memory="80Gi")
+    assert lines[0].startswith("fit check: 8.03B parameters") and "sharding fsdp, 2 x 8 GPUs" in lines[0]
+    assert "sharded over 16 processes" in lines[1] and lines[-1].startswith("  fits gpu_memory 80Gi")
+
+
+def test_seed_000_smollm3_3b_lora_on_4x1_48gb_fits(model_dir):
+    """Seed 000: LoRA of SmolLM3-3B on 4 single-L40S (48 GB) pods, the pipeline's defaults otherwise."""
+    lines = check_fit(train_config(model_dir("SmolLM3-3B")), nodes=4, gpus_per_node=1, gpu_memory="48Gi")
+    assert lines[-1].startswith("  fits gpu_memory 48Gi")
+
+
+def test_a_job_that_fits_nowhere_as_asked_names_more_nodes(model_dir):
+    """Llama-3.2-1B fully fine-tuned on one 24 GB GPU: LoRA would fit, and so would FSDP over two such nodes."""
+    with pytest.raises(UserError) as refused:
+        check_fit(train_config(model_dir("Llama-3.2-1B"), method="full"), nodes=1, gpus_per_node=1, gpu_memory="24Gi")
+    assert "Any one of these would fit: method lora; sharding fsdp with training_nodes 2." in str(refused.value)
+
+
+def test_the_parts_follow_the_formula():
+    """The README's formula, term by term, for Llama-3-8B full fine-tuning under FSDP over 16 GPUs."""
+    llama = shape("Meta-Llama-3-8B")
+    config = train_config(Path("m"), method="full", sharding="fsdp", max_length=1024)
+    parts = estimate(llama, config, processes=16, on_gpu=True).parts
+    parameters = 8_030_261_248
+    assert parts["weights"] == 4 * parameters // 16
+    assert parts["gradients"] == 4 * parameters // 16 and parts["optimizer"] == 8 * parameters // 16
+    assert parts["gathered"] == 2 * 2 * 128256 * 4096  # the untied embedding is the largest FSDP unit
+    assert parts["activations"] == 1024 * 32 * (2 * 4096 * 4 + 2 * (5 * 4096 + 3 * 1024 + 4 * 14336))
+    assert parts["logits"] == 1024 * 128256 * 10
+    checkpointed = estimate(llama, train_config(Path("m"), method="full", gradient_checkpointing=True), 16, True)
+    assert checkpointed.parts["activations"] < parts["activations"] / 8
+    assert "bf16 copies" in checkpointed.parts and "ddp buckets" in checkpointed.parts  # DDP's own extras
+
+
+def test_without_gpu_memory_the_estimate_is_printed_only(model_dir):
+    lines = check_fit(train_config(model_dir("Meta-Llama-3-8B"), method="full"), 2, 8, "")
+    assert any("gpu_memory is empty" in line for line in lines)
+    total = float(lines[1].split(": ")[1].split(" GiB")[0])
+    assert total * GIB > 80 * GIB  # would not fit, but nobody said how large the GPUs are
+
+
+def test_an_unreadable_config_skips_the_estimate_unless_the_check_was_asked_for(tmp_path):
+    offline = train_config(Path("meta-llama/Meta-Llama-3-8B"))  # HF_HUB_OFFLINE=1 in the tests: no Hub
+    (line,) = check_fit(offline, 2, 8, "")
+    assert line.startswith("fit check skipped: could not download config.json of meta-llama/Meta-Llama-3-8B")
+    with pytest.raises(UserError, match="gpu_memory is 80Gi, so the train step checks .* leave gpu_memory empty"):
+        check_fit(offline, 2, 8, "80Gi")
+    assert check_fit(offline, 2, 0, "80Gi") == [
+        "fit check: the job trains on CPU (gpus_per_node 0); no GPU memory to check"
+    ]
+
+
+def test_render_prints_the_estimate_and_refuses_what_cannot_fit(model_dir):
+    model = model_dir("Meta-Llama-3-8B")
+    pairs = [f"base_model={model}", "method=full", "training_nodes=2", "gpus_per_node=8", "gpu_memory=80Gi"]
+    with pytest.raises(UserError, match="Any one of these would fit: sharding fsdp"):
+        render(pairs, namespace="ml", run_id="r", image="i")
+    text = render([*pairs, "sharding=fsdp"], namespace="ml", run_id="r", image="i")
+    comments = [line for line in text.splitlines() if line.startswith("# ")]
+    assert any(line.startswith("# fit check: 8.03B parameters") for line in comments)
+    assert any(line.startswith("#   fits gpu_memory 80Gi") for line in comments)
+    assert yaml.safe_load(text)["kind"] == "PyTorchJob"
+
+
+def test_render_command_exits_2_with_the_estimate_and_the_fixes(model_dir, tmp_path):
+    model = model_dir("Meta-Llama-3-8B")
+    result = run_module(
+        "components.train_model",
+        "render",
+        *("--param", f"base_model={model}", "--param", "method=full", "--param", "training_nodes=2"),
+        *("--param", "gpus_per_node=8", "--param", "gpu_memory=80Gi"),
+        env={"KUBECONFIG": str(tmp_path / "none"), "PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith("error: fit check: 8.03B parameters") and "Traceback" not in result.stderr
+
+
+def test_the_workspace_space_is_estimated_and_a_too_small_pvc_is_warned_about(model_dir):
+    """Two full fine-tuning checkpoints of Llama-3-8B (fp32 weights and AdamW moments, 12 bytes per parameter each)
+    plus the bf16 merged model and base download are ~210 GiB: more than a 100Gi workspace, said before training.
+    A LoRA run of SmolLM3-3B needs a fraction of that."""
+    full = train_config(model_dir("Meta-Llama-3-8B"), method="full", sharding="fsdp")
+    lines = check_fit(full, 2, 8, "", pvc_size="100Gi")
+    (space,) = [line for line in lines if line.startswith("workspace space for training: ")]
+    assert "checkpoints 179.5 GiB" in space and "merged 15.0 GiB" in space and "2 checkpoints kept" in space
+    assert any(line.startswith("WARNING: that is more than pvc_size 100Gi") for line in lines)
+    lora = check_fit(train_config(model_dir("SmolLM3-3B")), 4, 1, "", pvc_size="100Gi")
+    assert not any(line.startswith("WARNING") for line in lora)
