@@ -50,7 +50,7 @@ from components.training.options import (
     parse_tolerations,
     sharding_problem,
 )
-from trainer.config import SET_BY_THE_LAUNCHER, TrainConfig
+from trainer.config import SET_BY_THE_LAUNCHER, TrainConfig, packages_needed
 from trainer.config import option_problems as training_problems
 
 
@@ -273,13 +273,15 @@ def runtime_image_problems(values: dict[str, Any]) -> list[str]:
     seconds, instead of by the trainer once GPU pods were scheduled (a laptop
     that renders or submits the run may have other packages).
     """
-    if values.get("method") == "qlora" and importlib.util.find_spec("bitsandbytes") is None:
-        return [
-            "parameter 'method' is qlora, which loads the base model in 4 bits with the bitsandbytes package, and "
-            "the runtime image (which the training pods run too) does not install it: use method lora (LoRA on "
-            "the bf16 model), or build the image with bitsandbytes for CUDA"
-        ]
-    return []
+    found = []
+    for field, (module, alternative) in packages_needed(values).items():
+        if importlib.util.find_spec(module) is None:
+            found.append(
+                f"parameter '{field}' is {values[field]}, which needs the {module} package, and the runtime image "
+                f"(which the training pods run too) does not install it: {alternative}, or build the image with "
+                f"{module} for CUDA"
+            )
+    return found
 
 
 @exit_on_user_error

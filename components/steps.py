@@ -130,6 +130,8 @@ def train_model(
     base_model_revision: str,
     method: str,
     sharding: str,
+    attention: str,
+    liger_kernels: bool,
     lora_r: int,
     lora_alpha: int,
     lora_dropout: float,

@@ -105,6 +105,8 @@ def build_pipeline(workspace: Workspace):
         base_model_revision: str = TRAIN.base_model_revision,
         method: str = TRAIN.method,
         sharding: str = TRAIN.sharding,
+        attention: str = TRAIN.attention,
+        liger_kernels: bool = TRAIN.liger_kernels,
         lora_r: int = TRAIN.lora_r,
         lora_alpha: int = TRAIN.lora_alpha,
         lora_dropout: float = TRAIN.lora_dropout,

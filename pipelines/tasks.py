@@ -53,6 +53,8 @@ def validate_parameters(
     base_model_revision: str,
     method: str,
     sharding: str,
+    attention: str,
+    liger_kernels: bool,
     lora_r: int,
     lora_alpha: int,
     lora_dropout: float,

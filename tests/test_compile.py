@@ -302,6 +302,8 @@ def test_every_parameter_has_default_and_description(spec):
         "base_model_revision",
         "method",
         "sharding",
+        "attention",
+        "liger_kernels",
         "epochs",
         "max_steps",
         "learning_rate",

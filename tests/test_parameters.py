@@ -99,6 +99,7 @@ def test_every_problem_is_reported_at_once():
 BAD_STAGE_OPTIONS = {
     "method": "qlora4",
     "sharding": "zero3",
+    "attention": "flash",
     "epochs": 0.0,
     "max_steps": 0,
     "learning_rate": -1e-4,
@@ -283,8 +284,8 @@ def test_cli_lists_every_bad_parameter(tmp_path):
             "evil_fraction=0.2",
             (
                 "--param 'evil_fraction' is not a pipeline parameter (did you mean eval_fraction?); "
-                "the parameters are: base_model, base_model_revision, collective_timeout_minutes, "
-                "data_connection_secret, dataset_uri,"
+                "the parameters are: attention, base_model, base_model_revision, collective_timeout_minutes, "
+                "data_connection_secret,"
             ),
         ),
         ("split_seed=abc", "--param split_seed='abc': split_seed must be a whole number."),
@@ -307,3 +308,26 @@ def test_cli_bad_param_exits_2_with_clear_message(tmp_path, capsys, param, expec
     assert expected in " ".join(captured.err.split())
     assert "running pipeline locally" not in captured.out
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("setting", "module", "alternative"),
+    [
+        ({"attention": "flash_attention_2"}, "flash_attn", "use attention sdpa"),
+        ({"liger_kernels": True}, "liger_kernel", "set liger_kernels false"),
+    ],
+)
+def test_gpu_kernels_the_image_lacks_are_refused_by_the_first_step(capsys, monkeypatch, setting, module, alternative):
+    """Never a silent fall-back to the default kernels: a kernel package the image lacks stops the run at once."""
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *rest: None if name == module else real_find_spec(name)
+    )
+    with pytest.raises(SystemExit):
+        check_in_pipeline(setting)
+    err = " ".join(capsys.readouterr().err.split())
+    ((name, value),) = setting.items()
+    assert f"parameter '{name}' is {value}, which needs the {module} package" in err
+    assert f"does not install it: {alternative}, or build the image with {module} for CUDA" in err

@@ -28,6 +28,8 @@ def test_every_field_changed_round_trips():
         **REQUIRED,
         method="full",
         sharding="fsdp",
+        attention="eager",
+        liger_kernels=True,
         lora_r=8,
         lora_alpha=7,
         lora_dropout=0.1,

@@ -153,3 +153,19 @@ def test_local_parameter_fraction_and_the_check():
 
 def test_fsdp_with_qlora_is_refused():
     assert "use lora with fsdp" in option_problems(TrainConfig(method="qlora", sharding="fsdp"))["sharding"]
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (("--attention", "flash_attention_2"), "--attention flash_attention_2 needs a CUDA GPU and the flash_attn"),
+        (("--liger-kernels",), "--liger-kernels True needs a CUDA GPU and the liger_kernel package"),
+    ],
+)
+def test_gpu_kernels_are_refused_where_they_cannot_run(tiny_model_dir, prepared_data_dir, tmp_path, option, message):
+    """On this CPU machine the fast GPU kernels cannot run: the trainer says so at start instead of using others."""
+    from conftest import run_module
+
+    result = run_module("trainer", *trainer_args(tiny_model_dir, prepared_data_dir, tmp_path / "out", *option))
+    assert result.returncode == 2 and message in " ".join(result.stderr.split()) and "no CUDA device" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "out").exists()

@@ -24,6 +24,13 @@ METHODS = ("lora", "full", "qlora")
 METHOD_LEARNING_RATES = {"lora": 2e-4, "qlora": 2e-4, "full": 2e-5}
 LOSS_ON = ("assistant", "all")
 SHARDINGS = ("none", "fsdp")
+ATTENTIONS = ("sdpa", "flash_attention_2", "eager")
+# Settings that need a CUDA-only package the runtime image may lack: (field, value) -> (module, the alternative).
+NEEDS_PACKAGE = {
+    ("method", "qlora"): ("bitsandbytes", "use method lora (LoRA on the bf16 model)"),
+    ("attention", "flash_attention_2"): ("flash_attn", "use attention sdpa"),
+    ("liger_kernels", True): ("liger_kernel", "set liger_kernels false"),
+}
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,17 @@ class TrainConfig:
         "PyTorch FSDP2, each of those sharded across all GPUs of the job (one transformer block gathered at a "
         "time), for models whose full or LoRA fine-tune does not fit one GPU.",
         choices=SHARDINGS,
+    )
+    attention: str = option(
+        "sdpa",
+        "Attention kernel: sdpa (PyTorch's scaled-dot-product attention, which picks a flash or memory-efficient "
+        "kernel on GPUs), flash_attention_2 (the flash-attn package, Ampere or newer GPUs), or eager.",
+        choices=ATTENTIONS,
+    )
+    liger_kernels: bool = option(
+        False,
+        "Liger's fused Triton kernels (RMSNorm, RoPE, SwiGLU, fused linear cross-entropy, which never materialises "
+        "the logits): less GPU memory and more speed where the liger-kernel package is installed; refused otherwise.",
     )
     lora_r: int = option(16, "LoRA rank: the size of the low-rank update of each adapted weight.")
     lora_alpha: int = option(32, "LoRA scaling numerator (the update is scaled by alpha / r).")
@@ -177,7 +195,7 @@ def option_problems(config: TrainConfig) -> dict[str, str]:
             "fsdp is not supported with qlora (4-bit weights need a floating-point quant storage to be sharded); "
             "use lora with fsdp"
         )
-    for name in ("method", "loss_on", "sharding"):
+    for name in ("method", "loss_on", "sharding", "attention"):
         choices = TrainConfig.__dataclass_fields__[name].metadata["choices"]
         if getattr(config, name) not in choices:
             problems[name] = f"must be one of {', '.join(choices)} (got {getattr(config, name)!r})"
@@ -213,6 +231,15 @@ def to_args(config: TrainConfig) -> list[str]:
         else:
             args += [flag(spec.name), repr(value) if isinstance(value, float) else str(value)]
     return args
+
+
+def packages_needed(values: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """Field -> (module, alternative) for each setting among ``values`` (field -> value) that needs a package."""
+    return {
+        field: NEEDS_PACKAGE[field, value]
+        for field, value in values.items()
+        if isinstance(value, (str, bool)) and (field, value) in NEEDS_PACKAGE
+    }
 
 
 def peak_learning_rate(config: TrainConfig) -> float:

@@ -7,6 +7,7 @@ model and summaries written by rank 0.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import logging
 import os
@@ -28,7 +29,7 @@ from common.errors import UserError
 from common.run_layout import DATA_SHARDS, LOSS_CURVE, TRAINING_HISTORY, TRAINING_SUMMARY
 from trainer import base_model, checkpoints, data, diagnostics, distributed, outputs, sharding
 from trainer.callbacks import CompletionManifest, PreemptionSave, ProgressLines
-from trainer.config import TrainConfig, option_problems, peak_learning_rate
+from trainer.config import TrainConfig, option_problems, packages_needed, peak_learning_rate
 from trainer.cuda import check_cuda_usable
 from trainer.diagnostics import ShardRecorder
 from trainer.distributed import Topology
@@ -50,11 +51,13 @@ def check_config(config: TrainConfig, topology: Topology) -> None:
             "--sharding fsdp needs at least 2 processes to shard the model across, and this run has 1; launch with "
             "torchrun --nproc-per-node (and nodes) for 2 or more, or use --sharding none"
         )
-    if config.method == "qlora" and not (torch.cuda.is_available() and importlib.util.find_spec("bitsandbytes")):
-        problems.append(
-            "--method qlora needs a CUDA GPU and the bitsandbytes package, and this process has "
-            f"{'no CUDA device' if not torch.cuda.is_available() else 'no bitsandbytes'}; use --method lora"
-        )
+    for field, (module, alternative) in packages_needed(dataclasses.asdict(config)).items():
+        if not (torch.cuda.is_available() and importlib.util.find_spec(module)):
+            missing = "no CUDA device" if not torch.cuda.is_available() else f"no {module}"
+            problems.append(
+                f"{flag(field)} {getattr(config, field)} needs a CUDA GPU and the {module} package, and this process "
+                f"has {missing}; {alternative.replace(field, flag(field), 1)}"
+            )
     if problems:
         raise UserError("invalid training options: " + "; ".join(problems) + ".")
 
@@ -68,7 +71,10 @@ def load_model(config: TrainConfig, source: Path, bf16: bool) -> PreTrainedModel
     which PEFT keeps in fp32 (``autocast_adapter_dtype``), so the frozen base can
     be held in bf16, halving its memory.
     """
-    kwargs: dict[str, Any] = {"dtype": torch.bfloat16 if bf16 and config.method != "full" else torch.float32}
+    kwargs: dict[str, Any] = {
+        "dtype": torch.bfloat16 if bf16 and config.method != "full" else torch.float32,
+        "attn_implementation": config.attention,
+    }
     if config.method == "qlora":
         from transformers import BitsAndBytesConfig
 
@@ -142,6 +148,7 @@ def sft_config(config: TrainConfig, topology: Topology, has_eval: bool) -> SFTCo
         # loader keeps every row (EveryEvalRowTrainer).
         dataloader_drop_last=topology.world_size > 1,
         disable_tqdm=not sys.stderr.isatty(),
+        use_liger_kernel=config.liger_kernels,
         seed=config.seed,
         data_seed=config.seed,
         use_cpu=not torch.cuda.is_available(),
