@@ -18,6 +18,8 @@ processes the state is sharded over: the world size under FSDP, 1 under DDP):
   bytes. With gradient checkpointing only each layer's input is kept, plus one layer recomputed;
 - logits for the loss: the projection's output, its fp32 copy and its gradient, 10 bytes per token
   and vocabulary entry (12 in fp32);
+- on CPU only (the fit benchmark's runs), the attention weights SDPA's math path keeps, heads x
+  max_length² per sequence and layer;
 - 1.5 GiB for the CUDA context, cuBLAS workspaces and NCCL buffers, then 10% for allocator
   fragmentation.
 
@@ -166,6 +168,11 @@ def estimate(shape: ModelShape, config: TrainConfig, processes: int, on_gpu: boo
         largest_unit = max(shape.block_parameters, shape.embedding_parameters)
         parts["gathered"] = 2 * compute * largest_unit
     parts["activations"] = activation_bytes(shape, config, compute)
+    if not on_gpu:
+        # On CPU, SDPA takes its math path, which keeps each head's max_length² attention weights for the backward
+        # pass (measured in benchmarks/fit_bench.py); on GPUs its fused kernels keep none.
+        layers_kept = 1 if config.gradient_checkpointing else shape.layers
+        parts["attention"] = layers_kept * config.per_device_batch_size * shape.heads * config.max_length**2 * compute
     tokens = config.per_device_batch_size * config.max_length
     parts["logits"] = tokens * shape.vocab * (10 if compute == 2 else 12)
     if on_gpu:
