@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,9 +12,6 @@ import pyarrow.parquet as pq
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-# No Hub can be reached from the test machines: a lookup fails at once instead of after huggingface_hub's five
-# retries (23 s). Tests of Hub access run their clients against tests/fake_hub.py, whose environment says online.
-os.environ["HF_HUB_OFFLINE"] = "1"
 PUBLISHED = ("train.parquet", "eval.parquet", "rejects.jsonl", "stats.json")
 
 
@@ -107,6 +103,16 @@ def fake(tmp_path, monkeypatch):
 # --- Trainer fixtures -------------------------------------------------------------------------
 # The real SmolLM2 tokenizer and chat template (from the bundled GGUF), and a tiny randomly
 # initialised Llama with that tokenizer: real tokenisation, training steps in milliseconds.
+
+
+@pytest.fixture
+def no_hub(monkeypatch):
+    """No Hub can be reached from the test machines: a lookup (the fit check's config.json of a Hub model) fails at
+    once instead of after huggingface_hub's five retries, 23 s. Tests of Hub access use tests/fake_hub.py instead."""
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # for the subprocesses a test starts
 
 
 @pytest.fixture(scope="session")

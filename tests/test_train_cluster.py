@@ -38,6 +38,8 @@ from components.training.owner import POD_NAME_ENV
 from components.training.reports import TrainingFailed
 from components.training.stage import run_in_pipeline
 
+pytestmark = pytest.mark.usefixtures("no_hub")
+
 SUCCESS = {PYTORCHJOB: "Succeeded", TRAINJOB: "Complete"}
 
 

@@ -19,6 +19,8 @@ from components.train_model import render
 from components.training.fit import GIB, ModelShape, check_fit, estimate
 from trainer.config import TrainConfig
 
+pytestmark = pytest.mark.usefixtures("no_hub")
+
 CONFIGS = Path(__file__).parent / "model_configs"
 
 

@@ -24,6 +24,8 @@ from components.training.options import LaunchOptions, parse_node_selector, pars
 from components.training.stage import run_in_pipeline
 from trainer.config import TrainConfig
 
+pytestmark = pytest.mark.usefixtures("no_hub")
+
 FAST = dict(
     max_steps=3,
     max_length=128,

@@ -24,6 +24,8 @@ from components.training.kinds import PRIORITY_LABEL, PYTORCHJOB, QUEUE_LABEL
 from components.training.owner import POD_NAME_ENV
 from components.training.stage import run_in_pipeline
 
+pytestmark = pytest.mark.usefixtures("no_hub")
+
 IMAGE = "quay.io/example/llm-finetune-pipeline:0.1.0"
 SHAPES = [(1, 0), (2, 1), (4, 8)]
 QUEUES = [(), ("queue_name=team-a", "priority_class=high")]
