@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 from pathlib import Path
 
 import pytest
-from test_trainer_run import finish, summary, torchrun, trainer_args, wait_for, worker_pid
+from test_trainer_run import finish, kill_rank_1_after_checkpoint_3, summary, torchrun, trainer_args
 from transformers import AutoModelForCausalLM
 
 from gguf_export.convert import convert
@@ -95,16 +94,7 @@ def test_fsdp_sigkill_then_relaunch_resumes_from_the_sharded_checkpoint(tiny_mod
         *("--method", "full", "--sharding", "fsdp", "--max-steps", "14", "--save-steps", "3"),
         *("--learning-rate", "1e-3", "--collective-timeout-minutes", "1"),
     )
-    process = torchrun(args, log=tmp_path / "first.log")
-    wait_for(
-        lambda: (output / "checkpoints" / "checkpoint-3" / checkpoints.MANIFEST).exists() or process.poll() is not None,
-        300,
-        "the first checkpoint",
-    )
-    assert process.poll() is None, "training finished before it could be interrupted"
-    os.kill(worker_pid(process, rank=1), signal.SIGKILL)
-    assert finish(process) != 0
-    resume_point = checkpoints.newest_complete(checkpoints.inspect_all(output / "checkpoints"))
+    resume_point = kill_rank_1_after_checkpoint_3(args, output, tmp_path / "first.log")
     assert resume_point is not None and (resume_point / "pytorch_model_fsdp_0").is_dir()
 
     process = torchrun(args, log=tmp_path / "second.log")

@@ -244,13 +244,10 @@ def test_more_ranks_than_eval_rows_finish_and_count_each_eval_row_once(tiny_mode
     assert result["final_eval_loss"] == pytest.approx(reference, rel=1e-4)
 
 
-def test_killed_rank_restart_resumes_from_the_newest_complete_checkpoint(tiny_model_dir, prepared_data_dir, tmp_path):
-    """A pod lost mid-run (SIGKILL: OOM, node failure) costs the steps since the last checkpoint, not the run."""
-    output = tmp_path / "out"
-    args = trainer_args(
-        tiny_model_dir, prepared_data_dir, output, "--max-steps", "14", "--save-steps", "3", "--learning-rate", "1e-3"
-    )
-    process = torchrun(args, log=tmp_path / "first.log")
+def kill_rank_1_after_checkpoint_3(args: list[str], output: Path, log: Path) -> Path | None:
+    """Train with ``args`` on two ranks, SIGKILL rank 1 once checkpoint-3 is complete (a pod lost mid-run), and
+    return the checkpoint a relaunch would resume from."""
+    process = torchrun(args, log=log)
     wait_for(
         lambda: (output / "checkpoints" / "checkpoint-3" / checkpoints.MANIFEST).exists() or process.poll() is not None,
         300,
@@ -259,7 +256,16 @@ def test_killed_rank_restart_resumes_from_the_newest_complete_checkpoint(tiny_mo
     assert process.poll() is None, "training finished before it could be interrupted"
     os.kill(worker_pid(process, rank=1), signal.SIGKILL)
     assert finish(process) != 0
-    resume_point = checkpoints.newest_complete(checkpoints.inspect_all(output / "checkpoints"))
+    return checkpoints.newest_complete(checkpoints.inspect_all(output / "checkpoints"))
+
+
+def test_killed_rank_restart_resumes_from_the_newest_complete_checkpoint(tiny_model_dir, prepared_data_dir, tmp_path):
+    """A pod lost mid-run (SIGKILL: OOM, node failure) costs the steps since the last checkpoint, not the run."""
+    output = tmp_path / "out"
+    args = trainer_args(
+        tiny_model_dir, prepared_data_dir, output, "--max-steps", "14", "--save-steps", "3", "--learning-rate", "1e-3"
+    )
+    resume_point = kill_rank_1_after_checkpoint_3(args, output, tmp_path / "first.log")
     assert resume_point is not None and not (output / "training_summary.json").exists()
 
     process = torchrun(args, log=tmp_path / "second.log")

@@ -219,6 +219,15 @@ def final_eval_loss(trainer: SFTTrainer) -> float | None:
     return trainer.evaluate()["eval_loss"]
 
 
+def merged_from_adapter(config: TrainConfig, source: Path, dtype: torch.dtype) -> PreTrainedModel:
+    """The written ``adapter/`` merged into a fresh copy of the base in ``dtype``: for a model that cannot merge
+    in place (4-bit, or sharded across ranks)."""
+    from peft import PeftModel
+
+    base = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
+    return PeftModel.from_pretrained(base, config.adapter_dir).merge_and_unload()
+
+
 def gathered_model(
     sharded: torch.nn.Module,
     full_weights: dict[str, torch.Tensor],
@@ -233,11 +242,8 @@ def gathered_model(
     memory holds the weights once.
     """
     if config.method != "full":
-        from peft import PeftModel
-
         replace_dir(config.adapter_dir, lambda directory: sharded.save_pretrained(directory, state_dict=full_weights))
-        base = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
-        return PeftModel.from_pretrained(base, config.adapter_dir).merge_and_unload()
+        return merged_from_adapter(config, source, dtype)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(sharded.config, dtype=dtype)
     model.load_state_dict({name: tensor.to(dtype) for name, tensor in full_weights.items()}, assign=True)
@@ -270,13 +276,8 @@ def save_models(
         model = gathered_model(model, full_weights, config, source, dtype)
     elif config.method != "full":
         replace_dir(config.adapter_dir, model.save_pretrained)
-        if config.method == "qlora":  # 4-bit weights cannot merge in place: merge into a fresh bf16 base
-            from peft import PeftModel
-
-            model = PeftModel.from_pretrained(
-                AutoModelForCausalLM.from_pretrained(source, dtype=dtype), config.adapter_dir
-            )
-        model = model.merge_and_unload()
+        # 4-bit weights cannot merge in place: merge into a fresh base in the merged dtype
+        model = merged_from_adapter(config, source, dtype) if config.method == "qlora" else model.merge_and_unload()
     model = model.to(dtype)
 
     def write_merged(directory: Path) -> None:

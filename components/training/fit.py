@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,6 @@ from trainer.config import TrainConfig
 GIB = 2**30
 GPU_OVERHEAD_BYTES = int(1.5 * GIB)
 FRAGMENTATION = 0.10
-LORA_TARGETS_PER_LAYER = 7  # all-linear on a Llama block: q, k, v, o, gate, up, down
 MOST_NODES_SUGGESTED = 64
 
 
@@ -123,7 +122,6 @@ class Estimate:
     """Bytes per GPU (or per process on CPU), by what holds them."""
 
     parts: dict[str, int]
-    processes: int
     shards: int
 
     @property
@@ -177,7 +175,7 @@ def estimate(shape: ModelShape, config: TrainConfig, processes: int, on_gpu: boo
     parts["logits"] = tokens * shape.vocab * (10 if compute == 2 else 12)
     if on_gpu:
         parts["overhead"] = GPU_OVERHEAD_BYTES
-    return Estimate(parts, processes, shards)
+    return Estimate(parts, shards)
 
 
 def activation_bytes(shape: ModelShape, config: TrainConfig, compute: int) -> int:
@@ -251,7 +249,6 @@ def _parsed(path: Path) -> dict[str, Any]:
 
 def fixes(shape: ModelShape, config: TrainConfig, nodes: int, procs_per_node: int, budget: int) -> list[str]:
     """Changes of one setting that make the estimate fit ``budget``, cheapest first."""
-    from dataclasses import replace
 
     def fits(changed: TrainConfig, job_nodes: int = nodes) -> bool:
         return estimate(shape, changed, job_nodes * procs_per_node, on_gpu=True).total <= budget
