@@ -56,7 +56,7 @@ def trainer_arguments(config: TrainConfig) -> dict[str, Any]:
     if config.sharding != "fsdp":
         return {}
     return {
-        "fsdp": "full_shard",
+        "fsdp": True,
         "fsdp_config": {
             "version": 2,
             "reshard_after_forward": True,
