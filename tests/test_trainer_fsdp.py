@@ -146,16 +146,27 @@ def test_fsdp_with_qlora_is_refused():
 
 
 @pytest.mark.parametrize(
-    ("option", "message"),
+    ("option", "message", "fix"),
     [
-        (("--attention", "flash_attention_2"), "--attention flash_attention_2 needs a CUDA GPU and the flash_attn"),
-        (("--liger-kernels",), "--liger-kernels True needs a CUDA GPU and the liger_kernel package"),
+        (
+            ("--attention", "flash_attention_2"),
+            "--attention flash_attention_2 needs a CUDA GPU and the flash_attn",
+            "use --attention sdpa",
+        ),
+        (
+            ("--liger-kernels",),
+            "--liger-kernels needs a CUDA GPU and the liger_kernel package",
+            "leave it out or pass --no-liger-kernels",
+        ),
     ],
 )
-def test_gpu_kernels_are_refused_where_they_cannot_run(tiny_model_dir, prepared_data_dir, tmp_path, option, message):
+def test_gpu_kernels_are_refused_where_they_cannot_run(
+    tiny_model_dir, prepared_data_dir, tmp_path, option, message, fix
+):
     """On this CPU machine the fast GPU kernels cannot run: the trainer says so at start instead of using others."""
     from conftest import run_module
 
     result = run_module("trainer", *trainer_args(tiny_model_dir, prepared_data_dir, tmp_path / "out", *option))
-    assert result.returncode == 2 and message in " ".join(result.stderr.split()) and "no CUDA device" in result.stderr
+    stderr = " ".join(result.stderr.split())
+    assert result.returncode == 2 and message in stderr and "no CUDA device" in stderr and fix in stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "out").exists()

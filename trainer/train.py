@@ -54,10 +54,14 @@ def check_config(config: TrainConfig, topology: Topology) -> None:
     for field, (module, alternative) in packages_needed(dataclasses.asdict(config)).items():
         if not (torch.cuda.is_available() and importlib.util.find_spec(module)):
             missing = "no CUDA device" if not torch.cuda.is_available() else f"no {module}"
-            problems.append(
-                f"{flag(field)} {getattr(config, field)} needs a CUDA GPU and the {module} package, and this process "
-                f"has {missing}; {alternative.replace(field, flag(field), 1)}"
+            switched_on = getattr(config, field) is True  # a boolean flag: --liger-kernels, off with --no-...
+            asked = flag(field) if switched_on else f"{flag(field)} {getattr(config, field)}"
+            fix = (
+                f"leave it out or pass --no-{flag(field)[2:]}"
+                if switched_on
+                else alternative.replace(field, flag(field))
             )
+            problems.append(f"{asked} needs a CUDA GPU and the {module} package, and this process has {missing}; {fix}")
     if problems:
         raise UserError("invalid training options: " + "; ".join(problems) + ".")
 
