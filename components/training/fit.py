@@ -1,7 +1,7 @@
 """Will the training job fit its GPUs? A per-GPU memory estimate made before any pod is asked for.
 
 From the base model's ``config.json`` alone (a dense decoder: Llama, SmolLM, Qwen, Mistral) and the
-run's settings, each GPU's memory is the sum of (bytes; P parameters, T trainable, S the number of
+run's settings, each GPU's memory is made of (bytes; P parameters, T trainable, S the number of
 processes the state is sharded over: the world size under FSDP, 1 under DDP):
 
 - weights: full fine-tuning keeps fp32 master weights, 4P/S; LoRA keeps the frozen base in the
@@ -17,15 +17,21 @@ processes the state is sharded over: the world size under FSDP, 1 under DDP):
   values; LoRA with dropout adds each adapted projection's dropped input and its mask, (6h + i) x 3
   bytes. With gradient checkpointing only each layer's input is kept, plus one layer recomputed;
 - logits for the loss: the projection's output, its fp32 copy and its gradient, 10 bytes per token
-  and vocabulary entry (12 in fp32);
+  and vocabulary entry (12 in fp32), none with Liger's fused linear cross-entropy;
 - on CPU only (the fit benchmark's runs), the attention weights SDPA's math path keeps, heads x
   max_length² per sequence and layer;
 - 1.5 GiB for the CUDA context, cuBLAS workspaces and NCCL buffers, then 10% for allocator
   fragmentation.
 
+On GPUs the gradients on one side, and the bf16 copies, the gathered unit, the activations and the
+logits on the other, are not held at once: the backward pass frees the latter as it makes the
+former, and the optimizer step frees the gradients before the next forward pass. The peak counts
+the larger of the two. On CPU the resident peak is the sum of every part.
+
 Tokens per micro-batch are ``per_device_batch_size x max_length`` (packed rows are full; unpacked
 rows are at most that long, so the estimate is an upper bound). Measured against CPU runs in
-``benchmarks/fit_bench.py`` (see the README for the error).
+``benchmarks/fit_bench.py`` and GPU runs in ``benchmarks/gpu_train_bench.py`` (see the README for
+the errors).
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ GIB = 2**30
 GPU_OVERHEAD_BYTES = int(1.5 * GIB)
 FRAGMENTATION = 0.10
 MOST_NODES_SUGGESTED = 64
+# What lives only from the forward pass until the backward pass has used it.
+TRANSIENT = ("bf16 copies", "gathered", "activations", "logits")
 
 
 @dataclass(frozen=True)
@@ -119,25 +127,39 @@ class ModelShape:
 
 @dataclass(frozen=True)
 class Estimate:
-    """Bytes per GPU (or per process on CPU), by what holds them."""
+    """Bytes per GPU (or per process on CPU), by what holds them.
+
+    On GPUs the caching allocator hands the memory the activations (and the logits, the bf16 copies
+    and the gathered FSDP unit) free during the backward pass to the gradients that appear then, and
+    the gradients are freed again before the next forward pass: the peak is the model state plus
+    the larger of the two (measured in ``benchmarks/gpu_train_bench.py``). On CPU the resident peak
+    is their sum (measured in ``benchmarks/fit_bench.py``).
+    """
 
     parts: dict[str, int]
     shards: int
+    on_gpu: bool
+
+    @property
+    def peak_parts(self) -> int:
+        transient = sum(size for name, size in self.parts.items() if name in TRANSIENT)
+        if not self.on_gpu:
+            return sum(self.parts.values())
+        held = sum(size for name, size in self.parts.items() if name not in TRANSIENT and name != "gradients")
+        return held + max(self.parts["gradients"], transient)
 
     @property
     def total(self) -> int:
-        return (
-            int(sum(self.parts.values()) * (1 + FRAGMENTATION))
-            if "overhead" in self.parts
-            else sum(self.parts.values())
-        )
+        return int(self.peak_parts * (1 + FRAGMENTATION)) if self.on_gpu else self.peak_parts
 
     def lines(self) -> list[str]:
         sharded = f"sharded over {self.shards} processes" if self.shards > 1 else "replicated on every process"
         rows = [f"estimated memory per GPU: {gib(self.total)} (model state {sharded})"]
         rows += [f"  {name:<12} {gib(size):>10}" for name, size in self.parts.items() if size]
-        if "overhead" in self.parts:
-            rows.append(f"  {'fragment.':<12} {gib(self.total - sum(self.parts.values())):>10}  (+10%)")
+        if self.on_gpu:
+            transient = " + ".join(name for name in self.parts if name in TRANSIENT and self.parts[name])
+            rows.append(f"  (gradients and {transient} are not held at once: the larger counts)")
+            rows.append(f"  {'fragment.':<12} {gib(self.total - self.peak_parts):>10}  (+10%)")
         return rows
 
 
@@ -172,10 +194,11 @@ def estimate(shape: ModelShape, config: TrainConfig, processes: int, on_gpu: boo
         layers_kept = 1 if config.gradient_checkpointing else shape.layers
         parts["attention"] = layers_kept * config.per_device_batch_size * shape.heads * config.max_length**2 * compute
     tokens = config.per_device_batch_size * config.max_length
-    parts["logits"] = tokens * shape.vocab * (10 if compute == 2 else 12)
+    # Liger's fused linear cross-entropy computes the loss chunk by chunk and never holds the logits.
+    parts["logits"] = 0 if config.liger_kernels else tokens * shape.vocab * (10 if compute == 2 else 12)
     if on_gpu:
         parts["overhead"] = GPU_OVERHEAD_BYTES
-    return Estimate(parts, shards)
+    return Estimate(parts, shards, on_gpu)
 
 
 def activation_bytes(shape: ModelShape, config: TrainConfig, compute: int) -> int:
