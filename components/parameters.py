@@ -201,11 +201,20 @@ PIPELINE_RULES: dict[str, Callable[[Any], str | None]] = {"eval_fraction": _held
 
 def _job_rules(values: dict[str, Any]) -> dict[str, str]:
     """Rules across the training options and the job's size."""
+    found = {}
     names = ("sharding", "training_nodes", "gpus_per_node")
-    if not all(name in values for name in names):
-        return {}
-    problem = sharding_problem(*(values[name] for name in names))
-    return {"sharding": problem} if problem else {}
+    if all(name in values for name in names):
+        problem = sharding_problem(*(values[name] for name in names))
+        if problem:
+            found["sharding"] = problem
+    if values.get("gpus_per_node") == 0:
+        for field, (_, alternative) in packages_needed(values).items():
+            found.setdefault(
+                field,
+                f"is {values[field]}, which runs only on NVIDIA GPUs, and gpus_per_node is 0 (the training pods get "
+                f"none): {alternative}, or give the training pods GPUs",
+            )
+    return found
 
 
 def parameter_name(options: type, field: str) -> str:

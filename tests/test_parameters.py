@@ -331,3 +331,20 @@ def test_gpu_kernels_the_image_lacks_are_refused_by_the_first_step(capsys, monke
     ((name, value),) = setting.items()
     assert f"parameter '{name}' is {value}, which needs the {module} package" in err
     assert f"does not install it: {alternative}, or build the image with {module} for CUDA" in err
+
+
+@pytest.mark.parametrize(
+    ("setting", "alternative"),
+    [
+        ({"liger_kernels": True}, "set liger_kernels false"),
+        ({"attention": "flash_attention_2"}, "use attention sdpa"),
+        ({"method": "qlora"}, "use method lora"),
+    ],
+)
+def test_gpu_only_options_on_a_job_without_gpus_are_refused(setting, alternative):
+    """Whatever the image installs, these run only on NVIDIA GPUs: a CPU-only job is refused before its pods."""
+    found = " ".join(problems({**setting, "gpus_per_node": 0}))
+    (name,) = setting
+    assert f"parameter '{name}' is {setting[name]}, which runs only on NVIDIA GPUs" in found
+    assert alternative in found and "or give the training pods GPUs" in found
+    assert problems({**setting, "gpus_per_node": 1}) == []
