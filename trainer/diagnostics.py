@@ -102,12 +102,13 @@ def weights_digest(model: torch.nn.Module) -> str:
 
 
 def peak_memory_mb() -> float:
-    """This rank's peak memory: what the GPU allocator handed out, or on CPU the process's peak resident size.
+    """This rank's peak memory: what the GPU's caching allocator reserved, or on CPU the peak resident size.
 
-    Recorded beside the fit check's estimate so that a user can see how close the estimate was.
+    Reserved, not allocated: it is what the process took from the GPU, what must fit, and what the
+    fit check estimates (less the CUDA context, which no allocator counts).
     """
     if torch.cuda.is_available():
-        return torch.cuda.max_memory_allocated() / 2**20
+        return torch.cuda.max_memory_reserved() / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
