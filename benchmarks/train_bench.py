@@ -13,11 +13,13 @@ rate, epochs, max_length and precision (fp32 on CPU, bf16 on GPU):
     one packed sequence per step).
 and, in a second table, ours on two ranks with ``--sharding none`` (DDP) against ``--sharding fsdp``.
 
-Each contender trains in its own process. Throughput counts non-padding tokens: the training
-split's tokens (truncated at max_length) times the epochs, the same number for every contender.
+Each contender trains in its own process and, as all three do by default, ends training with a
+checkpoint (adapter and optimizer state; the timed run includes it). Throughput counts non-padding
+tokens: the training split's tokens (truncated at max_length) times the epochs, the same number for
+every contender.
 The parent scores every final model the same way: mean cross-entropy over the assistant tokens of
 the held-out split, one unpacked conversation at a time. Peak memory is the training process's
-(per rank for the two-rank rows): the GPU allocator's peak, or on CPU the peak resident size.
+(per rank for the two-rank rows): what the GPU's caching allocator reserved at most, or on CPU the peak resident size.
 
     python benchmarks/train_bench.py                                   # CPU: SmolLM2-135M, a subset
     python benchmarks/train_bench.py --model /models/SmolLM3-3B --train-examples 0   # GPU, all data
@@ -63,7 +65,6 @@ def run_trl(args: argparse.Namespace, output: Path, packed: bool) -> dict:
         learning_rate=args.learning_rate,
         max_length=args.max_length,
         bf16=native_bf16(),  # the same precision for every contender: TRL's default would be bf16 on a CPU too
-        save_strategy="no",
         report_to=[],
         disable_tqdm=True,
         use_cpu=not __import__("torch").cuda.is_available(),
@@ -123,14 +124,15 @@ def assistant_eval_loss(model_dir: Path, data_dir: Path) -> float:
 
     from trainer import data
 
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device).eval()
     split = data.tokenise(data.load_split(data_dir, "eval"), tokenizer, "assistant")
     total, count = 0.0, 0
     with torch.no_grad():
         for ids, mask in zip(split["input_ids"], split["assistant_masks"]):
-            labels = torch.tensor([[token if bit else -100 for token, bit in zip(ids, mask)]])
-            loss = model(input_ids=torch.tensor([ids]), labels=labels, use_cache=False).loss
+            labels = torch.tensor([[token if bit else -100 for token, bit in zip(ids, mask)]], device=device)
+            loss = model(input_ids=torch.tensor([ids], device=device), labels=labels, use_cache=False).loss
             labelled = int((labels[:, 1:] != -100).sum())
             total += float(loss) * labelled
             count += labelled
