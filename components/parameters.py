@@ -118,6 +118,7 @@ RUN_PARAMETERS: tuple[RunParameter, ...] = (
         split_seed="seed",
         max_reject_fraction="max_reject_fraction",
         system_prompt="system_prompt",
+        field_map="field_map",
     ),
     *_options_of(RunInputs, force="force", base_model="base_model"),
     *_options_of(TrainConfig, **{name: name for name in TRAINING_OPTIONS}),

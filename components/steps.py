@@ -22,6 +22,7 @@ def prepare_dataset(
     seed: int,
     max_reject_fraction: float,
     system_prompt: str,
+    field_map: str,
     train_data: dsl.Output[dsl.Dataset],
     eval_data: dsl.Output[dsl.Dataset],
     rejects: dsl.Output[dsl.Dataset],
@@ -34,7 +35,7 @@ def prepare_dataset(
     from components.dataprep.options import PrepareOptions
     from components.dataprep.stage import run_in_pipeline
 
-    options = PrepareOptions(eval_fraction, seed, max_reject_fraction, system_prompt)
+    options = PrepareOptions(eval_fraction, seed, max_reject_fraction, system_prompt, field_map)
     data_dir = str(stage_dir(workspace_root, run_id, "data"))
     fingerprint, written_to = run_in_pipeline(dataset_uri, data_dir, options, train_data, eval_data, rejects, metrics)
     return namedtuple("PrepareOutputs", ["fingerprint", "data_dir"])(fingerprint, written_to)

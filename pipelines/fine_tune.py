@@ -100,6 +100,7 @@ def build_pipeline(workspace: Workspace):
         split_seed: int = PREPARE.seed,
         max_reject_fraction: float = PREPARE.max_reject_fraction,
         system_prompt: str = PREPARE.system_prompt,
+        field_map: str = PREPARE.field_map,
         force: bool = INPUTS.force,
         base_model: str = INPUTS.base_model,
         base_model_revision: str = TRAIN.base_model_revision,

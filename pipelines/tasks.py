@@ -48,6 +48,7 @@ def validate_parameters(
     split_seed: int,
     max_reject_fraction: float,
     system_prompt: str,
+    field_map: str,
     force: bool,
     base_model: str,
     base_model_revision: str,

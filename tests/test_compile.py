@@ -297,6 +297,7 @@ def test_every_parameter_has_default_and_description(spec):
         "split_seed",
         "max_reject_fraction",
         "system_prompt",
+        "field_map",
         "force",
         "base_model",
         "base_model_revision",

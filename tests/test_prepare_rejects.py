@@ -102,7 +102,7 @@ MORE_BAD_LINES = [
     ({"prompt": "only a prompt"}, "missing_field"),
     ({"topic": "knots", "question": "q?", "answer": None}, "missing_field"),
     ({"messages": [user("hi"), assistant(" \n\t")]}, "blank_field"),
-    ({"topic": "", "question": "q?", "answer": "a"}, "blank_field"),
+    ({"topic": "t", "question": " ", "answer": "a"}, "blank_field"),
     ({"messages": [{"role": "USER", "content": "hi"}, assistant("hello")]}, "unknown_role"),
     ({"messages": [{"role": "system", "content": "be terse"}]}, "not_ending_with_assistant"),
     ({}, "unknown_shape"),
@@ -216,7 +216,7 @@ def test_mixed_file_reports_every_bad_line(tmp_path):
         "null",  # 6
         {"instruction": "i"},  # 7
         b'{"prompt": "\xc3\x28", "completion": "c"}',  # 8
-        {"question": "q", "answer": "a", "topic": " "},  # 9
+        {"question": "q", "answer": " ", "topic": "t"},  # 9
         {"messages": [user("u"), {"role": "bot", "content": "b"}]},  # 10
         qa(3),  # 11
         {"messages": [user("u")]},  # 12
@@ -280,13 +280,13 @@ def tiny_chunks(monkeypatch):
     monkeypatch.setattr(parse_module, "_READ_OPTIONS", pajson.ReadOptions(use_threads=True, block_size=1024))
     real_parse_chunk, real_parse_lines = parse_module.parse_chunk, parse_module._parse_lines
 
-    def counting_parse_chunk(chunk):
+    def counting_parse_chunk(chunk, *fields):
         counts["chunks"] += 1
-        return real_parse_chunk(chunk)
+        return real_parse_chunk(chunk, *fields)
 
-    def counting_parse_lines(chunk):
+    def counting_parse_lines(chunk, fields):
         counts["line_by_line"] += 1
-        return real_parse_lines(chunk)
+        return real_parse_lines(chunk, fields)
 
     monkeypatch.setattr(prepare_module, "parse_chunk", counting_parse_chunk)
     monkeypatch.setattr(parse_module, "_parse_lines", counting_parse_lines)
@@ -402,7 +402,7 @@ def test_duplicates_are_judged_on_the_normalised_conversation(tmp_path):
     assert [row["messages"][0]["content"] for row in rows] == ["What is a bowline?", "For knots, what is a bowline?"]
     stats = read_stats(tmp_path / "out")
     assert stats["duplicates"] == 3
-    assert stats["shapes"] == {"prompt_completion": 1, "topic_question_answer": 1}
+    assert stats["shapes"] == {"prompt_completion": 1, "question_answer": 1}
 
 
 @pytest.mark.parametrize(
@@ -471,7 +471,13 @@ def test_stats_counts_and_reject_fraction(tmp_path):
     }
     assert stats["rows"]["eval"] > 0 and stats["rows"]["train"] > 0
     assert stats["inputs"] == [str(src)]
-    assert stats["options"] == {"eval_fraction": 0.3, "seed": 42, "max_reject_fraction": 0.2, "system_prompt": ""}
+    assert stats["options"] == {
+        "eval_fraction": 0.3,
+        "seed": 42,
+        "max_reject_fraction": 0.2,
+        "system_prompt": "",
+        "field_map": "",
+    }
 
 
 def test_stats_of_a_clean_file_have_no_rejects(tmp_path):
@@ -562,3 +568,65 @@ def test_fingerprint_changes_with_content_or_options(tmp_path, change):
     changed = write_jsonl(tmp_path / "changed.jsonl", records)
     prepare(str(changed), tmp_path / "changed", options)
     assert fingerprint(tmp_path / "changed") != fingerprint(tmp_path / "base")
+
+
+@pytest.mark.parametrize(
+    ("record", "reason", "detail"),
+    [
+        (
+            {"conversations": [{"from": "human", "value": "hi"}, {"from": "bot", "value": "yo"}]},
+            "unknown_role",
+            'turn 2 has from "bot"; ShareGPT speakers must be human, gpt or system',
+        ),
+        (
+            {"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": " "}]},
+            "blank_field",
+            "turn 2 (assistant) has blank value",
+        ),
+        (
+            {"conversations": [{"from": "human", "value": "hi"}]},
+            "not_ending_with_assistant",
+            "the last turn must be the assistant's answer",
+        ),
+        ({"conversations": [{"from": "human"}]}, "missing_field", "turn 1 has no 'value'"),
+        (
+            {"conversations": "hi"},
+            "wrong_type",
+            "field 'conversations' is a JSON string; it must be a list of {from, value}",
+        ),
+        (
+            {"prompt": [{"role": "user", "content": "q"}]},
+            "missing_field",
+            "field 'completion' is missing or null (a conversational record needs a prompt and a completion list)",
+        ),
+        (
+            {"prompt": 3, "completion": "c"},
+            "wrong_type",
+            "field 'prompt' is a JSON number; it must be a string or a list",
+        ),
+        ({"instruction": "i", "context": "c"}, "missing_field", "field 'response' is missing or null"),
+        (
+            {"topic": "t", "answer": "a"},
+            "missing_field",
+            "field 'question' is missing or null (required: question, answer)",
+        ),
+    ],
+    ids=[
+        "sharegpt-role",
+        "sharegpt-blank",
+        "sharegpt-no-answer",
+        "sharegpt-no-value",
+        "sharegpt-type",
+        "conversational-no-completion",
+        "prompt-type",
+        "dolly-no-response",
+        "qa-no-question",
+    ],
+)
+def test_new_shapes_reject_with_file_line_and_reason(tmp_path, record, reason, detail):
+    """Each new shape's bad records are listed in rejects.jsonl with the file, the line and what to fix."""
+    src = write_jsonl(tmp_path / "in.jsonl", [qa(1), record, qa(2)])
+    prepare(str(src), tmp_path / "out", PrepareOptions(eval_fraction=0.0, max_reject_fraction=0.5))
+    (reject,) = read_rejects(tmp_path / "out")
+    assert (reject["source"], reject["line"], reject["reason"]) == (str(src), 2, reason)
+    assert detail in reject["detail"]

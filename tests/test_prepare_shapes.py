@@ -199,7 +199,7 @@ def test_glob_over_several_files_counts_shapes(tmp_path):
     assert stats["records"] == 6
     assert stats["shapes"] == {
         "messages": 1,
-        "topic_question_answer": 3,
+        "question_answer": 3,
         "instruction_input_output": 1,
         "prompt_completion": 1,
     }
@@ -223,3 +223,160 @@ def test_directory_input(tmp_path):
     result = prepare(str(data), tmp_path / "out", NO_EVAL)
     assert result.stats["records"] == 2
     assert len(all_rows(tmp_path / "out")) == 2
+
+
+def test_question_answer_needs_no_topic(tmp_path):
+    """The plainest Q&A file: no topic, so the question is the user's turn as written; a blank topic is no topic."""
+    src = write_jsonl(
+        tmp_path / "in.jsonl",
+        [
+            {"question": "What is 2 + 2?", "answer": "4."},
+            {"topic": " ", "question": "Capital of France?", "answer": "Paris."},
+        ],
+    )
+    result = prepare(str(src), tmp_path / "out", NO_EVAL)
+    assert conversations(tmp_path / "out") == [
+        [user("What is 2 + 2?"), assistant("4.")],
+        [user("Capital of France?"), assistant("Paris.")],
+    ]
+    assert result.stats["shapes"] == {"question_answer": 2} and result.stats["rejected"] == 0
+
+
+def test_dolly_context_joins_the_instruction_when_not_empty(tmp_path):
+    """databricks-dolly-15k's shape: a non-empty context follows the instruction after a blank line."""
+    src = write_jsonl(
+        tmp_path / "in.jsonl",
+        [
+            {"instruction": "Summarise.", "context": "A long text.", "response": "Short.", "category": "summarization"},
+            {"instruction": "Name a knot.", "context": "", "response": "Bowline.", "category": "open_qa"},
+        ],
+    )
+    result = prepare(str(src), tmp_path / "out", NO_EVAL)
+    assert conversations(tmp_path / "out") == [
+        [user("Summarise.\n\nA long text."), assistant("Short.")],
+        [user("Name a knot."), assistant("Bowline.")],
+    ]
+    assert result.stats["shapes"] == {"instruction_context_response": 2}
+
+
+def test_sharegpt_speakers_become_roles(tmp_path):
+    """ShareGPT's human/user, gpt/assistant and system speakers map onto chat roles, turn by turn."""
+    src = write_jsonl(
+        tmp_path / "in.jsonl",
+        [
+            {
+                "id": "a1",
+                "conversations": [
+                    {"from": "system", "value": "Be brief."},
+                    {"from": "human", "value": "Hi"},
+                    {"from": "gpt", "value": "Hello."},
+                    {"from": "user", "value": "Bye"},
+                    {"from": "assistant", "value": "Goodbye."},
+                ],
+            }
+        ],
+    )
+    result = prepare(str(src), tmp_path / "out", NO_EVAL)
+    assert conversations(tmp_path / "out") == [
+        [system("Be brief."), user("Hi"), assistant("Hello."), user("Bye"), assistant("Goodbye.")]
+    ]
+    assert result.stats["shapes"] == {"sharegpt": 1}
+
+
+def test_trl_conversational_prompt_completion_is_one_conversation(tmp_path):
+    """TRL's conversational prompt/completion: the prompt's messages, then the completion's."""
+    src = write_jsonl(
+        tmp_path / "in.jsonl",
+        [
+            {"prompt": [system("Be brief."), user("Ping?")], "completion": [assistant("Pong.")]},
+            {"prompt": [user("Colour of the sky?")], "completion": [assistant("Blue.")]},
+        ],
+    )
+    result = prepare(str(src), tmp_path / "out", NO_EVAL)
+    assert conversations(tmp_path / "out") == [
+        [system("Be brief."), user("Ping?"), assistant("Pong.")],
+        [user("Colour of the sky?"), assistant("Blue.")],
+    ]
+    assert result.stats["shapes"] == {"prompt_completion_messages": 2}
+
+
+def test_openai_messages_with_names_and_extra_keys(tmp_path):
+    """OpenAI chat records: a message's name and the record's other keys are ignored, the turns kept."""
+    message = {"role": "user", "content": "Who wrote it?", "name": "ann"}
+    src = write_jsonl(
+        tmp_path / "in.jsonl",
+        [{"messages": [message, assistant("Me.")], "id": 7, "metadata": {"source": "x"}}],
+    )
+    prepare(str(src), tmp_path / "out", NO_EVAL)
+    assert conversations(tmp_path / "out") == [[user("Who wrote it?"), assistant("Me.")]]
+
+
+def test_every_shape_in_one_file_on_both_parse_paths(tmp_path):
+    """A file mixing every shape (the line-by-line parser) gives the same conversations as one file per shape
+    (pyarrow's fast path, also for the conversational prompt/completion, whose lists the fast path reads on a
+    second try)."""
+    records = [
+        {"question": "q1", "answer": "a1"},
+        {"instruction": "i2", "input": "x2", "output": "o2"},
+        {"instruction": "i3", "context": "c3", "response": "r3"},
+        {"prompt": "p4", "completion": "c4"},
+        {"prompt": [user("p5")], "completion": [assistant("c5")]},
+        {"messages": [user("u6"), assistant("a6")]},
+        {"conversations": [{"from": "human", "value": "u7"}, {"from": "gpt", "value": "a7"}]},
+    ]
+    prepare(str(write_jsonl(tmp_path / "mixed.jsonl", records)), tmp_path / "mixed", NO_EVAL)
+    one_by_one = []
+    for index, record in enumerate(records):
+        prepare(str(write_jsonl(tmp_path / f"{index}.jsonl", [record])), tmp_path / f"out{index}", NO_EVAL)
+        one_by_one += conversations(tmp_path / f"out{index}")
+    assert conversations(tmp_path / "mixed") == one_by_one
+    assert len(one_by_one) == 7
+
+
+def test_field_map_reads_a_file_with_its_own_column_names(tmp_path):
+    """Seed 003's {input, trace, answer} records: field_map {"question": "input"} reads them as Q&A; the mapped
+    column is no longer Alpaca's input, and the unmapped trace is ignored. The CLI takes --field-map."""
+    src = write_jsonl(
+        tmp_path / "in.jsonl",
+        [
+            {"input": "Why is the sky blue?", "trace": "t1", "answer": "Rayleigh scattering."},
+            {"input": "2 + 2?", "trace": "t2", "answer": "4"},
+        ],
+    )
+    result = run_cli(
+        "--input", src, "--output-dir", tmp_path / "out", "--eval-fraction", "0", "--field-map", '{"question": "input"}'
+    )
+    assert result.returncode == 0, result.stderr
+    assert conversations(tmp_path / "out") == [
+        [user("Why is the sky blue?"), assistant("Rayleigh scattering.")],
+        [user("2 + 2?"), assistant("4")],
+    ]
+    assert read_stats(tmp_path / "out")["options"]["field_map"] == '{"question": "input"}'
+
+
+def test_field_map_naming_a_column_no_record_has_is_refused(tmp_path):
+    """A misspelt column would otherwise reject every record as missing a field; it is named instead, and
+    nothing is written."""
+    src = write_jsonl(tmp_path / "in.jsonl", [{"input": "q", "answer": "a"}])
+    result = run_cli("--input", src, "--output-dir", tmp_path / "out", "--field-map", '{"question": "Input"}')
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    message = " ".join(result.stderr.split())
+    assert "field_map reads question -> Input, but no record of" in message and "no record" in message
+    assert "case-sensitive" in message
+    assert not any((tmp_path / "out").glob("*.parquet"))
+
+
+@pytest.mark.parametrize(
+    ("field_map", "problem"),
+    [
+        ('{"quesiton": "input"}', "maps 'quesiton', which are not fields we read"),
+        ('{"question": "a", "answer": "a"}', "maps several fields to the column 'a'"),
+        ('["question"]', "must be a JSON object"),
+        ('{"question": }', "is not valid JSON"),
+    ],
+)
+def test_a_malformed_field_map_is_refused_before_any_work(tmp_path, field_map, problem):
+    src = write_jsonl(tmp_path / "in.jsonl", [{"input": "q", "answer": "a"}])
+    result = run_cli("--input", src, "--output-dir", tmp_path / "out", "--field-map", field_map)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert problem in " ".join(result.stderr.split()) and not (tmp_path / "out").exists()

@@ -94,7 +94,7 @@ def test_preparing_it_yields_no_rejects_and_no_duplicates(tmp_path, records):
     assert stats["records"] == len(records)
     assert stats["rejected"] == 0 and stats["duplicates"] == 0 and stats["blank_lines"] == 0
     assert read_rejects(tmp_path / "out") == []
-    assert stats["shapes"] == {"topic_question_answer": len(records)}
+    assert stats["shapes"] == {"question_answer": len(records)}
     assert stats["rows"]["train"] + stats["rows"]["eval"] == len(records) == len(all_rows(tmp_path / "out"))
     assert stats["rows"]["eval"] >= 15
 

@@ -16,10 +16,13 @@ import pyarrow.compute as pc
 
 from components.dataprep.schema import (
     ACCEPTED_SHAPES_HINT,
+    CONVERSATION_SHAPES,
     MESSAGE_TYPE,
+    MESSAGES_TYPE,
     REQUIRED_FIELDS,
     ROLES,
     SHAPE_MARKERS,
+    SHAREGPT_ROLES,
     Reason,
     Shape,
 )
@@ -29,6 +32,13 @@ from components.dataprep.schema import (
 # boundaries unambiguous for any realistic text.
 _FIELD_SEP, _MESSAGE_SEP, _ROW_END = "\x1f", "\x1e", "\x1d"
 _NO_SHAPE = -1
+_PROMPT_COMPLETION_LISTS = CONVERSATION_SHAPES[Shape.PROMPT_COMPLETION_MESSAGES]
+# The optional field of a flat shape that, when not blank, joins the user's turn.
+OPTIONAL_FIELDS = {
+    Shape.QUESTION_ANSWER: "topic",
+    Shape.INSTRUCTION_INPUT_OUTPUT: "input",
+    Shape.INSTRUCTION_CONTEXT_RESPONSE: "context",
+}
 
 
 @dataclass
@@ -57,16 +67,20 @@ def normalise(table: pa.Table, system_prompt: str) -> tuple[Normalised, list[Row
     valid = {name: _as_bool(pc.is_valid(array)) for name, array in columns.items()}
     shape = _detect_shapes(valid, table.num_rows)
     reason = np.where(shape == _NO_SHAPE, Reason.UNKNOWN_SHAPE, Reason.OK).astype(np.int8)
+    columns["messages"] = _unified_conversations(columns, shape)
     _check_flat_fields(columns, valid, shape, reason)
-    _check_conversations(columns["messages"], shape == Shape.MESSAGES, reason)
+    for name in _PROMPT_COMPLETION_LISTS:  # a conversational record needs both of its lists
+        reason[(shape == Shape.PROMPT_COMPLETION_MESSAGES) & ~valid[name] & (reason == Reason.OK)] = (
+            Reason.MISSING_FIELD
+        )
+    _check_conversations(columns["messages"], np.isin(shape, list(CONVERSATION_SHAPES)), reason)
 
     accepted = np.flatnonzero(reason == Reason.OK)
-    problems = [
-        RowProblem(
-            int(row), Reason(int(reason[row])), _describe(Reason(int(reason[row])), table.slice(row, 1).to_pylist()[0])
-        )
-        for row in np.flatnonzero(reason != Reason.OK)
-    ]
+    problems = []
+    for row in np.flatnonzero(reason != Reason.OK).tolist():
+        record, code = table.slice(row, 1).to_pylist()[0], Reason(int(reason[row]))
+        messages = columns["messages"][row].as_py()
+        problems.append(RowProblem(row, code, _describe(code, record, int(shape[row]), messages)))
     conversations = _conversations(columns, shape, accepted)
     flat_roles, flat_contents = _flat_fields(conversations)
     offsets = np.asarray(conversations.offsets)
@@ -105,11 +119,65 @@ def _non_blank(array: pa.Array) -> np.ndarray:
 def _detect_shapes(valid: dict[str, np.ndarray], rows: int) -> np.ndarray:
     """The first shape whose marker fields a row has, in priority order."""
     shape = np.full(rows, _NO_SHAPE, dtype=np.int8)
-    shape[valid["messages"]] = Shape.MESSAGES
     for candidate, markers in SHAPE_MARKERS.items():
         present = np.logical_or.reduce([valid[name] for name in markers])
         shape[(shape == _NO_SHAPE) & present] = candidate
     return shape
+
+
+def _unified_conversations(columns: dict[str, pa.Array], shape: np.ndarray) -> pa.ListArray:
+    """Every conversation-shaped row as role/content ``messages`` (null for flat rows), in row order.
+
+    ShareGPT turns get our role names (an unknown speaker keeps its own, which the role check then
+    rejects); TRL's conversational prompt and completion become one conversation. From here on the
+    three conversation shapes are checked and written alike.
+    """
+    sharegpt = np.flatnonzero(shape == Shape.SHAREGPT)
+    prompt_completion = np.flatnonzero(shape == Shape.PROMPT_COMPLETION_MESSAGES)
+    if not len(sharegpt) and not len(prompt_completion):
+        return columns["messages"]
+    others = np.flatnonzero((shape != Shape.SHAREGPT) & (shape != Shape.PROMPT_COMPLETION_MESSAGES))
+    parts = [pc.take(columns["messages"], pa.array(others))]
+    if len(sharegpt):
+        parts.append(_from_sharegpt(pc.take(columns["conversations"], pa.array(sharegpt))))
+    if len(prompt_completion):
+        take = pa.array(prompt_completion)
+        prompts, completions = (pc.take(columns[name], take) for name in _PROMPT_COMPLETION_LISTS)
+        parts.append(_joined_lists(prompts, completions))
+    combined = pa.concat_arrays([part.cast(MESSAGES_TYPE) for part in parts])
+    order = np.concatenate([others, sharegpt, prompt_completion])
+    return combined.take(pa.array(np.argsort(order, kind="stable")))
+
+
+def _from_sharegpt(turns: pa.ListArray) -> pa.ListArray:
+    """ShareGPT ``{from, value}`` turns as ``{role, content}`` messages."""
+    turns = pc.fill_null(turns, pa.scalar([], turns.type))
+    flat = turns.flatten()
+    speakers, values = flat.field("from"), flat.field("value")
+    known = pc.index_in(speakers, value_set=pa.array(list(SHAREGPT_ROLES)))
+    roles = pc.coalesce(pc.take(pa.array(list(SHAREGPT_ROLES.values())), known), speakers)
+    messages = pa.StructArray.from_arrays([roles, values], fields=list(MESSAGE_TYPE), mask=flat.is_null())
+    offsets = np.asarray(turns.offsets) - turns.offsets[0].as_py()
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), messages)
+
+
+def _joined_lists(first: pa.ListArray, second: pa.ListArray) -> pa.ListArray:
+    """Row by row, the items of ``first`` followed by those of ``second`` (a null list counts as empty)."""
+    first, second = (pc.fill_null(part, pa.scalar([], part.type)) for part in (first, second))
+    first_offsets, second_offsets = (np.asarray(part.offsets, dtype=np.int64) for part in (first, second))
+    first_lengths, second_lengths = np.diff(first_offsets), np.diff(second_offsets)
+    first_values, second_values = first.flatten(), second.flatten()
+    offsets = np.concatenate([[0], np.cumsum(first_lengths + second_lengths)])
+    row = np.repeat(np.arange(len(first)), first_lengths + second_lengths)
+    position = np.arange(offsets[-1]) - offsets[row]
+    in_first = position < first_lengths[row]
+    index = np.where(
+        in_first,
+        first_offsets[row] - first_offsets[0] + position,
+        len(first_values) + second_offsets[row] - second_offsets[0] + position - first_lengths[row],
+    )
+    values = pc.take(pa.concat_arrays([first_values, second_values]), pa.array(index))
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), values)
 
 
 def _check_flat_fields(
@@ -169,12 +237,11 @@ def _conversations(columns: dict[str, pa.Array], shape: np.ndarray, accepted: np
         if not len(rows):
             continue
         take = pa.array(rows)
-        if candidate == Shape.MESSAGES:
+        if candidate in CONVERSATION_SHAPES:
             parts.append(pc.take(columns["messages"], take))
         else:
-            user, assistant = _turns(
-                candidate, {name: pc.take(columns[name], take) for name in REQUIRED_FIELDS[candidate] + ("input",)}
-            )
+            names = REQUIRED_FIELDS[candidate] + ((OPTIONAL_FIELDS[candidate],) if candidate in OPTIONAL_FIELDS else ())
+            user, assistant = _turns(candidate, {name: pc.take(columns[name], take) for name in names})
             parts.append(_user_assistant_lists(user, assistant))
         order.append(rows)
     if not parts:
@@ -185,12 +252,15 @@ def _conversations(columns: dict[str, pa.Array], shape: np.ndarray, accepted: np
 
 def _turns(shape: Shape, fields: dict[str, pa.Array]) -> tuple[pa.Array, pa.Array]:
     """User and assistant text of a flat record shape."""
-    if shape == Shape.TOPIC_QUESTION_ANSWER:
-        return pc.binary_join_element_wise("For ", fields["topic"], ", ", fields["question"], ""), fields["answer"]
-    if shape == Shape.INSTRUCTION_INPUT_OUTPUT:
-        has_input = pa.array(_non_blank(fields["input"]))
-        with_input = pc.binary_join_element_wise(fields["instruction"], fields["input"], "\n\n")
-        return pc.if_else(has_input, with_input, fields["instruction"]), fields["output"]
+    if shape == Shape.QUESTION_ANSWER:
+        has_topic = pa.array(_non_blank(fields["topic"]))
+        with_topic = pc.binary_join_element_wise("For ", fields["topic"], ", ", fields["question"], "")
+        return pc.if_else(has_topic, with_topic, fields["question"]), fields["answer"]
+    if shape in (Shape.INSTRUCTION_INPUT_OUTPUT, Shape.INSTRUCTION_CONTEXT_RESPONSE):
+        extra = fields[OPTIONAL_FIELDS[shape]]
+        joined = pc.binary_join_element_wise(fields["instruction"], extra, "\n\n")
+        answer = fields["output" if shape == Shape.INSTRUCTION_INPUT_OUTPUT else "response"]
+        return pc.if_else(pa.array(_non_blank(extra)), joined, fields["instruction"]), answer
     return fields["prompt"], fields["completion"]
 
 
@@ -232,37 +302,49 @@ def _content_keys(conversations: pa.ListArray, roles: pa.Array, contents: pa.Arr
     return pc.binary_join_element_wise(joined, _ROW_END, "")
 
 
-def _describe(reason: Reason, record: dict) -> str:
-    """A precise, human explanation for one rejected row."""
+def _describe(reason: Reason, record: dict, shape: int, messages: list[dict | None] | None) -> str:
+    """A precise, human explanation for one rejected row (``messages``: its turns as role/content)."""
     if reason == Reason.UNKNOWN_SHAPE:
         return f"the record has none of the expected fields; expected {ACCEPTED_SHAPES_HINT}"
-    messages = record.get("messages")
-    if messages is not None:
-        return _describe_conversation(reason, messages)
-    for shape, required in REQUIRED_FIELDS.items():
-        if any(record.get(name) is not None for name in SHAPE_MARKERS[shape]):
-            for name in required:
-                value = record.get(name)
-                if value is None and reason == Reason.MISSING_FIELD:
-                    return f"field '{name}' is missing or null (required: {', '.join(required)})"
-                if value is not None and not value.strip() and reason == Reason.BLANK_FIELD:
-                    return f"field '{name}' is blank"
+    if shape == Shape.PROMPT_COMPLETION_MESSAGES and reason == Reason.MISSING_FIELD:
+        for name in _PROMPT_COMPLETION_LISTS:
+            if record.get(name) is None:
+                key = name.removesuffix("_messages")
+                return (
+                    f"field '{key}' is missing or null (a conversational record needs a prompt and a completion list)"
+                )
+    if shape in CONVERSATION_SHAPES:
+        return _describe_conversation(reason, messages or [], sharegpt=shape == Shape.SHAREGPT)
+    required = REQUIRED_FIELDS[Shape(shape)]
+    for name in required:
+        value = record.get(name)
+        if value is None and reason == Reason.MISSING_FIELD:
+            return f"field '{name}' is missing or null (required: {', '.join(required)})"
+        if value is not None and not value.strip() and reason == Reason.BLANK_FIELD:
+            return f"field '{name}' is blank"
     return reason.label.replace("_", " ")
 
 
-def _describe_conversation(reason: Reason, messages: list[dict | None]) -> str:
+def _describe_conversation(reason: Reason, messages: list[dict | None], sharegpt: bool) -> str:
+    turn, role_key, content_key = ("turn", "from", "value") if sharegpt else ("message", "role", "content")
     if reason == Reason.EMPTY_CONVERSATION:
-        return "'messages' is an empty list; it needs at least a user and an assistant turn"
+        field = "conversations" if sharegpt else "messages"
+        return f"'{field}' is an empty list; it needs at least a user and an assistant turn"
     for index, message in enumerate(messages, start=1):
         message = message or {}
         role, content = message.get("role"), message.get("content")
         if reason == Reason.MISSING_FIELD and (role is None or content is None):
-            return f"message {index} has no '{'role' if role is None else 'content'}'"
+            return f"{turn} {index} has no '{role_key if role is None else content_key}'"
         if reason == Reason.UNKNOWN_ROLE and role not in ROLES:
+            if sharegpt:
+                return (
+                    f"turn {index} has from {json.dumps(role)}; ShareGPT speakers must be human, gpt or system "
+                    "(user and assistant are accepted too)"
+                )
             return f"message {index} has role {json.dumps(role)}; roles must be system, user or assistant"
         if reason == Reason.BLANK_FIELD and content is not None and not content.strip():
-            return f"message {index} ({role}) has blank content"
+            return f"{turn} {index} ({role}) has blank {content_key}"
     if reason == Reason.NOT_ENDING_WITH_ASSISTANT:
         last = (messages[-1] or {}).get("role")
-        return f"the conversation ends with a {json.dumps(last)} turn; the last message must be the assistant's answer"
+        return f"the conversation ends with a {json.dumps(last)} turn; the last {turn} must be the assistant's answer"
     return reason.label.replace("_", " ")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from common.cli_options import option
 from common.errors import UserError
+from components.dataprep.field_map import field_map_problem
 
 MAX_SEED = 2**64  # the content hash's salt is an unsigned 64-bit integer
 
@@ -48,6 +49,11 @@ class PrepareOptions:
         normalise=fraction,
     )
     system_prompt: str = option("", "System message prepended to conversations that have none. Empty adds none.")
+    field_map: str = option(
+        "",
+        'JSON object mapping our field names to the file\'s own column names, e.g. {"question": "input", "answer": '
+        '"answer"}, so a file with other names reads as one of the accepted shapes. Empty: the names as they are.',
+    )
 
     def __post_init__(self) -> None:
         found = option_problems(self)
@@ -71,4 +77,7 @@ def option_problems(options: PrepareOptions) -> dict[str, str]:
             "is only whitespace, which would add a blank system turn to every conversation; "
             "pass real text, or an empty string for no system prompt"
         )
+    problem = field_map_problem(options.field_map)
+    if problem:
+        problems["field_map"] = problem
     return problems

@@ -9,6 +9,11 @@ UTF-8, reads ``{...} {...}`` on one line as two rows, and crashes (SIGSEGV) on a
 top-level ``null``, so a chunk only takes the fast path when it is valid UTF-8
 and every non-blank line starts with ``{``. Clean data stays on the fast path;
 bad lines still get an exact file and line number.
+
+TRL's conversational prompt/completion puts message lists where the plain shape
+has strings, so a chunk whose fast parse fails is tried once more with those
+keys read as lists before falling back. ``field_map`` renames columns on both
+paths: the parsed table always has our field names (``RAW_SCHEMA``).
 """
 
 from __future__ import annotations
@@ -23,11 +28,19 @@ import pyarrow as pa
 import pyarrow.json as pajson
 
 from components.dataprep.chunks import Chunk
-from components.dataprep.schema import RAW_SCHEMA, STRING_FIELDS, Reason
+from components.dataprep.field_map import FieldMap
+from components.dataprep.schema import (
+    CONVERSATIONAL_FIELDS,
+    JSON_FIELDS,
+    RAW_SCHEMA,
+    STRING_FIELDS,
+    Reason,
+)
 
 _READ_OPTIONS = pajson.ReadOptions(use_threads=True, block_size=4 << 20)
-_PARSE_OPTIONS = pajson.ParseOptions(explicit_schema=RAW_SCHEMA, unexpected_field_behavior="ignore")
 EXCERPT_CHARS = 300
+# The keys of each list field's items, for the line-by-line type check.
+_ITEM_KEYS = {"messages": ("role", "content"), "conversations": ("from", "value")}
 
 
 @dataclass(frozen=True)
@@ -61,6 +74,7 @@ class ParsedChunk:
     lines: np.ndarray  # 1-based line number of each table row
     rejects: list[Reject] = field(default_factory=list)
     blank_lines: int = 0
+    mapped_columns_seen: frozenset[str] = frozenset()  # field_map columns some record of the chunk has
 
     def batches(self) -> Iterator[tuple[pa.Table, np.ndarray]]:
         """The rows in pyarrow's own record batches (a few MiB each), with their line numbers.
@@ -80,19 +94,56 @@ def excerpt(raw: bytes | str) -> str:
     return text if len(text) <= EXCERPT_CHARS else text[:EXCERPT_CHARS] + "…"
 
 
-def parse_chunk(chunk: Chunk) -> ParsedChunk:
+def parse_chunk(chunk: Chunk, fields: FieldMap = FieldMap()) -> ParsedChunk:
     """Parse ``chunk``, on pyarrow's fast path when the chunk allows it."""
     expected = _object_lines(chunk)
     if expected is None or not _is_utf8(chunk.data):
-        return _parse_lines(chunk)
+        return _parse_lines(chunk, fields)
     numbers, blank = expected
-    try:
-        table = pajson.read_json(io.BytesIO(chunk.data), read_options=_READ_OPTIONS, parse_options=_PARSE_OPTIONS)
-    except (pa.ArrowInvalid, UnicodeDecodeError):
-        return _parse_lines(chunk)
-    if table.num_rows != len(numbers):  # e.g. two objects on one line
-        return _parse_lines(chunk)
-    return ParsedChunk(table, numbers, blank_lines=blank)
+    for conversational in (False, True):
+        try:
+            read = pajson.read_json(
+                io.BytesIO(chunk.data), read_options=_READ_OPTIONS, parse_options=_parse_options(fields, conversational)
+            )
+        except (pa.ArrowInvalid, UnicodeDecodeError):
+            continue
+        if read.num_rows != len(numbers):  # e.g. two objects on one line
+            break
+        seen = frozenset(column for column in fields.mapped_columns if read.column(column).null_count < read.num_rows)
+        return ParsedChunk(
+            _raw_table(read, fields, conversational), numbers, blank_lines=blank, mapped_columns_seen=seen
+        )
+    return _parse_lines(chunk, fields)
+
+
+def _source(name: str, fields: FieldMap, conversational: bool) -> str | None:
+    """The file's column read into the raw field ``name``, with prompt/completion read as lists or strings."""
+    plain = {raw: key for key, raw in CONVERSATIONAL_FIELDS.items()}
+    if name in plain:
+        return fields.column(plain[name]) if conversational else None
+    if name in CONVERSATIONAL_FIELDS and conversational:
+        return None
+    return fields.column(name)
+
+
+def _parse_options(fields: FieldMap, conversational: bool) -> pajson.ParseOptions:
+    schema = pa.schema(
+        [
+            (_source(name, fields, conversational), RAW_SCHEMA.field(name).type)
+            for name in RAW_SCHEMA.names
+            if _source(name, fields, conversational)
+        ]
+    )
+    return pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+
+
+def _raw_table(read: pa.Table, fields: FieldMap, conversational: bool) -> pa.Table:
+    """``read`` (the file's column names) as ``RAW_SCHEMA`` (ours), with the fields it lacks null."""
+    columns = []
+    for raw in RAW_SCHEMA:
+        source = _source(raw.name, fields, conversational)
+        columns.append(read.column(source) if source else pa.chunked_array([pa.nulls(read.num_rows, raw.type)]))
+    return pa.Table.from_arrays(columns, schema=RAW_SCHEMA)
 
 
 def _object_lines(chunk: Chunk) -> tuple[np.ndarray, int] | None:
@@ -139,11 +190,12 @@ def split_lines(data: bytes) -> list[bytes]:
     return lines
 
 
-def _parse_lines(chunk: Chunk) -> ParsedChunk:
+def _parse_lines(chunk: Chunk, fields: FieldMap) -> ParsedChunk:
     """Exact per-line parse: every bad line becomes a ``Reject`` with its line number."""
     rows: list[dict] = []
     numbers: list[int] = []
     rejects: list[Reject] = []
+    seen: set[str] = set()
     blank = 0
     for offset, raw in enumerate(split_lines(chunk.data)):
         if not raw.strip():
@@ -151,6 +203,7 @@ def _parse_lines(chunk: Chunk) -> ParsedChunk:
             continue
         line = chunk.first_line + offset
         problem = None
+        row: dict = {}
         try:
             record = json.loads(raw.decode("utf-8"))
         except UnicodeDecodeError as error:
@@ -164,28 +217,43 @@ def _parse_lines(chunk: Chunk) -> ParsedChunk:
             if not isinstance(record, dict):
                 problem = (Reason.NOT_AN_OBJECT, f"the line holds a JSON {_json_type(record)}, not an object")
             else:
-                type_problem = _type_problem(record)
+                seen.update(column for column in fields.mapped_columns if record.get(column) is not None)
+                row = _raw_row(record, fields)
+                type_problem = _type_problem(row, fields)
                 if type_problem:
                     problem = (Reason.WRONG_TYPE, type_problem)
-                elif b"\\u" in raw and _has_lone_surrogate(record):
+                elif b"\\u" in raw and _has_lone_surrogate(row):
                     problem = (Reason.INVALID_JSON, "a \\u escape is an unpaired surrogate, which is not valid Unicode")
         if problem:
             rejects.append(Reject(chunk.source, line, problem[0], problem[1], excerpt(raw)))
             continue
-        rows.append({name: record.get(name) for name in RAW_SCHEMA.names})
+        rows.append(row)
         numbers.append(line)
     table = pa.Table.from_pylist(rows, schema=RAW_SCHEMA)
-    return ParsedChunk(table, np.asarray(numbers, dtype=np.int64), rejects, blank)
+    return ParsedChunk(table, np.asarray(numbers, dtype=np.int64), rejects, blank, frozenset(seen))
 
 
-def _has_lone_surrogate(record: dict) -> bool:
+def _raw_row(record: dict, fields: FieldMap) -> dict:
+    """The record's fields under our names; a prompt or completion that is a list is TRL's conversational one."""
+    row = {name: None for name in RAW_SCHEMA.names}
+    for name in JSON_FIELDS:
+        column = fields.column(name)
+        value = record.get(column) if column else None
+        if name in CONVERSATIONAL_FIELDS and isinstance(value, list):
+            row[CONVERSATIONAL_FIELDS[name]] = value
+        else:
+            row[name] = value
+    return row
+
+
+def _has_lone_surrogate(row: dict) -> bool:
     """Whether a kept string holds an unpaired surrogate (json.loads allows them; UTF-8 and Arrow do not)."""
-    values = [record.get(name) for name in STRING_FIELDS]
-    for message in record.get("messages") or ():
-        if message is not None:
-            values += [message.get("role"), message.get("content")]
+    values = [row.get(name) for name in STRING_FIELDS]
+    for name in RAW_SCHEMA.names:
+        if isinstance(row.get(name), list):
+            values += [value for item in row[name] if isinstance(item, dict) for value in item.values()]
     for value in values:
-        if value is not None:
+        if isinstance(value, str):
             try:
                 value.encode("utf-8")
             except UnicodeEncodeError:
@@ -193,26 +261,39 @@ def _has_lone_surrogate(record: dict) -> bool:
     return False
 
 
-def _type_problem(record: dict) -> str | None:
-    """Describe the first field whose JSON type is wrong, or None."""
+def _type_problem(row: dict, fields: FieldMap) -> str | None:
+    """Describe the first field whose JSON type is wrong, or None (naming the file's own column)."""
     for name in STRING_FIELDS:
-        value = record.get(name)
+        value = row.get(name)
         if value is not None and not isinstance(value, str):
-            return f"field '{name}' is a JSON {_json_type(value)}; it must be a string"
-    messages = record.get("messages")
-    if messages is None:
-        return None
-    if not isinstance(messages, list):
-        return f"field 'messages' is a JSON {_json_type(messages)}; it must be a list of {{role, content}} objects"
-    for index, message in enumerate(messages, start=1):
-        if message is None:
-            continue  # a null message lacks role and content: missing_field, as on the fast path
-        if not isinstance(message, dict):
-            return f"message {index} is a JSON {_json_type(message)}; it must be an object with 'role' and 'content'"
-        for key in ("role", "content"):
-            value = message.get(key)
-            if value is not None and not isinstance(value, str):
-                return f"message {index} has a JSON {_json_type(value)} as '{key}'; it must be a string"
+            shapes = "a string or a list of messages" if name in CONVERSATIONAL_FIELDS else "a string"
+            return f"field '{fields.column(name)}' is a JSON {_json_type(value)}; it must be {shapes}"
+    lists = {
+        "messages": "messages",
+        "conversations": "conversations",
+        **{v: k for k, v in CONVERSATIONAL_FIELDS.items()},
+    }
+    for name, shown in lists.items():
+        items = row.get(name)
+        if items is None:
+            continue
+        keys = _ITEM_KEYS.get(name, _ITEM_KEYS["messages"])
+        column = fields.column(shown)
+        if not isinstance(items, list):
+            return f"field '{column}' is a JSON {_json_type(items)}; it must be a list of {{{', '.join(keys)}}} objects"
+        turn = "turn" if name == "conversations" else "message"
+        for index, item in enumerate(items, start=1):
+            if item is None:
+                continue  # a null item lacks both keys: missing_field, as on the fast path
+            if not isinstance(item, dict):
+                return (
+                    f"{turn} {index} is a JSON {_json_type(item)}; it must be an object with "
+                    f"{' and '.join(map(repr, keys))}"
+                )
+            for key in keys:
+                value = item.get(key)
+                if value is not None and not isinstance(value, str):
+                    return f"{turn} {index} has a JSON {_json_type(value)} as '{key}'; it must be a string"
     return None
 
 

@@ -26,6 +26,7 @@ from common.errors import UserError
 from common.run_layout import DATA_STATS, EVAL_SPLIT, REJECTS, TRAIN_SPLIT
 from components.dataprep.chunks import Chunk, read_chunks, resolve_inputs
 from components.dataprep.dedup import SeenHashes, content_hashes, eval_mask
+from components.dataprep.field_map import FieldMap
 from components.dataprep.lengths import LengthHistogram
 from components.dataprep.normalise import normalise
 from components.dataprep.options import PrepareOptions
@@ -71,11 +72,13 @@ class _Tally:
     conversation_chars: LengthHistogram = field(default_factory=LengthHistogram)
     response_chars: LengthHistogram = field(default_factory=LengthHistogram)
     first_reject: Reject | None = None
+    mapped_columns_seen: set[str] = field(default_factory=set)
 
 
 def prepare(inputs: str, output_dir: Path, options: PrepareOptions = PrepareOptions()) -> PrepareResult:
     """Run the stage; raise ``UserError`` (outputs untouched) when the input is unusable."""
     files = resolve_inputs(inputs)
+    fields = FieldMap.parse(options.field_map)  # validated with the options
     output_dir = Path(output_dir)
     tally = _Tally()
     seen = SeenHashes()
@@ -83,7 +86,8 @@ def prepare(inputs: str, output_dir: Path, options: PrepareOptions = PrepareOpti
     with staging_dir(output_dir) as stage:
         writers = {name: _parquet_writer(stage.file(name)) for name in digests}
         with open(stage.file(REJECTS), "w", encoding="utf-8") as rejects_out:
-            for chunk, parsed in _parsed_ahead(files):
+            for chunk, parsed in _parsed_ahead(files, fields):
+                tally.mapped_columns_seen |= parsed.mapped_columns_seen
                 chunk_rejects = list(parsed.rejects)
                 tally.records += parsed.table.num_rows + len(parsed.rejects)
                 tally.blank_lines += parsed.blank_lines
@@ -107,6 +111,7 @@ def prepare(inputs: str, output_dir: Path, options: PrepareOptions = PrepareOpti
         for writer in writers.values():
             writer.close()
         stats = _stats(files, options, tally, digests)
+        _check_mapped_columns(files, fields, tally)
         _check_usable(files, stats, options, tally, stage)
         (stage.file(DATA_STATS)).write_text(json.dumps(stats, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         (output_dir / FAILED_REJECTS_FILE).unlink(missing_ok=True)
@@ -114,7 +119,7 @@ def prepare(inputs: str, output_dir: Path, options: PrepareOptions = PrepareOpti
     return PrepareResult(output_dir, stats)
 
 
-def _parsed_ahead(files: list[Path]) -> Iterator[tuple[Chunk, ParsedChunk]]:
+def _parsed_ahead(files: list[Path], fields: FieldMap) -> Iterator[tuple[Chunk, ParsedChunk]]:
     """Each chunk with its parse, the next chunk being read and parsed meanwhile.
 
     pyarrow parses without holding the GIL, so on a small machine this overlaps
@@ -124,7 +129,7 @@ def _parsed_ahead(files: list[Path]) -> Iterator[tuple[Chunk, ParsedChunk]]:
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="parse") as pool:
         pending = None
         for chunk in chunks:
-            upcoming = (chunk, pool.submit(parse_chunk, chunk))
+            upcoming = (chunk, pool.submit(parse_chunk, chunk, fields))
             if pending:
                 yield pending[0], pending[1].result()
             pending = upcoming
@@ -209,6 +214,19 @@ def _stats(files: list[Path], options: PrepareOptions, tally: _Tally, digests) -
         },
         "fingerprint": "sha256:" + fingerprint.hexdigest(),
     }
+
+
+def _check_mapped_columns(files: list[Path], fields: FieldMap, tally: _Tally) -> None:
+    """A field_map column that no record has is a misspelt name, not a file of rejects."""
+    missing = [column for column in fields.mapped_columns if column not in tally.mapped_columns_seen]
+    if missing:
+        names = ", ".join(str(path) for path in files)
+        renamed = ", ".join(f"{ours} -> {column}" for ours, column in fields.renamed if column in missing)
+        raise UserError(
+            f"field_map reads {renamed}, but no record of {names} has a column named "
+            f"{' or '.join(map(repr, missing))}. Check the spelling against the file's keys (they are "
+            "case-sensitive). Nothing was written to the output files."
+        )
 
 
 def _check_usable(files, stats: dict, options: PrepareOptions, tally: _Tally, stage) -> None:
