@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 
 from components.dataprep.schema import JSON_FIELDS
 
@@ -42,12 +43,17 @@ class FieldMap:
             raise ValueError(f"maps several fields to the column {taken[0]!r}; each column can be read as one field")
         return cls(tuple(sorted(mapping.items())))
 
+    @cached_property
+    def _columns(self) -> dict[str, str | None]:
+        renamed = dict(self.renamed)
+        return {
+            field: renamed[field] if field in renamed else None if field in renamed.values() else field
+            for field in JSON_FIELDS
+        }
+
     def column(self, field: str) -> str | None:
         """The file's column read as ``field``; None when the map gave that name to another field."""
-        renamed = dict(self.renamed)
-        if field in renamed:
-            return renamed[field]
-        return None if field in renamed.values() else field
+        return self._columns[field]
 
     @property
     def mapped_columns(self) -> tuple[str, ...]:
