@@ -178,6 +178,15 @@ def test_export_writes_a_verified_gguf_and_a_modelfile(runs):
     assert json.loads((export_dir / "verification.json").read_text())["passed"] is True
 
 
+def test_the_exported_gguf_answers_in_the_terminal_chat(runs):
+    """What make run tells the user to try next: python -m gguf_export.chat on the exported GGUF."""
+    _, [(result, run_dir), *_] = runs
+    succeeded(result)
+    (gguf,) = (run_dir / "export").glob("*.gguf")
+    chat = run_module("gguf_export.chat", gguf, "--prompt", "Hello!", "--max-tokens", "16", "--temperature", "0")
+    assert chat.returncode == 0 and chat.stdout.strip() and chat.stderr == "", chat.stderr
+
+
 def test_publish_dry_run_writes_the_upload_folder_and_the_record(runs):
     """Without a repository the publish step writes exactly what it would upload, and records the data fingerprint."""
     output_dir, [(result, run_dir), *_] = runs
