@@ -57,7 +57,11 @@ STAGES = ("data", "train", "evaluate", "export", "publish")
 
 
 def run_pipeline(*args, timeout: float = 1800) -> subprocess.CompletedProcess:
-    return run_module("pipelines.run", *args, timeout=timeout)
+    """``python -m pipelines.run``; the result's ``log`` is the run.log it wrote (every step's full output)."""
+    result = run_module("pipelines.run", *args, timeout=timeout)
+    log = Path(args[list(args).index("--output-dir") + 1]) / "run.log"
+    result.log = log.read_text() if log.is_file() else ""
+    return result
 
 
 def squash(text: str) -> str:
@@ -71,7 +75,7 @@ def run_dirs(output_dir: Path) -> dict[str, Path]:
 
 def executed(result: subprocess.CompletedProcess) -> list[str]:
     """The tasks kfp.local executed, in order."""
-    return re.findall(r"Executing task \W*'([\w-]+)'", re.sub(r"\x1b\[[0-9;]*m", "", result.stdout + result.stderr))
+    return re.findall(r"Executing task \W*'([\w-]+)'", re.sub(r"\x1b\[[0-9;]*m", "", result.log))
 
 
 @pytest.fixture(scope="module")
@@ -122,14 +126,26 @@ def test_whole_pipeline_runs_locally_and_says_where_outputs_went(runs):
         "publish-model",
     ]
     assert f"running pipeline locally; outputs go to {output_dir}" in result.stdout
-    listed = [
-        Path(line.strip())
-        for line in result.stdout.split("pipeline finished; outputs:")[1].splitlines()
-        if line.strip()
-    ]
-    assert all(path.is_file() and output_dir in path.parents for path in listed)
-    for stage in STAGES:
-        assert any(run_dir / stage in path.parents for path in listed), stage
+    assert "local defaults: epochs=1.0" in result.stdout
+    # The terminal shows a line per stage and the summary; the steps' own output is in run.log.
+    for task in executed(result):
+        assert re.search(rf"^  {task} \.\.\. done \(\d+(m \d+)?s\)$", result.stdout, re.MULTILINE), task
+    assert "Streamed logs" not in result.stdout and "Streamed logs" in result.log
+    evaluation = json.loads((run_dir / "evaluate" / "evaluation.json").read_text())
+    base, tuned = evaluation["base"]["eval_loss"], evaluation["fine_tuned"]["eval_loss"]
+    (gguf,) = (run_dir / "export").glob("*.gguf")
+    for fact in (
+        f"run {run_dir.name} ({run_dir})",
+        f"eval loss:  base {base:.3f} -> fine-tuned {tuned:.3f}",
+        f"gate:       passed: {evaluation['gate']['reason']}",
+        f"report:     {run_dir / 'evaluate' / 'report.html'}",
+        f"GGUF:       {gguf}",
+        "llama.cpp:  verification passed",
+        f"Modelfile:  {run_dir / 'export' / 'Modelfile'}",
+        f"model card: {run_dir / 'publish' / 'upload' / 'README.md'} (a dry run: set repo_id to publish)",
+        f"python -m gguf_export.chat {gguf}",
+    ):
+        assert fact in result.stdout, fact
 
     summary = json.loads((run_dir / "train" / "training_summary.json").read_text())
     assert summary["world_size"] == 2 and summary["global_step"] == 2
@@ -149,7 +165,7 @@ def test_data_parameters_reach_the_data_stage(runs):
     assert stats["options"]["seed"] == 7 and stats["options"]["system_prompt"] == "Answer briefly."
     train = read_split(run_dir / "data", "train")
     assert train[0]["messages"][0] == {"role": "system", "content": "Answer briefly."}
-    assert f"fingerprint {stats['fingerprint']}" in result.stdout
+    assert f"fingerprint {stats['fingerprint']}" in result.log
 
 
 def test_evaluation_compares_both_models_on_every_question(runs):
@@ -206,10 +222,9 @@ def test_unchanged_data_skips_training_export_and_publish(runs):
     _, [(first, first_dir), (second, second_dir), _] = runs
     succeeded(second)
     assert executed(second) == ["validate-parameters", "prepare-dataset", "check-data-changed", "report-skipped-2"]
-    assert "data unchanged: training is skipped" in second.stdout
-    assert (
-        "skipped: training, evaluation, export and publish. Why: the prepared data has the fingerprint" in second.stdout
-    )
+    assert "data unchanged: training is skipped" in second.log
+    assert "training:   not run: the data has not changed since the last publish" in second.stdout
+    assert "skipped: training, evaluation, export and publish. Why: the prepared data has the fingerprint" in second.log
     assert sorted(path.name for path in second_dir.iterdir()) == ["data"]
     # The runs share the workspace without touching each other's files.
     assert read_stats(second_dir / "data")["fingerprint"] == read_stats(first_dir / "data")["fingerprint"]
@@ -228,9 +243,10 @@ def test_force_trains_again_and_a_failed_gate_skips_export_and_publish(runs):
         "evaluate-model",
         "report-skipped",
     ]
-    assert "force is set" in third.stdout
+    assert "force is set" in third.log
     gate = json.loads((third_dir / "evaluate" / "evaluation.json").read_text())["gate"]
-    assert squash(f"skipped: export and publish. Why: {gate['reason']}") in squash(third.stdout)
+    assert squash(f"skipped: export and publish. Why: {gate['reason']}") in squash(third.log)
+    assert "gate:       FAILED" in third.stdout and "export:     not run: the quality gate failed" in third.stdout
     assert sorted(path.name for path in third_dir.iterdir()) == ["data", "evaluate", "train"]
     assert gate["passed"] is False and "100" in gate["reason"]
     record = json.loads((output_dir / "workspace" / PUBLISHED / f"{DRY_RUN_NAME}.json").read_text())
@@ -246,12 +262,13 @@ def test_bad_dataset_fails_with_the_data_stage_paragraph(tmp_path):
     result = run_pipeline("--output-dir", out, "--param", f"dataset_uri={garbage}", timeout=300)
     assert result.returncode == 1
     # Compared without whitespace: the paragraph is wrapped at 100 columns (and kfp indents the step's log).
-    log = squash(result.stdout)
+    log = squash(result.stderr)  # the failing step's last lines, on the terminal
     assert squash(f"error: No valid records remain in {garbage}: 3 of 3 were rejected") in log
     assert squash(f"{garbage} line 1: invalid JSON") in log
     assert squash(f"listed in {out}/workspace/runs/") in log and "/data/rejects.failed.jsonl." in log
     assert "Inner task failed" in result.stderr and "prepare-dataset" in result.stderr
-    assert "The failing step's log above says why; nothing after it ran." in result.stderr
+    assert f"nothing after it ran. Its last lines (all of them are in {out}/run.log)" in result.stderr
+    assert "  prepare-dataset ... failed (" in result.stdout
     assert "Traceback" not in result.stdout + result.stderr
     (run_dir,) = run_dirs(out).values()
     assert not (run_dir / "data" / "stats.json").exists() and not (run_dir / "train").exists()
@@ -264,7 +281,7 @@ def test_missing_dataset_fails_cleanly(tmp_path):
     missing = tmp_path / "nowhere" / "data.jsonl"
     result = run_pipeline("--output-dir", tmp_path / "out", "--param", f"dataset_uri={missing}", timeout=300)
     assert result.returncode == 1
-    assert squash(f"error: Input '{missing}' does not exist.") in squash(result.stdout)
+    assert squash(f"error: Input '{missing}' does not exist.") in squash(result.stderr)
     assert "Traceback" not in result.stdout + result.stderr
 
 
@@ -275,7 +292,7 @@ def test_url_of_an_unsupported_scheme_is_refused_with_the_fix(tmp_path):
     assert result.returncode == 1
     assert squash(
         "error: dataset_uri 'ftp://host/data.jsonl' uses the scheme 'ftp', which this pipeline cannot fetch."
-    ) in squash(result.stdout)
+    ) in squash(result.stderr)
     assert "Traceback" not in result.stdout + result.stderr
 
 

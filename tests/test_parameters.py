@@ -348,3 +348,13 @@ def test_gpu_only_options_on_a_job_without_gpus_are_refused(setting, alternative
     assert f"parameter '{name}' is {setting[name]}, which runs only on NVIDIA GPUs" in found
     assert alternative in found and "or give the training pods GPUs" in found
     assert problems({**setting, "gpus_per_node": 1}) == []
+
+
+def test_local_defaults_are_valid_run_parameters_that_differ_from_the_run_forms():
+    """make run's own defaults (README Quick start) are run parameters, valid, and really different."""
+    from pipelines.run import LOCAL_DEFAULTS
+
+    defaults = run_params.defaults_of(fine_tune_pipeline)
+    assert LOCAL_DEFAULTS and set(LOCAL_DEFAULTS) <= set(defaults)
+    assert all(defaults[name] != value for name, value in LOCAL_DEFAULTS.items())
+    assert problems({**defaults, **LOCAL_DEFAULTS}) == []

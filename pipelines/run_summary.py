@@ -1,0 +1,81 @@
+"""The end of a local run: what the user got, read from the run directory's files, and what to try next.
+
+Every fact comes from a file a stage wrote (``common.run_layout``); a stage that did not run (the
+data had not changed, or the quality gate failed) is said to have not run, with the reason it left.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+from common.run_layout import DATA, DATA_STATS, EVALUATE, EXPORT, PUBLISH, TRAIN
+
+EVALUATION = "evaluation.json"
+VERIFICATION = "verification.json"
+REPORT = "report.html"
+MODEL_CARD = "README.md"
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def _publish_record(run_dir: Path) -> dict[str, Any] | None:
+    """The publish record this run wrote (``<workspace>/published/*.json``), if any."""
+    for path in sorted((run_dir.parent.parent / "published").glob("*.json")):
+        record = _read(path)
+        if record and record.get("run_id") == run_dir.name:
+            return record
+    return None
+
+
+def summary_lines(run_dir: Path) -> list[str]:
+    """The run's results, one fact per line, then the next commands."""
+    lines = [f"run {run_dir.name} ({run_dir})"]
+    stats = _read(run_dir / DATA / DATA_STATS)
+    if stats:
+        lines.append(
+            f"  data:       {stats['rows']['train']} train / {stats['rows']['eval']} eval conversations, "
+            f"{stats['rejected']} rejected, {stats['duplicates']} duplicates"
+        )
+    evaluation = _read(run_dir / EVALUATE / EVALUATION)
+    if not (run_dir / TRAIN).is_dir():
+        lines.append(
+            "  training:   not run: the data has not changed since the last publish (force=true trains anyway)"
+        )
+        return lines
+    if not evaluation:
+        return lines + ["  evaluation: not run (see the log)"]
+    gate = evaluation["gate"]
+    lines.append(
+        f"  eval loss:  base {evaluation['base']['eval_loss']:.3f} -> fine-tuned "
+        f"{evaluation['fine_tuned']['eval_loss']:.3f}"
+    )
+    lines.append(f"  gate:       {'passed' if gate['passed'] else 'FAILED'}: {gate['reason']}")
+    lines.append(f"  report:     {run_dir / EVALUATE / REPORT}")
+    verification = _read(run_dir / EXPORT / VERIFICATION)
+    if not verification:
+        lines.append("  export:     not run" + ("" if gate["passed"] else ": the quality gate failed"))
+        return lines
+    ggufs = [Path(conversion["gguf"]) for conversion in verification["files"]]
+    lines.append(f"  GGUF:       {', '.join(map(str, ggufs))}")
+    lines.append(f"  llama.cpp:  verification {'passed' if verification['passed'] else 'FAILED'}")
+    lines.append(f"  Modelfile:  {run_dir / EXPORT / verification['modelfile']}")
+    card = run_dir / PUBLISH / "upload" / MODEL_CARD
+    if card.is_file():
+        record = _publish_record(run_dir)
+        where = (
+            f"uploaded to {record['repo_id']}" if record and record["uploaded"] else "a dry run: set repo_id to publish"
+        )
+        lines.append(f"  model card: {card} ({where})")
+    lines += [
+        "",
+        "next:",
+        f"  python -m gguf_export.chat {shlex.quote(str(ggufs[0]))}",
+        f"  ollama create my-model -f {shlex.quote(str(run_dir / EXPORT / verification['modelfile']))}",
+        f"  open {shlex.quote(str(run_dir / EVALUATE / REPORT))} in a browser",
+    ]
+    return lines
