@@ -11,12 +11,20 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from common.run_layout import DATA, DATA_STATS, EVALUATE, EXPORT, PUBLISH, TRAIN
-
-EVALUATION = "evaluation.json"
-VERIFICATION = "verification.json"
-REPORT = "report.html"
-MODEL_CARD = "README.md"
+from common.run_layout import (
+    DATA,
+    DATA_STATS,
+    EVALUATE,
+    EVALUATION,
+    EVALUATION_HTML,
+    EXPORT,
+    PUBLISH,
+    PUBLISHED,
+    TRAIN,
+    UPLOAD,
+    VERIFICATION_JSON,
+)
+from components.publish.bundle import CARD_NAME
 
 
 def _read(path: Path) -> dict[str, Any] | None:
@@ -25,7 +33,7 @@ def _read(path: Path) -> dict[str, Any] | None:
 
 def _publish_record(run_dir: Path) -> dict[str, Any] | None:
     """The publish record this run wrote (``<workspace>/published/*.json``), if any."""
-    for path in sorted((run_dir.parent.parent / "published").glob("*.json")):
+    for path in sorted((run_dir.parent.parent / PUBLISHED).glob("*.json")):
         record = _read(path)
         if record and record.get("run_id") == run_dir.name:
             return record
@@ -55,8 +63,8 @@ def summary_lines(run_dir: Path) -> list[str]:
         f"{evaluation['fine_tuned']['eval_loss']:.3f}"
     )
     lines.append(f"  gate:       {'passed' if gate['passed'] else 'FAILED'}: {gate['reason']}")
-    lines.append(f"  report:     {run_dir / EVALUATE / REPORT}")
-    verification = _read(run_dir / EXPORT / VERIFICATION)
+    lines.append(f"  report:     {run_dir / EVALUATE / EVALUATION_HTML}")
+    verification = _read(run_dir / EXPORT / VERIFICATION_JSON)
     if not verification:
         lines.append("  export:     not run" + ("" if gate["passed"] else ": the quality gate failed"))
         return lines
@@ -64,7 +72,7 @@ def summary_lines(run_dir: Path) -> list[str]:
     lines.append(f"  GGUF:       {', '.join(map(str, ggufs))}")
     lines.append(f"  llama.cpp:  verification {'passed' if verification['passed'] else 'FAILED'}")
     lines.append(f"  Modelfile:  {run_dir / EXPORT / verification['modelfile']}")
-    card = run_dir / PUBLISH / "upload" / MODEL_CARD
+    card = run_dir / PUBLISH / UPLOAD / CARD_NAME
     if card.is_file():
         record = _publish_record(run_dir)
         where = (
@@ -76,6 +84,6 @@ def summary_lines(run_dir: Path) -> list[str]:
         "next:",
         f"  python -m gguf_export.chat {shlex.quote(str(ggufs[0]))}",
         f"  ollama create my-model -f {shlex.quote(str(run_dir / EXPORT / verification['modelfile']))}",
-        f"  open {shlex.quote(str(run_dir / EVALUATE / REPORT))} in a browser",
+        f"  open {shlex.quote(str(run_dir / EVALUATE / EVALUATION_HTML))} in a browser",
     ]
     return lines
