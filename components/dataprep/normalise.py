@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 from components.dataprep.schema import (
     ACCEPTED_SHAPES_HINT,
     CONVERSATION_SHAPES,
+    CONVERSATIONAL_KEYS,
     MESSAGE_TYPE,
     MESSAGES_TYPE,
     REQUIRED_FIELDS,
@@ -137,16 +138,22 @@ def _unified_conversations(columns: dict[str, pa.Array], shape: np.ndarray) -> p
     if not len(sharegpt) and not len(prompt_completion):
         return columns["messages"]
     others = np.flatnonzero((shape != Shape.SHAREGPT) & (shape != Shape.PROMPT_COMPLETION_MESSAGES))
-    parts = [pc.take(columns["messages"], pa.array(others))]
+    parts, order = [pc.take(columns["messages"], pa.array(others))], [others]
     if len(sharegpt):
         parts.append(_from_sharegpt(pc.take(columns["conversations"], pa.array(sharegpt))))
+        order.append(sharegpt)
     if len(prompt_completion):
         take = pa.array(prompt_completion)
         prompts, completions = (pc.take(columns[name], take) for name in _PROMPT_COMPLETION_LISTS)
         parts.append(_joined_lists(prompts, completions))
+        order.append(prompt_completion)
+    return _in_row_order(parts, order)
+
+
+def _in_row_order(parts: list[pa.ListArray], order: list[np.ndarray]) -> pa.ListArray:
+    """The conversations of ``parts`` (of the rows ``order`` holds beside each) as one array, in row order."""
     combined = pa.concat_arrays([part.cast(MESSAGES_TYPE) for part in parts])
-    order = np.concatenate([others, sharegpt, prompt_completion])
-    return combined.take(pa.array(np.argsort(order, kind="stable")))
+    return combined.take(pa.array(np.argsort(np.concatenate(order), kind="stable")))
 
 
 def _from_sharegpt(turns: pa.ListArray) -> pa.ListArray:
@@ -245,9 +252,8 @@ def _conversations(columns: dict[str, pa.Array], shape: np.ndarray, accepted: np
             parts.append(_user_assistant_lists(user, assistant))
         order.append(rows)
     if not parts:
-        return pa.array([], pa.list_(MESSAGE_TYPE))
-    combined = pa.concat_arrays([part.cast(pa.list_(MESSAGE_TYPE)) for part in parts])
-    return combined.take(pa.array(np.argsort(np.concatenate(order), kind="stable")))
+        return pa.array([], MESSAGES_TYPE)
+    return _in_row_order(parts, order)
 
 
 def _turns(shape: Shape, fields: dict[str, pa.Array]) -> tuple[pa.Array, pa.Array]:
@@ -309,9 +315,9 @@ def _describe(reason: Reason, record: dict, shape: int, messages: list[dict | No
     if shape == Shape.PROMPT_COMPLETION_MESSAGES and reason == Reason.MISSING_FIELD:
         for name in _PROMPT_COMPLETION_LISTS:
             if record.get(name) is None:
-                key = name.removesuffix("_messages")
                 return (
-                    f"field '{key}' is missing or null (a conversational record needs a prompt and a completion list)"
+                    f"field '{CONVERSATIONAL_KEYS[name]}' is missing or null (a conversational record needs a prompt "
+                    "and a completion list)"
                 )
     if shape in CONVERSATION_SHAPES:
         return _describe_conversation(reason, messages or [], sharegpt=shape == Shape.SHAREGPT)

@@ -31,6 +31,7 @@ from components.dataprep.chunks import Chunk
 from components.dataprep.field_map import FieldMap
 from components.dataprep.schema import (
     CONVERSATIONAL_FIELDS,
+    CONVERSATIONAL_KEYS,
     JSON_FIELDS,
     RAW_SCHEMA,
     STRING_FIELDS,
@@ -118,9 +119,8 @@ def parse_chunk(chunk: Chunk, fields: FieldMap = FieldMap()) -> ParsedChunk:
 
 def _source(name: str, fields: FieldMap, conversational: bool) -> str | None:
     """The file's column read into the raw field ``name``, with prompt/completion read as lists or strings."""
-    plain = {raw: key for key, raw in CONVERSATIONAL_FIELDS.items()}
-    if name in plain:
-        return fields.column(plain[name]) if conversational else None
+    if name in CONVERSATIONAL_KEYS:
+        return fields.column(CONVERSATIONAL_KEYS[name]) if conversational else None
     if name in CONVERSATIONAL_FIELDS and conversational:
         return None
     return fields.column(name)
@@ -268,11 +268,7 @@ def _type_problem(row: dict, fields: FieldMap) -> str | None:
         if value is not None and not isinstance(value, str):
             shapes = "a string or a list of messages" if name in CONVERSATIONAL_FIELDS else "a string"
             return f"field '{fields.column(name)}' is a JSON {_json_type(value)}; it must be {shapes}"
-    lists = {
-        "messages": "messages",
-        "conversations": "conversations",
-        **{v: k for k, v in CONVERSATIONAL_FIELDS.items()},
-    }
+    lists = {"messages": "messages", "conversations": "conversations", **CONVERSATIONAL_KEYS}
     for name, shown in lists.items():
         items = row.get(name)
         if items is None:

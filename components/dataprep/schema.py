@@ -33,6 +33,7 @@ STRING_FIELDS = (
 JSON_FIELDS = STRING_FIELDS + ("messages", "conversations")
 # TRL's conversational prompt/completion keeps message lists under the keys of the plain prompt/completion.
 CONVERSATIONAL_FIELDS = {"prompt": "prompt_messages", "completion": "completion_messages"}
+CONVERSATIONAL_KEYS = {raw: key for key, raw in CONVERSATIONAL_FIELDS.items()}  # and back: what the record calls it
 
 # Everything the parser keeps from a record; other keys are ignored.
 RAW_SCHEMA = pa.schema(
