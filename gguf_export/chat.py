@@ -78,10 +78,14 @@ def answer(llm, messages: list[dict], args: argparse.Namespace, stream: bool):
     return (chunk["choices"][0]["delta"].get("content", "") for chunk in result)
 
 
+def opening(args: argparse.Namespace) -> list[dict]:
+    """The conversation before the user's first message: the system message, if one was given."""
+    return [{"role": "system", "content": args.system}] if args.system else []
+
+
 def chat(llm, args: argparse.Namespace) -> None:
     """Read a message, print the reply as it comes, keep the conversation until /exit or end of input."""
-    start = [{"role": "system", "content": args.system}] if args.system else []
-    messages = list(start)
+    messages = opening(args)
     print(f"chatting with {args.model.name}; /reset starts over, /exit or Ctrl-D ends", file=sys.stderr)
     while True:
         try:
@@ -92,7 +96,7 @@ def chat(llm, args: argparse.Namespace) -> None:
         if text in QUIT:
             return
         if text == RESET:
-            messages = list(start)
+            messages = opening(args)
             continue
         if not text:
             continue
@@ -111,9 +115,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     llm = open_model(args.model, args.context)
     if args.prompt is not None:
-        messages = ([{"role": "system", "content": args.system}] if args.system else []) + [
-            {"role": "user", "content": args.prompt}
-        ]
+        messages = [*opening(args), {"role": "user", "content": args.prompt}]
         print(answer(llm, messages, args, stream=False).strip())
         return
     chat(llm, args)
