@@ -142,9 +142,9 @@ class Estimate:
 
     @property
     def peak_parts(self) -> int:
-        transient = sum(size for name, size in self.parts.items() if name in TRANSIENT)
         if not self.on_gpu:
             return sum(self.parts.values())
+        transient = sum(size for name, size in self.parts.items() if name in TRANSIENT)
         held = sum(size for name, size in self.parts.items() if name not in TRANSIENT and name != "gradients")
         return held + max(self.parts["gradients"], transient)
 
