@@ -106,16 +106,40 @@ def steady_tokens_per_second(history: list[dict], warmup_steps: int) -> tuple[fl
     return tokens / (last["train_runtime"] - first["train_runtime"]), last["step"] - first["step"]
 
 
-def run_case(args: argparse.Namespace, model: Path, case: tuple) -> dict:
+def case_config(case: tuple, max_length: int, **run: object) -> object:
+    """The trainer's options for ``case``: what the run trains and what the fit check estimates."""
+    from trainer.config import TrainConfig
+
     method, checkpointing, liger, batch = case
+    return TrainConfig(
+        method=method,
+        gradient_checkpointing=checkpointing,
+        liger_kernels=liger,
+        per_device_batch_size=batch,
+        max_length=max_length,
+        **run,
+    )
+
+
+def run_case(args: argparse.Namespace, model: Path, case: tuple) -> dict:
+    from trainer.config import to_args
+
     output = args.work / "run"
-    command = [sys.executable, "-m", "trainer", "--model", str(model), "--data-dir", str(args.data_dir)]
-    command += ["--output-dir", str(output), "--max-steps", str(args.steps), "--logging-steps", "1"]
-    command += ["--method", method, "--per-device-batch-size", str(batch), "--max-length", str(args.max_length)]
-    command += ["--gradient-checkpointing" if checkpointing else "--no-gradient-checkpointing"]
-    command += ["--liger-kernels" if liger else "--no-liger-kernels", "--save-steps", "100000", "--require-cuda"]
+    config = case_config(
+        case,
+        args.max_length,
+        model=str(model),
+        data_dir=args.data_dir,
+        output_dir=output,
+        max_steps=args.steps,
+        logging_steps=1,
+        save_steps=100000,
+        require_cuda=True,
+    )
     started = time.monotonic()
-    process = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True)
+    process = subprocess.run(
+        [sys.executable, "-m", "trainer", *to_args(config)], cwd=REPO_ROOT, capture_output=True, text=True
+    )
     result: dict = {"case": case, "wall_s": time.monotonic() - started}
     if process.returncode != 0:
         result["error"] = process.stderr[-3000:]
@@ -166,7 +190,6 @@ def measure(args: argparse.Namespace) -> dict:
 
 def report(results: dict) -> None:
     from components.training.fit import ModelShape, estimate
-    from trainer.config import TrainConfig
 
     shape = ModelShape.from_config(json.loads(DEFAULT_CONFIG.parent.joinpath(results["config"]).read_text()), "")
     peak = next((flops for gpu, flops in DATASHEET_BF16_PEAK.items() if gpu in results["gpu"]), None)
@@ -188,20 +211,10 @@ def report(results: dict) -> None:
         if "error" in result:
             print(f"| {case_name(case)} | failed: {result['error'].strip().splitlines()[-1]} |||||")
             continue
-        method, checkpointing, liger, batch = case
-        config = TrainConfig(
-            model="",
-            data_dir=Path("."),
-            output_dir=Path("."),
-            method=method,
-            gradient_checkpointing=checkpointing,
-            per_device_batch_size=batch,
-            max_length=results["max_length"],
-            liger_kernels=liger,
-        )
+        config = case_config(case, results["max_length"], model="", data_dir=Path("."), output_dir=Path("."))
         predicted = estimate(shape, config, 1, on_gpu=True).total / 2**30
         used = result["peak_mb"] / 1024
-        flops = result["tokens_per_s"] * (6 if method == "full" else 4) * results["matmul_weights"]
+        flops = result["tokens_per_s"] * (6 if config.method == "full" else 4) * results["matmul_weights"]
         print(
             f"| {case_name(case)} | {result['tokens_per_s']:,.0f} | {f'{flops / peak:.1%}' if peak else 'n/a'} "
             f"| {flops / results['measured_matmul_flops']:.1%} | {used:.1f} | {predicted:.1f} "

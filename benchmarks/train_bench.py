@@ -89,13 +89,20 @@ def run_trl(args: argparse.Namespace, output: Path, packed: bool) -> dict:
 
 
 def run_ours(args: argparse.Namespace, output: Path, ranks: int, sharding: str) -> dict:
-    command = [sys.executable, "-m", "trainer"]
-    if ranks > 1:
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"]
-        command += ["-m", "trainer"]
-    command += ["--model", args.model, "--data-dir", str(args.data_dir), "--output-dir", str(output)]
-    command += ["--epochs", str(args.epochs), "--learning-rate", str(args.learning_rate)]
-    command += ["--max-length", str(args.max_length), "--sharding", sharding, "--save-steps", "100000"]
+    from components.training.local import local_command
+    from trainer.config import TrainConfig, to_args
+
+    config = TrainConfig(
+        model=args.model,
+        data_dir=args.data_dir,
+        output_dir=output,
+        epochs=args.epochs,
+        learning_rate=args.learning_rate,
+        max_length=args.max_length,
+        sharding=sharding,
+        save_steps=100000,
+    )
+    command = local_command(config, ranks) if ranks > 1 else [sys.executable, "-m", "trainer", *to_args(config)]
     subprocess.run(command, check=True, cwd=REPO_ROOT, stdout=subprocess.DEVNULL)
     summary = json.loads((output / "training_summary.json").read_text())
     return {
