@@ -22,7 +22,8 @@ shared across runs is the publish record.
           training_failure.txt          written by the train step when training failed or timed out: a
                                         retried step reports it again instead of training a second time
         evaluate/      written by evaluate; read by publish
-          evaluation.json               losses of both models, ROUGE-L, the gate decision; written last
+          evaluation.json               losses of the base, published and new model, ROUGE-L, the gate
+                                        decision and which published model it compared with; written last
           report.md, report.html, demo_outputs/sample_responses.json
         export/        written by export; read by publish
           <model>-<outtype>.gguf        one per requested type; the first is the Modelfile's
@@ -32,7 +33,8 @@ shared across runs is the publish record.
         publish/       written by publish
           upload/                       exactly what was (or, in a dry run, would be) committed to the Hub
       published/<owner>--<name>.json    the last publish of that repository (dry-run.json without one);
-                                        read by the next run's data-change check
+                                        read by the next run's data-change check, and by its evaluation,
+                                        which loads that run's publish/upload/ as the model to beat
 
 Files are written under a temporary name and renamed into place
 (``common.atomic``), so a name listed here is always a complete file.

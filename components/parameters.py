@@ -149,6 +149,7 @@ RUN_PARAMETERS: tuple[RunParameter, ...] = (
         eval_score_rows="score_rows",
         eval_batch_size="batch_size",
         min_eval_loss_improvement="min_eval_loss_improvement",
+        min_improvement_over_published="min_improvement_over_published",
     ),
     *_options_of(
         ExportStageOptions,

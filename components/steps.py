@@ -191,22 +191,27 @@ def evaluate_model(
     max_new_tokens: int,
     score_rows: int,
     min_eval_loss_improvement: float,
+    min_improvement_over_published: float,
     batch_size: int,
+    repo_id: str,
+    force: bool,
     gpus: int,
     metrics: dsl.Output[dsl.Metrics],
     report_html: dsl.Output[dsl.HTML],
     report_markdown: dsl.Output[dsl.Markdown],
 ) -> NamedTuple("EvaluateOutputs", [("gate_passed", bool), ("gate_reason", str)]):
-    """Compare the fine-tuned model with its base on held-out data; report it and decide the quality gate.
+    """Compare the fine-tuned model with its base and with the published model (the Hub repository ``repo_id``
+    with HF_TOKEN, else the workspace's publish record) on held-out data; report it and decide the quality gate.
 
-    ``gpus``: the GPUs the step's pod was given (0: none); with any, it stops rather than run on the CPU when
-    CUDA fails.
+    ``force`` lets a model that does not beat the published one pass. ``gpus``: the GPUs the step's pod was
+    given (0: none); with any, it stops rather than run on the CPU when CUDA fails.
     """
     # No parameter defaults: the pod runs this source as written, so they could only be literals
     # copied from EvaluateOptions. The pipeline passes every value, defaulting to EvaluateOptions'.
     from collections import namedtuple
 
     from common.run_layout import stage_dir
+    from components.evaluation.champion import PublishedTarget
     from components.evaluation.stage import run_in_pipeline
 
     eval_dir = str(stage_dir(workspace_root, run_id, "evaluate"))
@@ -219,7 +224,9 @@ def evaluate_model(
         max_new_tokens,
         score_rows,
         min_eval_loss_improvement,
+        min_improvement_over_published,
         batch_size,
+        PublishedTarget(repo_id, workspace_root, force),
         metrics,
         report_html,
         report_markdown,

@@ -1,7 +1,8 @@
 """The fine-tuning pipeline DAG.
 
 prepare → has the data changed since the last published model? → train →
-evaluate → (quality gate) → export GGUF → publish. Each arrow only runs when
+evaluate against the base and the published model → (quality gate) → export
+GGUF → publish. Each arrow only runs when
 the step before succeeded; the two questions are ``dsl.If`` branches, so a
 scheduled run on unchanged data stops after preparing, and a fine-tune that
 made the model worse is never exported or published.
@@ -153,6 +154,7 @@ def build_pipeline(workspace: Workspace):
         eval_score_rows: int = EVALUATE.score_rows,
         eval_batch_size: int = EVALUATE.batch_size,
         min_eval_loss_improvement: float = EVALUATE.min_eval_loss_improvement,
+        min_improvement_over_published: float = EVALUATE.min_improvement_over_published,
         model_name: str = EXPORT.model_name,
         gguf_outtype: str = EXPORT.outtype,
         gguf_lora_adapter: bool = EXPORT.include_lora,
@@ -226,6 +228,8 @@ def build_pipeline(workspace: Workspace):
                     base_model=trained.outputs["base_model"],
                     train_dir=trained.outputs["train_dir"],
                     data_dir=prepared.outputs["data_dir"],
+                    repo_id=hub_repo_id,
+                    force=force,
                     gpus=validated.outputs["evaluate_gpus"] if workspace.gpus else 0,
                     **arguments_for(EvaluateOptions, run),
                 )

@@ -101,6 +101,7 @@ def validate_parameters(
     eval_score_rows: int,
     eval_batch_size: int,
     min_eval_loss_improvement: float,
+    min_improvement_over_published: float,
     model_name: str,
     gguf_outtype: str,
     gguf_lora_adapter: bool,

@@ -9,7 +9,9 @@ publishing and downloading need, as the Hub does it:
 - ``POST /api/validate-yaml``, ``POST /api/{type}s/{id}/preupload/{rev}`` (LFS for *.gguf,
   *.safetensors, *.png and large files; the remote oid of existing files, so unchanged files are skipped),
 - the LFS batch API, object PUT and verify, checked against the sha256 the client announced,
-- ``POST /api/{type}s/{id}/commit/{rev}``: an ndjson commit applied atomically, LFS pointers checked,
+- ``POST /api/{type}s/{id}/commit/{rev}``: an ndjson commit applied atomically, LFS pointers checked; a header
+  ``parentCommit`` that is no longer the head is refused with 412 and nothing lands (the Hub's compare-and-swap:
+  huggingface/datasets#7777, "HTTP 412 means a commit happened in the meantime"),
 - ``GET /api/{type}s/{id}/tree/{rev}``, and ``HEAD``/``GET .../resolve/{rev}/{path}`` with the Hub's headers,
 - ``GET /api/{type}s/{id}/revision/{rev}`` for ``main`` or the head commit (404 RevisionNotFound otherwise:
   files have no history here), which is what ``snapshot_download`` asks first.
@@ -328,6 +330,8 @@ class FakeHub(LocalServer):
             def _apply_commit(self, repo: Repo, repo_id: str, body: bytes) -> None:
                 lines = [json.loads(line) for line in body.decode().splitlines() if line.strip()]
                 header = lines[0]["value"]
+                if header.get("parentCommit") not in (None, repo.head):
+                    return self._send(412, {"error": "A commit has happened since. Please refresh and try again."})
                 files, lfs_paths, operations = dict(repo.files), set(repo.lfs_paths), []
                 for line in lines[1:]:
                     key, value = line["key"], line["value"]

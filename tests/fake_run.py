@@ -46,8 +46,11 @@ def make_run(
     fingerprint: str = FINGERPRINT,
     gate_passed: bool = True,
     model: str = "HuggingFaceTB/SmolLM3-3B",
+    published_model: dict | None = None,
 ) -> Path:
-    """Write data, train, evaluate and export outputs of ``run_id`` under ``workspace``; return the run directory."""
+    """Write data, train, evaluate and export outputs of ``run_id`` under ``workspace``; return the run directory.
+
+    ``published_model``: the model the evaluation compared with (evaluation.json); None: nothing was published."""
     data, train, evaluate, export = (
         stage_dir(str(workspace), run_id, stage) for stage in ("data", "train", "evaluate", "export")
     )
@@ -105,7 +108,8 @@ def make_run(
                 "min_eval_loss_improvement": 0.0,
                 "reason": "eval loss improved by 1.3945" if gate_passed else "eval loss got worse by 0.2",
             },
-        },
+        }
+        | ({"published_model": published_model} if published_model else {}),
     )
     _json(evaluate / "demo_outputs" / "sample_responses.json", SAMPLES)
     (evaluate / "report.md").write_text("# Evaluation\n\n![loss](loss_curve.png)\n")

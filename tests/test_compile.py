@@ -346,6 +346,7 @@ def test_every_parameter_has_default_and_description(spec):
         "eval_score_rows",
         "eval_batch_size",
         "min_eval_loss_improvement",
+        "min_improvement_over_published",
         "model_name",
         "gguf_outtype",
         "gguf_lora_adapter",

@@ -17,7 +17,7 @@ from transformers import AutoModelForCausalLM, GenerationConfig
 
 from common.errors import UserError
 from components.dataprep.schema import OUTPUT_SCHEMA
-from components.evaluation.gate import decide
+from components.evaluation.gate import decide, decide_with_published, decide_without_published
 from components.evaluation.generation import end_of_turn_id, generate_answers, stop_token_ids
 from components.evaluation.heldout import held_out_loss, usable_conversations
 from components.evaluation.models import load_model, load_tokenizer
@@ -165,6 +165,68 @@ def test_gate_passes_when_the_loss_improves_by_at_least_the_minimum(base, tuned,
     assert words in decision.reason
 
 
+@pytest.mark.parametrize(
+    ("published", "minimum", "force", "passed", "forced", "words"),
+    [
+        (1.6, 0.0, False, True, False, "Against the published model (run r1): The eval loss improved by 0.1000"),
+        (1.4, 0.0, False, False, False, "got worse by 0.1000 (published 1.4000, new 1.5000), which falls short"),
+        (1.55, 0.1, False, False, False, "improved by 0.0500 (published 1.5500, new 1.5000), which falls short of"),
+        (1.4, 0.0, True, True, True, "force is set, so the new model is published although it does not beat"),
+    ],
+)
+def test_gate_against_the_published_model(published, minimum, force, passed, forced, words):
+    decision = decide_with_published(2.0, 1.5, 0.0, published, minimum, "run r1", force)
+    assert (decision.passed, decision.forced) == (passed, forced)
+    assert [comparison.against for comparison in decision.comparisons] == ["base", "published"]
+    assert decision.reason.startswith("Against the base model: The eval loss improved by 0.5000 (base 2.0000, new")
+    assert words in decision.reason
+
+
+def test_force_never_overrides_the_base_model_comparison():
+    decision = decide_with_published(2.0, 2.5, 0.0, 1.0, 0.0, "run r1", force=True)
+    assert not decision.passed and not decision.forced
+    assert "force does not override the comparison with the base model" in decision.reason
+    unavailable = decide_without_published(2.0, 2.5, 0.0, "its folder is gone")
+    assert not unavailable.passed and "folder" not in unavailable.reason
+    forced = decide_without_published(2.0, 1.5, 0.0, "its folder is gone")
+    assert (
+        forced.passed
+        and forced.forced
+        and "could not be compared (its folder is gone); force is set" in (forced.reason)
+    )
+
+
+def evaluation_with_published() -> dict:
+    evaluation = evaluation_for(False)
+    published = {"eval_loss": 1.25, "perplexity": math.exp(1.25), "rouge_l": 0.5, "eval_tokens": 100}
+    decision = decide_with_published(2.0, 1.5, 0.0, 1.25, 0.0, "run r1", False)
+    evaluation |= {
+        "published": published,
+        "published_model": {"description": "the model card of me/m at commit abc", "run_id": "r1", "revision": "abc"},
+        "deltas_vs_published": {"eval_loss": 0.25, "perplexity": math.exp(1.5) - math.exp(1.25), "rouge_l": -0.25},
+        "gate": {"passed": False, "forced": False, "min_eval_loss_improvement": 0.0, "reason": decision.reason},
+    }
+    evaluation["published_model"]["loaded_as"] = "LoRA adapter on org/base"
+    return evaluation
+
+
+def test_reports_show_base_published_and_new_with_the_change_against_each():
+    samples = [{"question": "Q <1>", "base": "b", "published": "<p>ublished", "fine_tuned": "new"}]
+    evaluation = evaluation_with_published()
+    markdown = render_markdown(evaluation, samples, None, None)
+    assert "| Metric | Base | Published | New | Change vs base | Change vs published |" in markdown
+    assert (
+        "| Eval loss (held-out assistant tokens), lower is better | 2.0000 | 1.2500 | 1.5000 | -0.5000 | +0.2500 |"
+        in (markdown)
+    )
+    assert markdown.index("**Base**") < markdown.index("**Published**") < markdown.index("**New**")
+    assert "&lt;p&gt;ublished" in markdown and "loaded as LoRA adapter on org/base" in markdown
+    html = render_html(evaluation, samples, None, None)
+    assert "<th>Base</th><th>Published</th><th>New</th>" in html
+    assert "<th colspan=3>1. Q &lt;1&gt;</th></tr><tr><td>b</td><td>&lt;p&gt;ublished</td><td>new</td></tr>" in html
+    assert "Against the published model (run r1): The eval loss got worse by 0.2500" in html
+
+
 def evaluation_for(passed: bool) -> dict:
     entry = {"eval_loss": 2.0, "perplexity": math.exp(2.0), "rouge_l": 0.25, "eval_tokens": 100}
     return {
@@ -281,7 +343,9 @@ def test_the_step_given_a_gpu_stops_when_cuda_does_not_work(capsys):
 
     assert not torch.cuda.is_available()
     with pytest.raises(SystemExit) as exited:
-        run_in_pipeline("base", "train", "data", "eval", [], 8, 1, 0.0, 1, None, None, None, require_cuda=True)
+        run_in_pipeline(
+            "base", "train", "data", "eval", [], 8, 1, 0.0, 0.0, 1, None, None, None, None, require_cuda=True
+        )
     assert exited.value.code == 2
     error = " ".join(capsys.readouterr().err.split())
     assert error.startswith("error: The evaluation step was given GPUs, but CUDA is not usable in this pod")

@@ -8,7 +8,8 @@ Three runs share one output directory, as scheduled runs share a PVC:
 2. the same data again: its fingerprint matches the published model's, so
    training, evaluation, export and publishing are skipped;
 3. the same data with ``force``, fine-tuning a tiny model and a quality gate no
-   model can meet: it trains and evaluates, then skips export and publishing.
+   model can meet: it trains and evaluates (against the base and the first run's
+   published model), then skips export and publishing.
 
 Training is cut short (a few steps of short sequences) so the runs fit a CI
 budget; everything else runs as in ``make run``.
@@ -249,6 +250,12 @@ def test_force_trains_again_and_a_failed_gate_skips_export_and_publish(runs):
     assert "gate:       FAILED" in third.stdout and "export:     not run: the quality gate failed" in third.stdout
     assert sorted(path.name for path in third_dir.iterdir()) == ["data", "evaluate", "train"]
     assert gate["passed"] is False and "100" in gate["reason"]
+    # The first run's dry-run publish is the model to beat: the step scored it too, on this run's split.
+    evaluation = json.loads((third_dir / "evaluate" / "evaluation.json").read_text())
+    assert evaluation["published_model"]["run_id"] == first_dir.name
+    assert evaluation["published_model"]["loaded_as"].startswith("LoRA adapter on ")
+    assert f"Against the published model (run {first_dir.name})" in gate["reason"]
+    assert "force does not override the comparison with the base model" in gate["reason"]
     record = json.loads((output_dir / "workspace" / PUBLISHED / f"{DRY_RUN_NAME}.json").read_text())
     assert record["run_id"] == first_dir.name  # the published model is still the first run's
 

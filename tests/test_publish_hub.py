@@ -95,7 +95,8 @@ def test_a_5xx_on_the_commit_is_retried_and_still_one_commit(hub, tmp_path):
 
 
 def test_a_lost_commit_response_does_not_commit_twice(hub, tmp_path):
-    """The commit lands but its answer is lost: the retry finds every file unchanged and adds no commit."""
+    """The commit lands but its answer is lost: the retry finds this upload's model card at the head (it names the
+    run) and adds no commit."""
     make_run(tmp_path / "ws")
     hub.lose_next_response("POST", "/commit/")
     result = publish_cli(tmp_path / "ws", hub.client_env(tmp_path / "home", CANARY))
@@ -107,8 +108,8 @@ def test_a_lost_commit_response_does_not_commit_twice(hub, tmp_path):
 
 def test_a_new_publish_replaces_the_previous_files(hub, tmp_path):
     """Files of an earlier upload that this one lacks (an old quantisation) are deleted in the same commit."""
-    hub.add_repo("model", REPO, {".gitattributes": b"", "old-model-q4_0.gguf": b"old", "README.md": b"old card"})
-    make_run(tmp_path / "ws")
+    old = hub.add_repo("model", REPO, {".gitattributes": b"", "old-model-q4_0.gguf": b"old", "README.md": b"old card"})
+    make_run(tmp_path / "ws", published_model={"description": "the old card", "run_id": None, "revision": old.head})
     result = publish_cli(tmp_path / "ws", hub.client_env(tmp_path / "home", CANARY))
     assert result.returncode == 0, result.stderr
     repo = hub.repos[("model", REPO)]
@@ -150,3 +151,32 @@ def test_metadata_the_hub_rejects_is_a_clear_error(hub, tmp_path):
     message = " ".join(result.stderr.split())
     assert "The Hub rejected the model card metadata" in message and '"license" must be one of' in message
     assert len(hub.repos[("model", REPO)].commits) == 1  # nothing was committed
+
+
+def test_a_commit_whose_parent_is_no_longer_the_head_is_refused_and_nothing_lands(hub, tmp_path, monkeypatch):
+    """Another publish landed after the evaluation read the head: the Hub answers 412 and the step says why."""
+    from huggingface_hub import HfApi, constants
+
+    from common.errors import UserError
+    from components.publish.hub import publish_folder
+    from components.publish.options import PublishOptions
+
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)  # the fake speaks classic LFS (read at import)
+    repo = hub.add_repo("model", REPO, {".gitattributes": b"", "README.md": b"---\n---\ncard of run one\n"})
+    compared = repo.head
+    repo.files["README.md"] = b"---\n---\ncard of run two\n"
+    hub._commit(repo, "Publish the model of pipeline run two", "", [{"key": "file", "path": "README.md"}], {}, set())
+    folder = tmp_path / "upload"
+    folder.mkdir()
+    (folder / "README.md").write_text("card of run three\n")
+    (folder / GGUF).write_bytes(b"GGUF")
+    api = HfApi(endpoint=hub.url, token=CANARY)
+    with pytest.raises(UserError) as refused:
+        publish_folder(api, REPO, folder, PublishOptions(first_retry_wait_s=0), "three", "", parent_commit=compared)
+    message = " ".join(str(refused.value).split())
+    assert f"after this run's evaluation compared the new model with the published one (commit {compared[:12]})" in (
+        message
+    )
+    assert "HTTP 412" in message and "nothing was uploaded" in message
+    assert repo.files["README.md"] == b"---\n---\ncard of run two\n" and GGUF not in repo.files
+    assert [status for _, _, status in hub.requests_to("/commit/", "POST")] == [412]

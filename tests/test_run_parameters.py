@@ -40,7 +40,7 @@ STEP_OPTIONS = [
 # The run's inputs, shared by several steps under the same names.
 RUN_INPUT_STEPS = {
     "dataset_uri": [steps.prepare_dataset, steps.publish_model],
-    "force": [steps.check_data_changed],
+    "force": [steps.check_data_changed, steps.evaluate_model],
     "base_model": [steps.train_model, steps.publish_model],
     "data_connection_secret": [],  # a setting of the prepare step's pod, not an input (tests/test_compile.py)
 }

@@ -1,4 +1,5 @@
-"""Base model vs fine-tuned model on the held-out split: loss, sample answers, a reference score, a report, a gate.
+"""Base, published and fine-tuned model on the held-out split: loss, sample answers, a reference score, a report,
+a gate.
 
-One module per job; ``components.evaluation.stage`` runs them in order.
+One module per job; ``components.evaluation.stage`` runs them in order (``champion`` loads the published model).
 """

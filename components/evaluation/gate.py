@@ -1,11 +1,20 @@
-"""The quality gate: is the fine-tuned model better enough than its base to export and publish?
+"""The quality gate: is the new model better enough to export and publish?
 
-The held-out loss is the gate's measure because it is computed on every
-assistant token of the split, the same way for both models, and so is the most
-stable signal a run has; the ROUGE-L score on a few generated answers is shown
-beside it but is too noisy to decide on. A failed gate is an outcome, not an
-error: the evaluation step succeeds and reports why, and the pipeline skips the
-steps after it.
+Two comparisons, both on the held-out loss of the current split:
+
+- against the base model (``min_eval_loss_improvement``): did fine-tuning help at all?
+- against the published model, when there is one (``min_improvement_over_published``):
+  is the new model better than the one users already have? A scheduled retrain
+  must win this one too, so it never replaces a model with a worse one.
+
+The held-out loss is the measure because it is computed on every assistant
+token of the split, the same way for every model, and so is the most stable
+signal a run has; ROUGE-L on a few generated answers is shown beside it but is
+too noisy to decide on. ``force`` overrides the second comparison only (a user
+who changed the data or the training on purpose may replace the published model),
+never the first: a fine-tune worse than its base is never published. A failed
+gate is an outcome, not an error: the evaluation step succeeds and says which
+comparison failed and by how much, and the pipeline skips the steps after it.
 """
 
 from __future__ import annotations
@@ -15,27 +24,82 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
+class Comparison:
+    """One of the gate's comparisons: the new model's loss against a reference model's."""
+
+    against: str  # "base" or "published"
+    passed: bool
+    reason: str  # one sentence with the numbers
+
+
+@dataclass(frozen=True)
 class GateDecision:
     passed: bool
     min_eval_loss_improvement: float
     reason: str
+    comparisons: tuple[Comparison, ...] = ()
+    forced: bool = False  # passed only because force overrode the comparison with the published model
+
+
+def compare(against: str, reference_loss: float, new_loss: float, minimum: float, names: tuple[str, str]) -> Comparison:
+    """Passed when ``reference_loss - new_loss >= minimum``; ``names`` label the two losses in the reason."""
+    improvement = reference_loss - new_loss
+    losses = f"({names[0]} {reference_loss:.4f}, {names[1]} {new_loss:.4f})"
+    required = f"the required minimum improvement of {minimum:.4f}"
+    if not math.isfinite(improvement):
+        return Comparison(
+            against,
+            False,
+            f"The eval loss is not a finite number {losses}, so the {names[1]} model cannot be shown to meet "
+            f"{required}.",
+        )
+    passed = improvement >= minimum
+    change = f"improved by {improvement:.4f}" if improvement >= 0 else f"got worse by {-improvement:.4f}"
+    verdict = "which meets" if passed else "which falls short of"
+    return Comparison(against, passed, f"The eval loss {change} {losses}, {verdict} {required}.")
 
 
 def decide(base_eval_loss: float, fine_tuned_eval_loss: float, min_eval_loss_improvement: float) -> GateDecision:
-    """Passed when ``base_eval_loss - fine_tuned_eval_loss >= min_eval_loss_improvement``; the reason gives
-    the numbers.
-    """
-    improvement = base_eval_loss - fine_tuned_eval_loss
-    losses = f"(base {base_eval_loss:.4f}, fine-tuned {fine_tuned_eval_loss:.4f})"
-    required = f"the required minimum improvement of {min_eval_loss_improvement:.4f}"
-    if not math.isfinite(improvement):
-        return GateDecision(
-            False,
-            min_eval_loss_improvement,
-            f"The eval loss is not a finite number {losses}, so the fine-tuned model cannot be shown to meet "
-            f"{required}.",
-        )
-    passed = improvement >= min_eval_loss_improvement
-    change = f"improved by {improvement:.4f}" if improvement >= 0 else f"got worse by {-improvement:.4f}"
-    verdict = "which meets" if passed else "which falls short of"
-    return GateDecision(passed, min_eval_loss_improvement, f"The eval loss {change} {losses}, {verdict} {required}.")
+    """The gate without a published model: the base-model comparison alone."""
+    base = compare("base", base_eval_loss, fine_tuned_eval_loss, min_eval_loss_improvement, ("base", "fine-tuned"))
+    return GateDecision(base.passed, min_eval_loss_improvement, base.reason, (base,))
+
+
+def decide_with_published(
+    base_eval_loss: float,
+    fine_tuned_eval_loss: float,
+    min_eval_loss_improvement: float,
+    published_eval_loss: float,
+    min_improvement_over_published: float,
+    published_name: str,
+    force: bool,
+) -> GateDecision:
+    """Both comparisons; ``published_name`` says which published model (e.g. "the model of run X")."""
+    base = compare("base", base_eval_loss, fine_tuned_eval_loss, min_eval_loss_improvement, ("base", "new"))
+    published = compare(
+        "published", published_eval_loss, fine_tuned_eval_loss, min_improvement_over_published, ("published", "new")
+    )
+    forced = force and base.passed and not published.passed
+    reason = f"Against the base model: {base.reason} Against the published model ({published_name}): {published.reason}"
+    if forced:
+        reason += " force is set, so the new model is published although it does not beat the published model."
+    elif force and not base.passed:
+        reason += " force does not override the comparison with the base model."
+    return GateDecision(
+        base.passed and (published.passed or force), min_eval_loss_improvement, reason, (base, published), forced
+    )
+
+
+def decide_without_published(
+    base_eval_loss: float, fine_tuned_eval_loss: float, min_eval_loss_improvement: float, problem: str
+) -> GateDecision:
+    """A forced run whose published model could not be compared (``problem`` says why): the base comparison alone,
+    and the reason says so."""
+    base = decide(base_eval_loss, fine_tuned_eval_loss, min_eval_loss_improvement)
+    reason = (
+        f"Against the base model: {base.reason} The published model could not be compared ({problem}); force is "
+        "set, so the new model is published without that comparison."
+        if base.passed
+        else base.reason
+    )
+    return GateDecision(base.passed, min_eval_loss_improvement, reason, base.comparisons, forced=base.passed)

@@ -66,6 +66,12 @@ class EvaluateOptions:
         "Quality gate: the base model's held-out loss minus the fine-tuned one's must be at least this; otherwise "
         "nothing is exported or published (0: the fine-tune must not make it worse).",
     )
+    min_improvement_over_published: float = option(
+        0.0,
+        "Champion gate: when a model was published before (to hub_repo_id, or by an earlier local or dry run), "
+        "its held-out loss on this run's split minus the new model's must be at least this; otherwise nothing is "
+        "exported or published (0: the new model must be no worse). force overrides it.",
+    )
 
     def __post_init__(self) -> None:
         found = option_problems(self)
@@ -87,8 +93,9 @@ def option_problems(options: EvaluateOptions) -> dict[str, str]:
         for name, minimum in (("max_new_tokens", 1), ("score_rows", 1), ("batch_size", 1), ("max_length", 0))
         if getattr(options, name) < minimum
     }
-    if not math.isfinite(options.min_eval_loss_improvement):
-        problems["min_eval_loss_improvement"] = f"must be a finite number (got {options.min_eval_loss_improvement})"
+    for name in ("min_eval_loss_improvement", "min_improvement_over_published"):
+        if not math.isfinite(getattr(options, name)):
+            problems[name] = f"must be a finite number (got {getattr(options, name)})"
     if any(not question.strip() for question in options.extra_questions):
         problems["extra_questions"] = "holds an empty question; remove it or write the question"
     return problems

@@ -2,7 +2,9 @@
 
 Both show the gate's verdict first, then the metrics table, the training run
 and its loss curve, and every sample question with the base and fine-tuned
-answers side by side. The HTML embeds the loss curve as a data URI, because
+answers side by side. When a model was published before, it is a third
+column between them (base, published, new), with the new model's change
+against each. The HTML embeds the loss curve as a data URI, because
 the pipelines UI shows an HTML artifact as a single file; the Markdown takes
 the image source from its caller (a relative link beside report.md on the
 workspace, a data URI in the KFP artifact). Model output is escaped: it is
@@ -50,26 +52,47 @@ def png_data_uri(png: bytes) -> str:
 def gate_headline(evaluation: Evaluation) -> str:
     gate = evaluation["gate"]
     if gate["passed"]:
-        return f"Quality gate passed. {gate['reason']}"
+        forced = " (forced: it does not beat the published model)" if gate.get("forced") else ""
+        return f"Quality gate passed{forced}. {gate['reason']}"
     return f"Quality gate failed: the model is not exported or published. {gate['reason']}"
 
 
-def metric_rows(evaluation: Evaluation) -> list[tuple[str, str, str, str]]:
-    """(label, base, fine-tuned, change) per metric, formatted for display."""
+def columns(evaluation: Evaluation) -> list[tuple[str, str]]:
+    """(role in evaluation.json, column header) of each scored model, in the report's order."""
+    if "published" not in evaluation:
+        return [("base", "Base"), ("fine_tuned", "Fine-tuned")]
+    return [("base", "Base"), ("published", "Published"), ("fine_tuned", "New")]
+
+
+def change_headers(evaluation: Evaluation) -> list[str]:
+    return ["Change vs base", "Change vs published"] if "published" in evaluation else ["Change"]
+
+
+def metric_rows(evaluation: Evaluation) -> list[tuple[str, list[str], list[str]]]:
+    """(label, each model's value, the new model's changes) per metric, formatted for display."""
     rows = []
     for key, label, digits, better in METRICS:
-        base, tuned, delta = evaluation["base"][key], evaluation["fine_tuned"][key], evaluation["deltas"][key]
-        rows.append(
-            (f"{label}, {better} is better", f"{base:.{digits}f}", f"{tuned:.{digits}f}", f"{delta:+.{digits}f}")
-        )
+        values = [f"{evaluation[role][key]:.{digits}f}" for role, _ in columns(evaluation)]
+        changes = [evaluation["deltas"][key]]
+        if "published" in evaluation:
+            changes.append(evaluation["deltas_vs_published"][key])
+        rows.append((f"{label}, {better} is better", values, [f"{change:+.{digits}f}" for change in changes]))
     return rows
 
 
 def notes(evaluation: Evaluation) -> str:
+    published = evaluation.get("published_model")
+    published_note = (
+        f" Published model: {published['description']}, loaded as {published['loaded_as']}."
+        if published and published.get("loaded_as")
+        else f" Published model: {published['description']}, not compared: {published['problem']}"
+        if published
+        else ""
+    )
     return (
         f"Loss over {evaluation['fine_tuned']['eval_tokens']} held-out assistant tokens; "
         f"ROUGE-L over {evaluation['scored_rows']} held-out rows answered greedily. "
-        f"Base model: {evaluation['base_model']}. Fine-tuned model: {evaluation['fine_tuned_model']}."
+        f"Base model: {evaluation['base_model']}. Fine-tuned model: {evaluation['fine_tuned_model']}." + published_note
     )
 
 
@@ -96,15 +119,18 @@ def _blockquote(text: str) -> str:
 def render_markdown(
     evaluation: Evaluation, samples: list[Sample], training: dict[str, Any] | None, loss_curve_src: str | None
 ) -> str:
+    headers = [header for _, header in columns(evaluation)] + change_headers(evaluation)
     lines = [
         f"# {TITLE}",
         "",
         f"**{gate_headline(evaluation)}**",
         "",
-        "| Metric | Base | Fine-tuned | Change |",
-        "|---|---:|---:|---:|",
+        "| Metric | " + " | ".join(headers) + " |",
+        "|---|" + "---:|" * len(headers),
     ]
-    lines += [f"| {label} | {base} | {tuned} | {delta} |" for label, base, tuned, delta in metric_rows(evaluation)]
+    lines += [
+        f"| {label} | " + " | ".join(values + changes) + " |" for label, values, changes in metric_rows(evaluation)
+    ]
     lines += ["", _markdown_text(notes(evaluation)), "", "## Training run", ""]
     lines += [f"- {label}: {_markdown_text(value)}" for label, value in training_facts(training)] or [
         "- training_summary.json was not found."
@@ -116,16 +142,9 @@ def render_markdown(
         "## Sample answers",
     ]
     for number, sample in enumerate(samples, start=1):
-        lines += [
-            "",
-            f"### {number}. {_markdown_text(sample['question'])}",
-            "",
-            "**Base**",
-            "",
-            _blockquote(sample["base"]),
-            "",
-        ]
-        lines += ["**Fine-tuned**", "", _blockquote(sample["fine_tuned"])]
+        lines += ["", f"### {number}. {_markdown_text(sample['question'])}"]
+        for role, header in columns(evaluation):
+            lines += ["", f"**{header}**", "", _blockquote(sample[role])]
     return "\n".join(lines) + "\n"
 
 
@@ -151,6 +170,8 @@ def render_html(
         title=TITLE,
         gate_passed=evaluation["gate"]["passed"],
         gate_headline=gate_headline(evaluation),
+        columns=columns(evaluation),
+        change_headers=change_headers(evaluation),
         metrics=metric_rows(evaluation),
         notes=notes(evaluation),
         facts=training_facts(training),

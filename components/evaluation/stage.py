@@ -1,26 +1,31 @@
 """Evaluation stage: the CLI, and what its KFP component runs.
 
     python -m components.evaluation.stage --base-model BASE --fine-tuned-model TRAIN/merged \\
-        --data-dir DATA --train-dir TRAIN --output-dir EVAL [--extra-questions "Q1" "Q2"]
+        --data-dir DATA --train-dir TRAIN --output-dir EVAL [--extra-questions "Q1" "Q2"] \\
+        [--workspace-root WORKSPACE [--repo-id OWNER/NAME] [--force]]
 
-One path: options → the held-out split tokenised as in training → for the base
-model, then the fine-tuned one (each loaded once and freed before the next):
-held-out loss, answers to the sample questions and to the scored rows → ROUGE-L
-→ the quality gate → evaluation.json, demo_outputs/sample_responses.json,
-report.md (+ loss_curve.png) and report.html in the output directory. A failed
-gate is a result, not an error: the stage succeeds and says why.
+One path: options → the held-out split tokenised as in training → the published
+model, when one is found (``--workspace-root``: see ``champion``) → for the base
+model, the published one and the fine-tuned one (each loaded once and freed
+before the next): held-out loss, answers to the sample questions and to the
+scored rows → ROUGE-L → the quality gate → evaluation.json,
+demo_outputs/sample_responses.json, report.md (+ loss_curve.png) and report.html
+in the output directory. A failed gate is a result, not an error: the stage
+succeeds and says why.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
-from transformers import PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from common.atomic import link_or_copy, staging_dir
+from common.cli_options import options_from
 from common.errors import exit_on_user_error
 from common.run_layout import (
     EVALUATION,
@@ -31,7 +36,16 @@ from common.run_layout import (
     SAMPLE_RESPONSES,
     TRAINING_SUMMARY,
 )
-from components.evaluation.gate import decide
+from components.evaluation.champion import (
+    FORCE_FIX,
+    Champion,
+    ChampionUnavailable,
+    PublishedTarget,
+    champion_from,
+    check_comparable,
+    published_files,
+)
+from components.evaluation.gate import GateDecision, decide, decide_with_published, decide_without_published
 from components.evaluation.generation import generate_answers
 from components.evaluation.heldout import HeldOutLoss, held_out_loss, usable_conversations
 from components.evaluation.models import (
@@ -41,9 +55,11 @@ from components.evaluation.models import (
     load_tokenizer,
     release_memory,
 )
-from components.evaluation.options import EvaluateOptions, parse_options
+from components.evaluation.options import EvaluateOptions, build_parser
 from components.evaluation.reference import ReferenceRow, reference_rows, rouge_l
 from components.evaluation.report import png_data_uri, render_html, render_markdown
+from components.hub_auth import hub_token
+from components.publish.published import PublishedModel, find_published
 from trainer.config import TrainConfig
 from trainer.cuda import check_cuda_usable
 from trainer.data import load_split, split_path
@@ -83,16 +99,15 @@ def resolve_max_length(options: EvaluateOptions, training: dict[str, Any] | None
 
 
 def run_model(
-    name_or_path: str,
+    load: Callable[[], PreTrainedModel],
     tokenizer: PreTrainedTokenizerBase,
     conversations: list[TokenisedConversation],
     prompts: list[list[Message]],
     sample_count: int,
     options: EvaluateOptions,
-    revision: str | None = None,
 ) -> ModelRun:
     """Load one model, measure it and generate with it; it is freed when this returns."""
-    model = load_model(name_or_path, revision)
+    model = load()
     loss = held_out_loss(model, conversations, tokenizer.pad_token_id, options.batch_size)
     print(
         f"  eval loss {loss.eval_loss:.4f}, perplexity {loss.perplexity:.3f} over {loss.eval_tokens} assistant tokens",
@@ -111,8 +126,17 @@ def model_entry(run: ModelRun, rows: list[ReferenceRow]) -> dict[str, Any]:
     }
 
 
-def evaluate(options: EvaluateOptions) -> Evaluated:
-    """Compare the two models and write the stage's files; see the module docstring for the order."""
+def load_champion(published: PublishedModel, tokenizer: PreTrainedTokenizerBase) -> Champion:
+    """How to load the published model, once its files are here and its vocabulary is the new model's; raises
+    ChampionUnavailable when it cannot be compared."""
+    champion = champion_from(published, published_files(published, hub_token()))
+    check_comparable(champion, tokenizer)
+    return champion
+
+
+def evaluate(options: EvaluateOptions, target: PublishedTarget | None = None) -> Evaluated:
+    """Compare the models and write the stage's files; see the module docstring for the order. Without
+    ``target`` no published model is looked for."""
     check_fine_tuned_dir(options.fine_tuned_model)
     training = read_training_summary(options.train_dir)
     # The base model as it was trained from: the Hub commit the trainer recorded (None for a local checkpoint).
@@ -131,17 +155,40 @@ def evaluate(options: EvaluateOptions) -> Evaluated:
         flush=True,
     )
 
-    runs = {}
-    for role, name, revision in (
-        ("base", options.base_model, base_revision),
-        ("fine_tuned", str(options.fine_tuned_model), None),
-    ):
-        print(f"{role}: {name}" + (f" at {revision}" if revision else ""), flush=True)
-        runs[role] = run_model(name, tokenizer, conversations, prompts, len(questions), options, revision)
+    def measure(role: str, name: str, load: Callable[[], PreTrainedModel]) -> ModelRun:
+        print(f"{role}: {name}", flush=True)
+        run = run_model(load, tokenizer, conversations, prompts, len(questions), options)
         release_memory()
+        return run
 
-    base, tuned = model_entry(runs["base"], rows), model_entry(runs["fine_tuned"], rows)
-    gate = decide(base["eval_loss"], tuned["eval_loss"], options.min_eval_loss_improvement)
+    runs = {
+        "base": measure(
+            "base",
+            options.base_model + (f" at {base_revision}" if base_revision else ""),
+            lambda: load_model(options.base_model, base_revision),
+        )
+    }
+    published = find_published(target.repo_id, target.workspace_root, hub_token()) if target else None
+    champion, problem = None, None
+    if target is not None and published is None:
+        print("published model: none yet, so the gate compares with the base model only", flush=True)
+    if target is not None and published is not None:
+        print(f"published model: {published.description}", flush=True)
+        try:
+            champion = load_champion(published, tokenizer)
+            runs["published"] = measure("published", champion.kind, champion.load)
+        except ChampionUnavailable as error:
+            if not target.force:
+                raise
+            champion, problem = None, str(error).replace(FORCE_FIX, "").strip()
+            print(f"the published model cannot be compared, and force is set: {problem}", flush=True)
+    runs["fine_tuned"] = measure(
+        "fine_tuned", str(options.fine_tuned_model), lambda: load_model(options.fine_tuned_model)
+    )
+
+    entries = {role: model_entry(run, rows) for role, run in runs.items()}
+    base, tuned = entries["base"], entries["fine_tuned"]
+    gate = gate_decision(options, entries, published, target, problem)
     evaluation = {
         "base_model": options.base_model,
         "base_model_commit": base_revision,
@@ -154,13 +201,31 @@ def evaluate(options: EvaluateOptions) -> Evaluated:
             "passed": gate.passed,
             "min_eval_loss_improvement": gate.min_eval_loss_improvement,
             "reason": gate.reason,
+            "forced": gate.forced,
+            "comparisons": [
+                {"against": comparison.against, "passed": comparison.passed, "reason": comparison.reason}
+                for comparison in gate.comparisons
+            ],
         },
     }
-    samples = [
-        {"question": question, "base": base_answer, "fine_tuned": tuned_answer}
-        for question, base_answer, tuned_answer in zip(
-            questions, runs["base"].sample_answers, runs["fine_tuned"].sample_answers, strict=True
+    if published is not None:
+        evaluation["published_model"] = (
+            champion.entry()
+            if champion
+            else {
+                "description": published.description,
+                "run_id": published.run_id,
+                "revision": published.revision,
+                "problem": problem,
+            }
         )
+    if "published" in entries:
+        evaluation["published"] = entries["published"]
+        evaluation["deltas_vs_published"] = {key: tuned[key] - entries["published"][key] for key in COMPARED}
+        evaluation["gate"]["min_improvement_over_published"] = options.min_improvement_over_published
+    samples = [
+        {"question": question, **{role: run.sample_answers[number] for role, run in runs.items()}}
+        for number, question in enumerate(questions)
     ]
     curve = options.train_dir / LOSS_CURVE
     evaluated = Evaluated(
@@ -168,6 +233,30 @@ def evaluate(options: EvaluateOptions) -> Evaluated:
     )
     write_outputs(evaluated)
     return evaluated
+
+
+def gate_decision(
+    options: EvaluateOptions,
+    entries: dict[str, dict[str, Any]],
+    published: PublishedModel | None,
+    target: PublishedTarget | None,
+    problem: str | None,
+) -> GateDecision:
+    base, tuned = entries["base"]["eval_loss"], entries["fine_tuned"]["eval_loss"]
+    if "published" in entries and published is not None and target is not None:
+        name = f"run {published.run_id}" if published.run_id else published.description
+        return decide_with_published(
+            base,
+            tuned,
+            options.min_eval_loss_improvement,
+            entries["published"]["eval_loss"],
+            options.min_improvement_over_published,
+            name,
+            target.force,
+        )
+    if problem is not None:
+        return decide_without_published(base, tuned, options.min_eval_loss_improvement, problem)
+    return decide(base, tuned, options.min_eval_loss_improvement)
 
 
 def write_outputs(evaluated: Evaluated) -> None:
@@ -196,11 +285,16 @@ def write_outputs(evaluated: Evaluated) -> None:
         staging.publish(*names, EVALUATION_MARKDOWN, EVALUATION_HTML, EVALUATION)
 
 
+ROLE_LABELS = (("base", "base      "), ("published", "published "), ("fine_tuned", "fine-tuned"))
+
+
 def summary(evaluated: Evaluated) -> str:
     evaluation = evaluated.evaluation
     lines = []
-    for role, label in (("base", "base      "), ("fine_tuned", "fine-tuned")):
-        entry = evaluation[role]
+    for role, label in ROLE_LABELS:
+        entry = evaluation.get(role)
+        if entry is None:
+            continue
         lines.append(
             f"{label}  eval loss {entry['eval_loss']:.4f}  perplexity {entry['perplexity']:.3f}  "
             f"ROUGE-L {entry['rouge_l']:.4f}"
@@ -217,19 +311,43 @@ def summary(evaluated: Evaluated) -> str:
 
 
 def metrics_to_log(evaluation: dict[str, Any]) -> dict[str, float]:
-    """The KFP Metrics: base_/fine_tuned_ values and deltas of each compared number, and the gate as 1/0."""
+    """The KFP Metrics: each model's compared numbers, the new model's changes against the base (and the published
+    model when there is one), and the gate as 1/0."""
     values = {}
     for key in COMPARED:
         values[f"base_{key}"] = evaluation["base"][key]
+        if "published" in evaluation:
+            values[f"published_{key}"] = evaluation["published"][key]
         values[f"fine_tuned_{key}"] = evaluation["fine_tuned"][key]
         values[f"{key}_delta"] = evaluation["deltas"][key]
+        if "published" in evaluation:
+            values[f"{key}_delta_vs_published"] = evaluation["deltas_vs_published"][key]
     values["gate_passed"] = 1 if evaluation["gate"]["passed"] else 0
+    values["gate_forced"] = 1 if evaluation["gate"]["forced"] else 0
     return values
+
+
+def build_cli() -> argparse.ArgumentParser:
+    """The options' own flags, and where to look for the published model the new one must beat."""
+    parser = build_parser()
+    published = parser.add_argument_group(
+        "the published model",
+        "With --workspace-root the new model is also compared with the model published before: on the Hub when "
+        "--repo-id is given and HF_TOKEN is set, else the publish record on the workspace.",
+    )
+    published.add_argument("--workspace-root", default="", help="the workspace holding published/ and runs/")
+    published.add_argument("--repo-id", default="", help="the Hub repository the model is published to")
+    published.add_argument(
+        "--force", action="store_true", help="pass the gate even when the new model does not beat the published one"
+    )
+    return parser
 
 
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> None:
-    print(summary(evaluate(parse_options(argv))), flush=True)
+    args = build_cli().parse_args(argv)
+    target = PublishedTarget(args.repo_id, args.workspace_root, args.force) if args.workspace_root else None
+    print(summary(evaluate(options_from(args, EvaluateOptions), target)), flush=True)
 
 
 @exit_on_user_error
@@ -242,7 +360,9 @@ def run_in_pipeline(
     max_new_tokens: int,
     score_rows: int,
     min_eval_loss_improvement: float,
+    min_improvement_over_published: float,
     batch_size: int,
+    target: PublishedTarget,
     metrics,
     html_report_artifact,
     markdown_report_artifact,
@@ -251,7 +371,8 @@ def run_in_pipeline(
     """What the KFP component does: evaluate, fill the UI artifacts, return the gate's decision and reason.
 
     The Markdown artifact embeds the loss curve as a data URI, since the UI
-    shows the artifact alone, without report.md's neighbouring image. With
+    shows the artifact alone, without report.md's neighbouring image. ``target``
+    says where the published model is looked for. With
     ``require_cuda`` (the pod was given a GPU) a CUDA failure stops the step
     instead of generating on the CPU.
     """
@@ -267,9 +388,10 @@ def run_in_pipeline(
         max_new_tokens=max_new_tokens,
         score_rows=score_rows,
         min_eval_loss_improvement=min_eval_loss_improvement,
+        min_improvement_over_published=min_improvement_over_published,
         batch_size=batch_size,
     )
-    evaluated = evaluate(options)
+    evaluated = evaluate(options, target)
     print(summary(evaluated), flush=True)
     for name, value in metrics_to_log(evaluated.evaluation).items():
         metrics.log_metric(name, value)

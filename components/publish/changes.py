@@ -12,12 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from huggingface_hub import HfApi
-
-from components.publish.hub import published_card
-from components.publish.model_card import FINGERPRINT_KEY, read_fingerprint
+from components.publish.model_card import FINGERPRINT_KEY
 from components.publish.options import PublishOptions
-from components.publish.record import read_record, record_path
+from components.publish.published import find_published
+from components.publish.record import record_path
 
 
 @dataclass(frozen=True)
@@ -37,27 +35,25 @@ def compare_with_published(
     """Whether to train: the data differs from the last published model's, nothing was published, or ``force``."""
     if force:
         return DataChange(True, "force is set, so the model is retrained whatever the data.")
-    if repo_id and token:
-        card = published_card(HfApi(token=token), repo_id, options)
-        if card is None:
-            return DataChange(True, f"nothing is published at {repo_id} yet.")
-        published, source = read_fingerprint(card), f"the model card of {repo_id}"
-    else:
-        record = read_record(workspace_root, repo_id)
-        if record is None:
-            return DataChange(True, f"no earlier publish is recorded at {record_path(workspace_root, repo_id)}.")
-        published, source = (
-            record.data_fingerprint,
-            f"the publish record of run {record.run_id} ({record_path(workspace_root, repo_id)})",
+    published = find_published(repo_id, workspace_root, token, options)
+    if published is None:
+        return DataChange(
+            True,
+            f"nothing is published at {repo_id} yet."
+            if repo_id and token
+            else f"no earlier publish is recorded at {record_path(workspace_root, repo_id)}.",
         )
-    if not published:
+    source = published.description
+    if not published.data_fingerprint:
         return DataChange(True, f"{source} holds no {FINGERPRINT_KEY}, so the data cannot be compared.")
-    if published == fingerprint:
+    if published.data_fingerprint == fingerprint:
         return DataChange(
             False,
             f"the prepared data has the fingerprint {fingerprint}, the same as the model in {source}: "
             "training, export and publishing are skipped. Set force to retrain anyway.",
         )
     return DataChange(
-        True, f"the data changed: its fingerprint is {fingerprint}, the published model's ({source}) is {published}."
+        True,
+        f"the data changed: its fingerprint is {fingerprint}, the published model's ({source}) is "
+        f"{published.data_fingerprint}.",
     )

@@ -5,8 +5,14 @@ transfers) itself, but not ``create_repo`` or the final commit request, and its
 ``upload_folder`` may split a large folder into several commits when hf_xet is
 installed. So the stage builds the operations itself, sends them with one
 ``create_commit``, and retries the whole call on 5xx answers and connection
-errors. Retrying a commit is safe: if a lost response hid a commit that did land,
-the retry finds every file unchanged and creates no second commit.
+errors.
+
+The commit names its parent, the commit the evaluation compared the new model
+against (``parent_commit``): if anything else reached the repository since, the
+Hub refuses it with 412 and nothing lands, so a model is never published over
+one it was not compared with. A retry after a lost response checks first
+whether the lost commit did land (the repository's model card is then this
+upload's, which names its run), and answers with it instead of trying again.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ from components.publish.options import PublishOptions
 
 T = TypeVar("T")
 TRANSIENT_STATUS = (408, 429, 500, 502, 503, 504)
+# The Hub's answer to a commit whose parent_commit is no longer the head of the branch.
+HEAD_MOVED_STATUS = 412
 MAX_RETRY_WAIT_S = 60.0
 KEPT_REMOTE_FILES = {".gitattributes"}
 
@@ -92,16 +100,31 @@ def hub_errors(action: str, endpoint: str) -> Iterator[None]:
 
 
 def publish_folder(
-    api: HfApi, repo_id: str, folder: Path, options: PublishOptions, message: str, description: str
+    api: HfApi,
+    repo_id: str,
+    folder: Path,
+    options: PublishOptions,
+    message: str,
+    description: str,
+    parent_commit: str | None,
 ) -> str:
-    """Create ``repo_id`` if missing and commit ``folder`` to it as one commit; return the commit URL."""
+    """Create ``repo_id`` if missing and commit ``folder`` to it as one commit on top of ``parent_commit`` (None:
+    the repository holds no model yet); return the commit URL."""
     with hub_errors(f"create or find the repository {repo_id}", api.endpoint):
         with_retries(
             lambda: api.create_repo(repo_id, private=options.private, exist_ok=True), "create repository", options
         )
     local = {path.relative_to(folder).as_posix(): path for path in sorted(folder.rglob("*")) if path.is_file()}
+    card = (folder / CARD_NAME).read_text(encoding="utf-8")
+    tries = 0
 
-    def commit():
+    def commit() -> str:
+        nonlocal tries
+        tries += 1
+        if tries > 1:
+            head = api.model_info(repo_id).sha
+            if head != parent_commit and published_card(api, repo_id, options, head) == card:
+                return f"{api.endpoint}/{repo_id}/commit/{head}"  # the lost answer's commit did land
         # Fresh operations for every attempt: create_commit marks the ones it used.
         operations: list = []
         if options.delete_stale_files:
@@ -110,11 +133,27 @@ def publish_folder(
                 CommitOperationDelete(path) for path in remote if path not in local and path not in KEPT_REMOTE_FILES
             ]
         operations += [CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(path)) for name, path in local.items()]
-        return api.create_commit(repo_id, operations=operations, commit_message=message, commit_description=description)
+        return api.create_commit(
+            repo_id,
+            operations=operations,
+            commit_message=message,
+            commit_description=description,
+            parent_commit=parent_commit,
+        ).commit_url
 
     with hub_errors(f"upload to the repository {repo_id}", api.endpoint):
         try:
-            return with_retries(commit, "upload", options).commit_url
+            return with_retries(commit, "upload", options)
+        except HfHubHTTPError as error:
+            if error.response is None or error.response.status_code != HEAD_MOVED_STATUS:
+                raise
+            raise UserError(
+                f"Something else was committed to {repo_id} after this run's evaluation compared the new model with "
+                f"the published one (commit {parent_commit[:12] if parent_commit else 'none: nothing was published'}"
+                "), so the Hub refused the commit (HTTP 412) and nothing was uploaded. The new model was never "
+                "compared with what is there now: start the run again, with force=true since its data may now be "
+                "the published model's, and it will be."
+            ) from None
         except ValueError as error:  # huggingface_hub's report of the Hub's metadata validation
             if "Invalid metadata in README.md" not in str(error):
                 raise
@@ -124,9 +163,18 @@ def publish_folder(
             ) from None
 
 
-def published_card(api: HfApi, repo_id: str, options: PublishOptions) -> str | None:
-    """The model card text of ``repo_id`` on the Hub; None when the repository or its card does not exist."""
-    url = f"{api.endpoint}/{repo_id}/resolve/main/{CARD_NAME}"
+def head_revision(api: HfApi, repo_id: str, options: PublishOptions) -> str | None:
+    """The commit ``main`` of ``repo_id`` points at; None when the repository does not exist."""
+    with hub_errors(f"read the repository {repo_id}", api.endpoint):
+        try:
+            return with_retries(lambda: api.model_info(repo_id), "read repository", options).sha
+        except RepositoryNotFoundError:
+            return None
+
+
+def published_card(api: HfApi, repo_id: str, options: PublishOptions, revision: str = "main") -> str | None:
+    """The model card text of ``repo_id`` at ``revision``; None when the repository or its card does not exist."""
+    url = f"{api.endpoint}/{repo_id}/resolve/{revision}/{CARD_NAME}"
     with hub_errors(f"read the model card of {repo_id}", api.endpoint):
         response = http_backoff(
             "GET",

@@ -3,9 +3,13 @@
 Metadata goes through ``huggingface_hub.ModelCardData`` (the Hub's own schema:
 base_model, datasets, license, tags, pipeline_tag, library_name) plus
 ``data_fingerprint``, which the next scheduled run reads back to tell whether
-the data changed. The page is the Jinja template beside this module, filled
-with numbers formatted here: evaluation base vs fine-tuned, sample answers,
-training configuration, and how to run the GGUF with llama.cpp and Ollama.
+the data changed, and ``published_history``, one entry per publish (run id,
+date, data fingerprint, eval loss, and the Hub commit of every earlier one),
+which each publish reads from the card it replaces and extends. The page is
+the Jinja template beside this module, filled with numbers formatted here:
+evaluation (base, the model published before, fine-tuned), sample answers,
+training configuration, the published history, and how to run the GGUF with
+llama.cpp and Ollama.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from components.publish.options import PublishOptions
 
 TEMPLATE = Path(__file__).with_name("model_card.md.j2")
 FINGERPRINT_KEY = "data_fingerprint"
+HISTORY_KEY = "published_history"
 PLACEHOLDER_REPO = "YOUR-NAMESPACE/{name}"
 # Local runs fine-tune a copy of a Hub model materialised on disk; the card names the original.
 LOCAL_MODEL_HUB_IDS = {LOCAL_MODEL_NAME: "HuggingFaceTB/SmolLM2-135M-Instruct"}
@@ -44,6 +49,7 @@ class CardContext:
     run_id: str
     dataset_uri: str
     files: list[str]  # paths in the repository, model card excluded
+    history: list[dict[str, Any]]  # every publish to this repository, oldest first, this one last
 
 
 def render_model_card(outputs: RunOutputs, options: PublishOptions, context: CardContext) -> str:
@@ -58,7 +64,8 @@ def render_model_card(outputs: RunOutputs, options: PublishOptions, context: Car
         intro=_intro(outputs, options, base_model, context),
         eval_rows=_eval_rows(outputs),
         metrics=_metric_rows(outputs.evaluation),
-        gate_verdict="passed" if outputs.gate_passed else "failed",
+        published=_published_name(outputs.evaluation),
+        gate_verdict=_gate_verdict(outputs.evaluation),
         gate_reason=outputs.evaluation.get("gate", {}).get("reason", ""),
         samples=[
             {
@@ -79,6 +86,12 @@ def render_model_card(outputs: RunOutputs, options: PublishOptions, context: Car
         if context.dataset_uri.strip()
         else "the practical-skills sample bundled with the pipeline",
         run_id=context.run_id,
+        history=_history_rows(context.history),
+        earlier_revision=next(
+            (entry["revision"] for entry in reversed(context.history) if entry.get("revision")), None
+        ),
+        loads_adapter=any(name.startswith("adapter/") for name in context.files),
+        base_model=base_model or str(outputs.summary.get("config", {}).get("model", "BASE_MODEL")),
     )
     return str(card).rstrip("\n") + "\n"
 
@@ -94,7 +107,7 @@ def card_data(outputs: RunOutputs, options: PublishOptions, context: CardContext
         *([method] if method in ("lora", "qlora") else []),
         "llm-finetune-pipeline",
     ]
-    extra: dict[str, Any] = {FINGERPRINT_KEY: outputs.fingerprint}
+    extra: dict[str, Any] = {FINGERPRINT_KEY: outputs.fingerprint, HISTORY_KEY: context.history}
     if base_model:
         extra["base_model_relation"] = "finetune"
     return ModelCardData(
@@ -111,6 +124,25 @@ def card_data(outputs: RunOutputs, options: PublishOptions, context: CardContext
 def read_fingerprint(card_text: str) -> str | None:
     """The data fingerprint recorded in a model card's metadata, if any."""
     return ModelCard(card_text, ignore_metadata_errors=True).data.to_dict().get(FINGERPRINT_KEY)
+
+
+def read_history(card_text: str) -> list[dict[str, Any]]:
+    """The publishes a model card lists in its metadata, oldest first; empty for a card without them."""
+    value = ModelCard(card_text, ignore_metadata_errors=True).data.to_dict().get(HISTORY_KEY)
+    return [dict(entry) for entry in value if isinstance(entry, dict)] if isinstance(value, list) else []
+
+
+def extended_history(
+    previous_card: str | None, previous_revision: str | None, entry: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The history of the card being replaced, its last entry given the Hub commit that card was found at (a
+    publish cannot know its own commit before it lands), then ``entry``; a run publishing again replaces its own."""
+    history = read_history(previous_card) if previous_card else []
+    if history and history[-1].get("run_id") == entry["run_id"]:
+        history.pop()  # the same run publishing again (a retried step): its entry is replaced, not repeated
+    elif history and previous_revision and not history[-1].get("revision"):
+        history[-1]["revision"] = previous_revision
+    return [*history, entry]
 
 
 def resolve_base_model(options: PublishOptions, summary: dict[str, Any]) -> str:
@@ -168,15 +200,51 @@ def _metric_rows(evaluation: dict[str, Any]) -> list[dict[str, str]]:
         if base is None and tuned is None:
             continue
         delta = evaluation.get("deltas", {}).get(key)
+        published = (evaluation.get("published") or {}).get(key)
         rows.append(
             {
                 "name": name,
                 "base": _number(base, digits),
+                "published": _number(published, digits),
                 "fine_tuned": _number(tuned, digits),
                 "delta": "" if delta is None else f"{delta:+.{digits}f}",
+                "delta_published": "" if published is None or tuned is None else f"{tuned - published:+.{digits}f}",
             }
         )
     return rows
+
+
+def _published_name(evaluation: dict[str, Any]) -> str | None:
+    """Which published model the evaluation scored, for the card; None when it scored none."""
+    if "published" not in evaluation:
+        return None
+    run_id = (evaluation.get("published_model") or {}).get("run_id")
+    return f"pipeline run `{run_id}`" if run_id else "the repository's model before this commit"
+
+
+def _gate_verdict(evaluation: dict[str, Any]) -> str:
+    gate = evaluation.get("gate", {})
+    if not gate.get("passed", True):
+        return "failed"
+    return "passed, forced" if gate.get("forced") else "passed"
+
+
+def _history_rows(history: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """Newest first, as a page lists releases."""
+    rows = []
+    for number, entry in enumerate(history, start=1):
+        revision = entry.get("revision")
+        rows.append(
+            {
+                "number": str(number),
+                "run_id": f"`{entry.get('run_id', '')}`",
+                "published_at": str(entry.get("published_at", "")),
+                "fingerprint": f"`{str(entry.get('data_fingerprint', ''))[:19]}…`",
+                "eval_loss": _number(entry.get("eval_loss"), 4),
+                "revision": f"`{revision}`" if revision else ("this revision" if number == len(history) else ""),
+            }
+        )
+    return rows[::-1]
 
 
 def _training_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:

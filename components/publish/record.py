@@ -3,7 +3,8 @@
 ``<workspace_root>/published/<owner>--<name>.json`` for a repository, or
 ``published/dry-run.json`` when no repository is configured. Publishing (a dry
 run too) writes it after the upload folder or commit is complete; the fingerprint
-check of the next run reads it. It only outlives a run on a persistent workspace
+check of the next run reads it, and its evaluation loads the named run's upload
+folder as the model to beat (``components.publish.published``). It only outlives a run on a persistent workspace
 (an existing PVC passed as ``pvc_name``, or the local directory of ``make run``);
 with a Hub repository and a token the model card on the Hub is the record.
 """

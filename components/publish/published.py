@@ -1,0 +1,83 @@
+"""The model users have now: where the last publish of a repository (or of dry runs) can be found.
+
+Three steps ask about it: the data-change check (is its data fingerprint the
+prepared data's?), the evaluation (the champion the new model must beat) and
+the publish step (has it changed since the evaluation compared against it?). All
+three find it the same way: on the Hub when a repository and a token are set,
+since the Hub is then where users get the model; else from the publish record
+on the workspace, which names the run whose ``publish/upload/`` folder holds
+exactly what was (or, in a dry run, would have been) uploaded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from huggingface_hub import HfApi
+
+from common.run_layout import PUBLISH, UPLOAD, stage_dir
+from components.publish.bundle import CARD_NAME
+from components.publish.hub import head_revision, published_card
+from components.publish.model_card import read_fingerprint, read_history
+from components.publish.options import PublishOptions
+from components.publish.record import read_record, record_path
+
+
+@dataclass(frozen=True)
+class PublishedModel:
+    """The last published model of a repository, or of the dry runs."""
+
+    description: str  # for logs and reports: "the model card of o/n at commit abc1234", "the publish of run ..."
+    data_fingerprint: str | None
+    run_id: str | None  # the pipeline run that published it (None for a Hub card this pipeline did not write)
+    repo_id: str  # empty for dry runs without a repository
+    revision: str | None  # the Hub commit; None for a workspace publish
+    folder: Path | None  # the upload folder of a workspace publish; None on the Hub
+    card: str | None  # the model card text, None when a workspace folder has lost it
+
+    @property
+    def on_hub(self) -> bool:
+        return self.revision is not None
+
+    @property
+    def identity(self) -> str:
+        """What identifies this publish: the Hub commit, else the run that wrote the record."""
+        return self.revision or f"run {self.run_id}"
+
+
+def find_published(
+    repo_id: str, workspace_root: str, token: str | None, options: PublishOptions = PublishOptions()
+) -> PublishedModel | None:
+    """The last published model, or None when nothing was published yet (no model card, no record)."""
+    if repo_id and token:
+        api = HfApi(token=token)
+        revision = head_revision(api, repo_id, options)
+        card = published_card(api, repo_id, options, revision) if revision else None
+        if card is None:
+            return None
+        history = read_history(card)
+        return PublishedModel(
+            description=f"the model card of {repo_id} at commit {revision[:12]}",
+            data_fingerprint=read_fingerprint(card),
+            run_id=history[-1].get("run_id") if history else None,
+            repo_id=repo_id,
+            revision=revision,
+            folder=None,
+            card=card,
+        )
+    record = read_record(workspace_root, repo_id)
+    if record is None:
+        return None
+    folder = stage_dir(workspace_root, record.run_id, PUBLISH) / UPLOAD
+    card_path = folder / CARD_NAME
+    return PublishedModel(
+        description=f"the publish of run {record.run_id} recorded in {record_path(workspace_root, repo_id)} "
+        f"(files in {folder})",
+        data_fingerprint=record.data_fingerprint,
+        run_id=record.run_id,
+        repo_id=repo_id,
+        revision=None,
+        folder=folder,
+        card=card_path.read_text(encoding="utf-8") if card_path.is_file() else None,
+    )
