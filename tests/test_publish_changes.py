@@ -29,6 +29,9 @@ def hub(monkeypatch):
         yield fake
 
 
+MODEL = {"model-q8_0.gguf": b"GGUF"}  # a repository holds a published model when it holds model files
+
+
 def card_with(fingerprint: str | None) -> bytes:
     data = ModelCardData(license="apache-2.0", **({"data_fingerprint": fingerprint} if fingerprint else {}))
     return str(ModelCard(f"---\n{data.to_yaml()}\n---\n\n# model\n")).encode()
@@ -65,7 +68,7 @@ def test_an_unreadable_record_means_changed(tmp_path):
 
 
 def test_hub_card_fingerprint_decides(hub, tmp_path):
-    hub.add_repo("model", "me/skills", {"README.md": card_with(FINGERPRINT)}, private=True)
+    hub.add_repo("model", "me/skills", {"README.md": card_with(FINGERPRINT), **MODEL}, private=True)
     same = compare_with_published(FINGERPRINT, "me/skills", str(tmp_path), force=False, token=TOKEN, options=FAST)
     assert not same.changed and "the model card of me/skills" in same.reason
     assert compare_with_published(OTHER, "me/skills", str(tmp_path), force=False, token=TOKEN, options=FAST).changed
@@ -78,20 +81,26 @@ def test_hub_without_repository_card_or_fingerprint_means_changed(hub, tmp_path)
     )
     hub.add_repo("model", "me/bare", {".gitattributes": b""})
     assert compare_with_published(FINGERPRINT, "me/bare", str(tmp_path), False, TOKEN, FAST).changed
-    hub.add_repo("model", "me/plain", {"README.md": card_with(None)})
+    hub.add_repo("model", "me/card-only", {"README.md": card_with(FINGERPRINT)})
+    change = compare_with_published(FINGERPRINT, "me/card-only", str(tmp_path), False, TOKEN, FAST)
+    assert change.changed and "nothing is published at me/card-only" in change.reason
+    hub.add_repo("model", "me/plain", {"README.md": card_with(None), **MODEL})
     change = compare_with_published(FINGERPRINT, "me/plain", str(tmp_path), False, TOKEN, FAST)
+    assert change.changed and "holds no data_fingerprint" in change.reason
+    hub.add_repo("model", "me/weights-only", MODEL)
+    change = compare_with_published(FINGERPRINT, "me/weights-only", str(tmp_path), False, TOKEN, FAST)
     assert change.changed and "holds no data_fingerprint" in change.reason
 
 
 def test_hub_5xx_is_retried(hub, tmp_path):
-    hub.add_repo("model", "me/skills", {"README.md": card_with(FINGERPRINT)})
+    hub.add_repo("model", "me/skills", {"README.md": card_with(FINGERPRINT), **MODEL})
     hub.fail_next("GET", "/me/skills/resolve/", 502)
     assert not compare_with_published(FINGERPRINT, "me/skills", str(tmp_path), False, TOKEN, FAST).changed
     assert [status for _, _, status in hub.requests_to("/resolve/")] == [502, 200]
 
 
 def test_hub_rejecting_the_token_is_a_clear_error(hub, tmp_path):
-    hub.add_repo("model", "me/skills", {"README.md": card_with(FINGERPRINT)}, private=True)
+    hub.add_repo("model", "me/skills", {"README.md": card_with(FINGERPRINT), **MODEL}, private=True)
     with pytest.raises(UserError, match="Secret 'hf-token'") as raised:
         compare_with_published(FINGERPRINT, "me/skills", str(tmp_path), False, "hf_expired_token", FAST)
     assert "hf_expired_token" not in str(raised.value)

@@ -149,10 +149,9 @@ def publish_folder(
                 raise
             raise UserError(
                 f"Something else was committed to {repo_id} after this run's evaluation compared the new model with "
-                f"the published one (commit {parent_commit[:12] if parent_commit else 'none: nothing was published'}"
-                "), so the Hub refused the commit (HTTP 412) and nothing was uploaded. The new model was never "
-                "compared with what is there now: start the run again, with force=true since its data may now be "
-                "the published model's, and it will be."
+                f"the published one (commit {parent_commit[:12] if parent_commit else 'none'}), so the Hub refused "
+                "the commit (HTTP 412) and nothing was uploaded. The new model was never compared with what is there "
+                "now: start the run again, and its evaluation will compare them."
             ) from None
         except ValueError as error:  # huggingface_hub's report of the Hub's metadata validation
             if "Invalid metadata in README.md" not in str(error):
@@ -170,6 +169,12 @@ def head_revision(api: HfApi, repo_id: str, options: PublishOptions) -> str | No
             return with_retries(lambda: api.model_info(repo_id), "read repository", options).sha
         except RepositoryNotFoundError:
             return None
+
+
+def repository_files(api: HfApi, repo_id: str, revision: str, options: PublishOptions) -> list[str]:
+    """Every file path in ``repo_id`` at ``revision``."""
+    with hub_errors(f"list the files of {repo_id}", api.endpoint):
+        return with_retries(lambda: api.list_repo_files(repo_id, revision=revision), "list files", options)
 
 
 def published_card(api: HfApi, repo_id: str, options: PublishOptions, revision: str = "main") -> str | None:

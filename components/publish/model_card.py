@@ -132,19 +132,6 @@ def read_history(card_text: str) -> list[dict[str, Any]]:
     return [dict(entry) for entry in value if isinstance(entry, dict)] if isinstance(value, list) else []
 
 
-def extended_history(
-    previous_card: str | None, previous_revision: str | None, entry: dict[str, Any]
-) -> list[dict[str, Any]]:
-    """The history of the card being replaced, its last entry given the Hub commit that card was found at (a
-    publish cannot know its own commit before it lands), then ``entry``; a run publishing again replaces its own."""
-    history = read_history(previous_card) if previous_card else []
-    if history and history[-1].get("run_id") == entry["run_id"]:
-        history.pop()  # the same run publishing again (a retried step): its entry is replaced, not repeated
-    elif history and previous_revision and not history[-1].get("revision"):
-        history[-1]["revision"] = previous_revision
-    return [*history, entry]
-
-
 def resolve_base_model(options: PublishOptions, summary: dict[str, Any]) -> str:
     """The Hub id of the base model: the option, else the trainer's --model when it names a Hub model."""
     if options.base_model:
@@ -234,12 +221,13 @@ def _history_rows(history: list[dict[str, Any]]) -> list[dict[str, str]]:
     rows = []
     for number, entry in enumerate(history, start=1):
         revision = entry.get("revision")
+        run_id, fingerprint = entry.get("run_id"), entry.get("data_fingerprint")
         rows.append(
             {
                 "number": str(number),
-                "run_id": f"`{entry.get('run_id', '')}`",
-                "published_at": str(entry.get("published_at", "")),
-                "fingerprint": f"`{str(entry.get('data_fingerprint', ''))[:19]}…`",
+                "run_id": f"`{run_id}`" if run_id else "(not published by this pipeline)",
+                "published_at": str(entry.get("published_at") or ""),
+                "fingerprint": f"`{str(fingerprint)[:19]}…`" if fingerprint else "",
                 "eval_loss": _number(entry.get("eval_loss"), 4),
                 "revision": f"`{revision}`" if revision else ("this revision" if number == len(history) else ""),
             }

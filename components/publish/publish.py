@@ -21,8 +21,8 @@ from huggingface_hub import HfApi
 from common.errors import UserError
 from components.hub_auth import SECRET_NAME, TOKEN_ENV
 from components.publish.bundle import RunDirs, read_run_outputs, upload_plan, write_upload_folder
-from components.publish.hub import publish_folder
-from components.publish.model_card import CardContext, extended_history, render_model_card
+from components.publish.hub import head_revision, publish_folder
+from components.publish.model_card import CardContext, read_history, render_model_card
 from components.publish.options import PublishOptions
 from components.publish.published import PublishedModel, find_published
 from components.publish.record import PublishedRecord, write_record
@@ -53,9 +53,8 @@ def publish(
     previous = find_published(options.repo_id, workspace_root, token, options)
     check_still_published(outputs.evaluation, previous, run_id)
     published_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    history = extended_history(
-        previous.card if previous else None,
-        previous.revision if previous else None,
+    history = history_after(
+        previous,
         {
             "run_id": run_id,
             "published_at": published_at,
@@ -89,14 +88,17 @@ def publish(
         print(
             f"uploading {len(files)} files ({total_bytes / 1e6:.1f} MB) to {options.repo_id} as one commit", flush=True
         )
+        api = HfApi(token=token)
         location = publish_folder(
-            HfApi(token=token),
+            api,
             options.repo_id,
             dirs.upload,
             options,
             message=f"Publish the model of pipeline run {run_id}",
             description=f"Data fingerprint {outputs.fingerprint}. Built by llm-finetune-pipeline.",
-            parent_commit=previous.revision if previous else None,
+            # On top of the commit compared with; a repository without a model yet: its head, so nothing lands
+            # unseen in between either.
+            parent_commit=previous.revision if previous else head_revision(api, options.repo_id, options),
         )
         print(f"published: {location}", flush=True)
     record = PublishedRecord(
@@ -111,16 +113,49 @@ def publish(
 
 
 def check_still_published(evaluation: dict, previous: PublishedModel | None, run_id: str) -> None:
-    """Refuse when the published model is neither the one the evaluation compared the new model with nor this
-    run's own (a publish step that runs again)."""
+    """Refuse when a model is published now that is neither the one the evaluation compared the new model with nor
+    this run's own (a publish step that runs again). With nothing published, there is nothing to be worse than."""
     compared = evaluation.get("published_model")
     compared_identity = (compared.get("revision") or f"run {compared.get('run_id')}") if compared else None
-    if compared_identity == (previous.identity if previous else None) or (previous and previous.run_id == run_id):
+    if previous is None or compared_identity == previous.identity or previous.run_id == run_id:
         return
+    searched = evaluation.get("published_search")
+    if searched is None:
+        looked = "did not look for a published model (it ran without --workspace-root)"
+    elif compared:
+        looked = f"compared the new model with {compared['description']}"
+    else:
+        where = f"the Hub repository {searched['repo_id']}" if searched.get("on_hub") else "the workspace's record"
+        looked = f"found no published model in {where}"
     raise UserError(
-        "The published model changed after this run's evaluation: it compared the new model with "
-        f"{compared['description'] if compared else 'nothing (no model was published then)'}, but what is published "
-        f"now is {previous.description if previous else 'nothing'}. The new model was never compared with that, so "
-        "it is not published. Start the run again (with force=true if its data is now the published model's) to "
-        "compare it with the model published now."
+        f"This run's evaluation {looked}, but {previous.description} is published now. The new model was never "
+        "compared with it, so it is not published. Start the run again: its evaluation then compares the new model "
+        "with the model published now (from the command line, evaluate again with --workspace-root and the same "
+        "--repo-id and HF_TOKEN this publish uses)."
     )
+
+
+def history_after(previous: PublishedModel | None, entry: dict) -> list[dict]:
+    """The history the card being replaced lists, then ``entry``.
+
+    Its last entry gets the Hub commit that card was found at (a publish cannot know its own commit before it
+    lands); a model published without a history (by hand, or before the history existed) gets an entry of its own,
+    so the model being replaced is always listed; a run publishing again replaces its own entry.
+    """
+    if previous is None:
+        return [entry]
+    history = read_history(previous.card) if previous.card else []
+    if not history:
+        history = [
+            {
+                "run_id": previous.run_id,
+                "published_at": previous.published_at,
+                "data_fingerprint": previous.data_fingerprint,
+                "eval_loss": None,
+            }
+        ]
+    if history[-1].get("run_id") == entry["run_id"]:
+        history.pop()
+    elif previous.revision and not history[-1].get("revision"):
+        history[-1]["revision"] = previous.revision
+    return [*history, entry]

@@ -7,6 +7,11 @@ three find it the same way: on the Hub when a repository and a token are set,
 since the Hub is then where users get the model; else from the publish record
 on the workspace, which names the run whose ``publish/upload/`` folder holds
 exactly what was (or, in a dry run, would have been) uploaded.
+
+A Hub repository holds a published model when it holds model files (safetensors,
+GGUF, an adapter), whoever put them there: a repository with only a README is
+empty, one with weights but no card of ours is a model the next publish would
+replace, so it must be compared with too.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from huggingface_hub import HfApi
 
 from common.run_layout import PUBLISH, UPLOAD, stage_dir
 from components.publish.bundle import CARD_NAME
-from components.publish.hub import head_revision, published_card
+from components.publish.hub import head_revision, published_card, repository_files
 from components.publish.model_card import read_fingerprint, read_history
 from components.publish.options import PublishOptions
 from components.publish.record import read_record, record_path
@@ -34,7 +39,8 @@ class PublishedModel:
     repo_id: str  # empty for dry runs without a repository
     revision: str | None  # the Hub commit; None for a workspace publish
     folder: Path | None  # the upload folder of a workspace publish; None on the Hub
-    card: str | None  # the model card text, None when a workspace folder has lost it
+    card: str | None  # the model card text, None when there is none (or a workspace folder has lost it)
+    published_at: str | None  # ISO 8601, from the workspace record; on the Hub, the card's history says
 
     @property
     def on_hub(self) -> bool:
@@ -53,18 +59,21 @@ def find_published(
     if repo_id and token:
         api = HfApi(token=token)
         revision = head_revision(api, repo_id, options)
-        card = published_card(api, repo_id, options, revision) if revision else None
-        if card is None:
+        if revision is None or not any(
+            is_model_file(name) for name in repository_files(api, repo_id, revision, options)
+        ):
             return None
-        history = read_history(card)
+        card = published_card(api, repo_id, options, revision)
+        history = read_history(card) if card else []
         return PublishedModel(
             description=f"the model card of {repo_id} at commit {revision[:12]}",
-            data_fingerprint=read_fingerprint(card),
+            data_fingerprint=read_fingerprint(card) if card else None,
             run_id=history[-1].get("run_id") if history else None,
             repo_id=repo_id,
             revision=revision,
             folder=None,
             card=card,
+            published_at=history[-1].get("published_at") if history else None,
         )
     record = read_record(workspace_root, repo_id)
     if record is None:
@@ -80,4 +89,10 @@ def find_published(
         revision=None,
         folder=folder,
         card=card_path.read_text(encoding="utf-8") if card_path.is_file() else None,
+        published_at=record.published_at,
     )
+
+
+def is_model_file(path_in_repo: str) -> bool:
+    """Weights a publish uploads (or a person did): what makes a repository hold a model."""
+    return path_in_repo.endswith((".safetensors", ".gguf", ".bin")) or path_in_repo.endswith("adapter_config.json")
