@@ -263,7 +263,7 @@ def test_force_publishes_the_worse_model_and_says_so(history, hub):
     assert gate["passed"] and gate["forced"]
     assert "force is set, so the new model is published although it does not beat the published model" in gate["reason"]
     report = (stage_dir(history["workspace"], "worse", "evaluate") / "report.md").read_text()
-    assert "Quality gate passed (forced: it does not beat the published model)" in report
+    assert "Quality gate passed because force is set. Against the base model" in report
     succeeded(history["forced_publish"])
     card_text = hub.repos[("model", REPO)].files["README.md"].decode()
     assert "Quality gate: **passed, forced**" in card_text
@@ -310,8 +310,9 @@ def test_the_publish_step_refuses_a_model_that_was_not_compared_with_what_is_pub
     result = publish(workspace, "worse", env, "--repo-id", REPO)
     assert result.returncode == 2 and repo.head == head
     error = squash(result.stderr)
-    assert "The published model changed after this run's evaluation" in error
-    assert f"what is published now is the model card of {REPO} at commit {head[:12]}" in error
+    assert "This run's evaluation compared the new model with the model card of" in error
+    assert f"but the model card of {REPO} at commit {head[:12]} is published now" in error
+    assert "The new model was never compared with it, so it is not published. Start the run again" in error
 
 
 @pytest.fixture(scope="module")

@@ -43,6 +43,7 @@ METRIC_NAMES = {
     "fine_tuned_rouge_l",
     "rouge_l_delta",
     "gate_passed",
+    "gate_forced",
 }
 
 
@@ -239,7 +240,10 @@ def test_failed_gate_is_a_result_not_an_error_and_fills_the_kfp_artifacts(
         max_new_tokens=8,
         score_rows=1,
         min_eval_loss_improvement=10.0,
+        min_improvement_over_published=0.0,
         batch_size=8,
+        repo_id="",
+        force=False,
         gpus=0,
         metrics=metrics,
         report_html=html,
@@ -251,7 +255,15 @@ def test_failed_gate_is_a_result_not_an_error_and_fills_the_kfp_artifacts(
     assert "FAILED (export and publish are skipped)" in capsys.readouterr().out
 
     evaluation = read_json(eval_dir / "evaluation.json")
-    assert evaluation["gate"] == {"passed": False, "min_eval_loss_improvement": 10.0, "reason": reason}
+    assert evaluation["gate"] == {
+        "passed": False,
+        "min_eval_loss_improvement": 10.0,
+        "reason": reason,
+        "forced": False,
+        "comparisons": [{"against": "base", "passed": False, "reason": reason}],
+    }
+    # Nothing was published on this workspace: the step looked (its record) and compared with the base alone.
+    assert evaluation["published_search"] == {"repo_id": "", "on_hub": False} and "published" not in evaluation
     assert set(metrics.metadata) == METRIC_NAMES
     assert metrics.metadata["gate_passed"] == 0
     for role in ("base", "fine_tuned"):

@@ -83,11 +83,18 @@ def published_files(published: PublishedModel, token: str | None) -> Path:
     from huggingface_hub import constants, snapshot_download
 
     with hub_errors(f"download the published model {published.repo_id}", constants.ENDPOINT):
-        return Path(
-            snapshot_download(
-                published.repo_id, revision=published.revision, token=token, ignore_patterns=NOT_DOWNLOADED
+        try:
+            return Path(
+                snapshot_download(
+                    published.repo_id, revision=published.revision, token=token, ignore_patterns=NOT_DOWNLOADED
+                )
             )
-        )
+        except OSError as error:  # huggingface_hub's own failures (connection, 5xx after its retries), a full disk
+            raise UserError(
+                f"Could not download the published model ({published.description}) to compare the new one with it: "
+                f"{' '.join(str(error).split())[:300]}. Check that the step can reach the Hub (HF_ENDPOINT for a "
+                "mirror) and has disk space for the model, then start the run again."
+            ) from None
 
 
 def champion_from(published: PublishedModel, files: Path) -> Champion:
@@ -116,14 +123,26 @@ def champion_from(published: PublishedModel, files: Path) -> Champion:
 def adapter_base(files: Path) -> tuple[str, str | None]:
     """The base model the adapter was trained on, and its Hub commit: the published training_summary.json, else
     the adapter's own record of it."""
-    summary_path = files / TRAINING_SUMMARY
-    if summary_path.is_file():
-        summary = json.loads(summary_path.read_text(encoding="utf-8"))
-        model = summary.get("config", {}).get("model")
-        if model:
-            return str(model), summary.get("base_model_commit")
-    config = json.loads((files / ADAPTER / "adapter_config.json").read_text(encoding="utf-8"))
+    summary = _json_of(files / TRAINING_SUMMARY)
+    model = summary.get("config", {}).get("model")
+    if model:
+        return str(model), summary.get("base_model_commit")
+    config = _json_of(files / ADAPTER / "adapter_config.json")
     return str(config.get("base_model_name_or_path", "")), config.get("revision")
+
+
+def _json_of(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path``; {} when it is absent; unreadable (corrupt, an LFS pointer) is unavailable."""
+    if not path.is_file():
+        return {}
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ChampionUnavailable(
+            f"The published model's {path.name} ({path}) is not valid JSON ({error}), so the model cannot be loaded "
+            "to compare the new one with it. Restore the file. " + FORCE_FIX
+        ) from None
+    return value if isinstance(value, dict) else {}
 
 
 def _merged(files: Path, published: PublishedModel) -> PreTrainedModel:
@@ -141,7 +160,7 @@ def _with_adapter(adapter: Path, base: str, revision: str | None, published: Pub
 
     try:
         model = load_model(base, revision)
-    except UserError as error:
+    except (UserError, OSError, ValueError, RuntimeError) as error:
         raise ChampionUnavailable(
             f"The published model's base cannot be loaded, so the published LoRA adapter ({published.description}) "
             f"cannot be compared with the new model: {error} " + FORCE_FIX
@@ -159,7 +178,7 @@ def check_comparable(champion: Champion, tokenizer: PreTrainedTokenizerBase) -> 
     """Losses over the same token ids compare only when both models read them the same way."""
     try:
         published_tokenizer = champion.tokenizer()
-    except UserError as error:
+    except (UserError, OSError, ValueError) as error:
         raise ChampionUnavailable(
             f"The published model's tokenizer ({champion.published.description}) does not load: {error} " + FORCE_FIX
         ) from None
@@ -167,5 +186,6 @@ def check_comparable(champion: Champion, tokenizer: PreTrainedTokenizerBase) -> 
         raise ChampionUnavailable(
             f"The published model ({champion.published.description}, {champion.kind}) has a different vocabulary "
             "from the new model, so their losses cannot be compared: the base model changed between the runs. "
-            "Publish to a new repository (hub_repo_id) to start a new history. " + FORCE_FIX
+            "Start a new history: publish to a new repository (hub_repo_id), or without one delete the publish "
+            "record. " + FORCE_FIX
         )

@@ -52,7 +52,7 @@ def png_data_uri(png: bytes) -> str:
 def gate_headline(evaluation: Evaluation) -> str:
     gate = evaluation["gate"]
     if gate["passed"]:
-        forced = " (forced: it does not beat the published model)" if gate.get("forced") else ""
+        forced = " because force is set" if gate.get("forced") else ""
         return f"Quality gate passed{forced}. {gate['reason']}"
     return f"Quality gate failed: the model is not exported or published. {gate['reason']}"
 

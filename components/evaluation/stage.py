@@ -126,6 +126,15 @@ def model_entry(run: ModelRun, rows: list[ReferenceRow]) -> dict[str, Any]:
     }
 
 
+def unavailable(error: ChampionUnavailable, target: PublishedTarget) -> str:
+    """What stops the step without force; with force, the problem the report names instead of the comparison."""
+    if not target.force:
+        raise error
+    problem = str(error).replace(FORCE_FIX, "").strip()
+    print(f"the published model cannot be compared, and force is set: {problem}", flush=True)
+    return problem
+
+
 def load_champion(published: PublishedModel, tokenizer: PreTrainedTokenizerBase) -> Champion:
     """How to load the published model, once its files are here and its vocabulary is the new model's; raises
     ChampionUnavailable when it cannot be compared."""
@@ -161,6 +170,19 @@ def evaluate(options: EvaluateOptions, target: PublishedTarget | None = None) ->
         release_memory()
         return run
 
+    # The published model is found, fetched and checked before any model runs: a missing folder, a missing
+    # adapter or another vocabulary must stop the step in seconds, not after the base model's generations.
+    published = find_published(target.repo_id, target.workspace_root, hub_token()) if target else None
+    champion, problem = None, None
+    if target is not None:
+        found = published.description if published else "none yet, so the gate compares with the base model only"
+        print(f"published model: {found}", flush=True)
+    if target is not None and published is not None:
+        try:
+            champion = load_champion(published, tokenizer)
+        except ChampionUnavailable as error:
+            problem = unavailable(error, target)
+
     runs = {
         "base": measure(
             "base",
@@ -168,20 +190,11 @@ def evaluate(options: EvaluateOptions, target: PublishedTarget | None = None) ->
             lambda: load_model(options.base_model, base_revision),
         )
     }
-    published = find_published(target.repo_id, target.workspace_root, hub_token()) if target else None
-    champion, problem = None, None
-    if target is not None and published is None:
-        print("published model: none yet, so the gate compares with the base model only", flush=True)
-    if target is not None and published is not None:
-        print(f"published model: {published.description}", flush=True)
+    if champion is not None and target is not None:
         try:
-            champion = load_champion(published, tokenizer)
             runs["published"] = measure("published", champion.kind, champion.load)
         except ChampionUnavailable as error:
-            if not target.force:
-                raise
-            champion, problem = None, str(error).replace(FORCE_FIX, "").strip()
-            print(f"the published model cannot be compared, and force is set: {problem}", flush=True)
+            champion, problem = None, unavailable(error, target)
     runs["fine_tuned"] = measure(
         "fine_tuned", str(options.fine_tuned_model), lambda: load_model(options.fine_tuned_model)
     )
@@ -208,6 +221,8 @@ def evaluate(options: EvaluateOptions, target: PublishedTarget | None = None) ->
             ],
         },
     }
+    if target is not None:
+        evaluation["published_search"] = {"repo_id": target.repo_id, "on_hub": bool(target.repo_id and hub_token())}
     if published is not None:
         evaluation["published_model"] = (
             champion.entry()
