@@ -219,6 +219,22 @@ def _job_rules(values: dict[str, Any]) -> dict[str, str]:
     return found
 
 
+def _publish_rules(values: dict[str, Any]) -> dict[str, str]:
+    """What a publish must hold for the next run's evaluation to load it as the model to beat."""
+    if not all(name in values for name in ("method", "publish_merged", "publish_adapter")) or values["publish_merged"]:
+        return {}
+    if values["method"] == "full":
+        why = "method is full, whose only weights are the merged checkpoint"
+    elif not values["publish_adapter"]:
+        why = "publish_adapter is false too"
+    else:
+        return {}
+    return {
+        "publish_merged": f"is false and {why}: the repository would hold only GGUF files, which the next run's "
+        "evaluation cannot load to compare its model with the published one. Set publish_merged to true"
+    }
+
+
 def parameter_name(options: type, field: str) -> str:
     """The run-form name of ``options.<field>``: what a message tells the user to change."""
     return next(
@@ -248,6 +264,7 @@ def problems(values: dict[str, Any]) -> list[str]:
         if problem:
             found[name] = problem
     found.update(_job_rules(values))
+    found.update(_publish_rules(values))
     return [f"parameter '{p.name}' {found[p.name]}" for p in RUN_PARAMETERS if p.name in found]
 
 

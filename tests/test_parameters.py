@@ -358,3 +358,23 @@ def test_local_defaults_are_valid_run_parameters_that_differ_from_the_run_forms(
     assert LOCAL_DEFAULTS and set(LOCAL_DEFAULTS) <= set(defaults)
     assert all(defaults[name] != value for name, value in LOCAL_DEFAULTS.items())
     assert problems({**defaults, **LOCAL_DEFAULTS}) == []
+
+
+@pytest.mark.parametrize(
+    ("setting", "refused"),
+    [
+        ({"method": "full"}, "method is full, whose only weights are the merged checkpoint"),
+        ({"publish_adapter": False}, "publish_adapter is false too"),
+        ({"method": "full", "publish_merged": True}, None),
+        ({"method": "lora"}, None),
+    ],
+)
+def test_a_publish_the_next_run_could_not_compare_with_is_refused(setting, refused):
+    """Only GGUF files published: the next scheduled run's evaluation would have no model to load and compare."""
+    found = problems({**run_params.defaults_of(fine_tune_pipeline), **setting})
+    matching = [line for line in found if line.startswith("parameter 'publish_merged'")]
+    if refused is None:
+        assert matching == []
+    else:
+        (line,) = matching
+        assert refused in line and "Set publish_merged to true" in line

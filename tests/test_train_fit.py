@@ -140,7 +140,8 @@ def test_an_unreadable_config_skips_the_estimate_unless_the_check_was_asked_for(
 
 def test_render_prints_the_estimate_and_refuses_what_cannot_fit(model_dir):
     model = model_dir("Meta-Llama-3-8B")
-    pairs = [f"base_model={model}", "method=full", "training_nodes=2", "gpus_per_node=8", "gpu_memory=80Gi"]
+    pairs = [f"base_model={model}", "method=full", "publish_merged=true", "training_nodes=2", "gpus_per_node=8"]
+    pairs.append("gpu_memory=80Gi")
     with pytest.raises(UserError, match="Any one of these would fit: sharding fsdp"):
         render(pairs, namespace="ml", run_id="r", image="i")
     text = render([*pairs, "sharding=fsdp"], namespace="ml", run_id="r", image="i")
@@ -155,7 +156,8 @@ def test_render_command_exits_2_with_the_estimate_and_the_fixes(model_dir, tmp_p
     result = run_module(
         "components.train_model",
         "render",
-        *("--param", f"base_model={model}", "--param", "method=full", "--param", "training_nodes=2"),
+        *("--param", f"base_model={model}", "--param", "method=full", "--param", "publish_merged=true"),
+        *("--param", "training_nodes=2"),
         *("--param", "gpus_per_node=8", "--param", "gpu_memory=80Gi"),
         env={"KUBECONFIG": str(tmp_path / "none"), "PATH": "/usr/bin:/bin"},
     )
