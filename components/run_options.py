@@ -35,7 +35,8 @@ class RunInputs:
     force: bool = option(
         False,
         "Train, evaluate, export and publish even when the prepared data is the same as the last published "
-        "model's (e.g. after changing training options).",
+        "model's (e.g. after changing training options), and publish even when the new model does not beat the "
+        "published one (it must still beat its base); the report says so.",
     )
     base_model: str = option(
         "",

@@ -58,8 +58,9 @@ def summary_lines(run_dir: Path) -> list[str]:
     if not evaluation:
         return lines + ["  evaluation: not run (see the log)"]
     gate = evaluation["gate"]
+    published = f", published {evaluation['published']['eval_loss']:.3f}" if "published" in evaluation else ""
     lines.append(
-        f"  eval loss:  base {evaluation['base']['eval_loss']:.3f} -> fine-tuned "
+        f"  eval loss:  base {evaluation['base']['eval_loss']:.3f}{published} -> fine-tuned "
         f"{evaluation['fine_tuned']['eval_loss']:.3f}"
     )
     lines.append(f"  gate:       {'passed' if gate['passed'] else 'FAILED'}: {gate['reason']}")

@@ -256,6 +256,8 @@ def test_force_trains_again_and_a_failed_gate_skips_export_and_publish(runs):
     assert evaluation["published_model"]["loaded_as"].startswith("LoRA adapter on ")
     assert f"Against the published model (run {first_dir.name})" in gate["reason"]
     assert "force does not override the comparison with the base model" in gate["reason"]
+    base, published, tuned = (evaluation[role]["eval_loss"] for role in ("base", "published", "fine_tuned"))
+    assert f"eval loss:  base {base:.3f}, published {published:.3f} -> fine-tuned {tuned:.3f}" in third.stdout
     record = json.loads((output_dir / "workspace" / PUBLISHED / f"{DRY_RUN_NAME}.json").read_text())
     assert record["run_id"] == first_dir.name  # the published model is still the first run's
 
