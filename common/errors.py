@@ -22,6 +22,12 @@ class UserError(Exception):
     """A problem the user can fix; the message says what and how."""
 
 
+def one_line(text: object, limit: int) -> str:
+    """``text`` with every run of whitespace made one space, cut at ``limit`` characters: a library's multi-line
+    error or a server's answer quoted inside a one-paragraph message."""
+    return " ".join(str(text).split())[:limit]
+
+
 def report_and_exit(error: UserError) -> NoReturn:
     """Print ``error`` as one wrapped paragraph and exit without a traceback."""
     # Paths and run ids hold hyphens: never break inside them, so they stay copy-pasteable.

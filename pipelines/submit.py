@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
-from common.errors import UserError, exit_on_user_error
+from common.errors import UserError, exit_on_user_error, one_line
 from components.run_params import checked_arguments
 from pipelines.backend_versions import check_backend
 from pipelines.compile import DEFAULT_OUTPUT as DEFAULT_PACKAGE
@@ -206,7 +206,7 @@ def server_health(host: str, token: str | None, ca_cert: str | None) -> dict:
     if not isinstance(health, dict):
         raise UserError(
             f"{host} answered /apis/v2beta1/healthz with something other than the Kubeflow Pipelines API's JSON "
-            f"({' '.join(body.decode(errors='replace').split())[:200]!r}). Check --host: it is the pipelines API "
+            f"({one_line(body.decode(errors='replace'), 200)!r}). Check --host: it is the pipelines API "
             "route, not the dashboard or a login page."
         )
     return health
@@ -242,7 +242,7 @@ def _api_problem(host: str, status: int, body) -> str:
             "Check --host: it is the pipelines API route, not the dashboard."
         )
     detail = body.decode(errors="replace") if isinstance(body, bytes) else str(body or "")
-    return f"{host} answered HTTP {status}: {' '.join(detail.split())[:500]}"
+    return f"{host} answered HTTP {status}: {one_line(detail, 500)}"
 
 
 if __name__ == "__main__":

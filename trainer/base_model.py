@@ -21,7 +21,7 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
-from common.errors import UserError
+from common.errors import UserError, one_line
 from trainer import distributed
 from trainer.distributed import Topology
 
@@ -38,7 +38,7 @@ def download(model: str, revision: str) -> Path:
     try:
         path = Path(snapshot_download(model, revision=revision or None, allow_patterns=list(MODEL_FILES)))
     except (RepositoryNotFoundError, RevisionNotFoundError, HfHubHTTPError, LocalEntryNotFoundError) as error:
-        detail = " ".join(str(error).split())[:300]
+        detail = one_line(error, 300)
         raise UserError(
             f"Could not download the base model {model!r} at revision {revision or 'main'!r} from the Hugging Face "
             f"Hub ({detail}). Check the id and the revision; a gated or private model needs a token with access in "

@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from common.errors import UserError
+from common.errors import UserError, one_line
 from common.run_layout import ADAPTER, TRAINING_SUMMARY
 from components.evaluation.models import load_model, load_tokenizer
 from components.publish.hub import hub_errors
@@ -92,7 +92,7 @@ def published_files(published: PublishedModel, token: str | None) -> Path:
         except OSError as error:  # huggingface_hub's own failures (connection, 5xx after its retries), a full disk
             raise UserError(
                 f"Could not download the published model ({published.description}) to compare the new one with it: "
-                f"{' '.join(str(error).split())[:300]}. Check that the step can reach the Hub (HF_ENDPOINT for a "
+                f"{one_line(error, 300)}. Check that the step can reach the Hub (HF_ENDPOINT for a "
                 "mirror) and has disk space for the model, then start the run again."
             ) from None
 
@@ -151,7 +151,7 @@ def _merged(files: Path, published: PublishedModel) -> PreTrainedModel:
     except (UserError, OSError, ValueError, RuntimeError) as error:
         raise ChampionUnavailable(
             f"The published merged checkpoint in {published.description} does not load "
-            f"({' '.join(str(error).split())[:300]}). " + FORCE_FIX
+            f"({one_line(error, 300)}). " + FORCE_FIX
         ) from None
 
 
@@ -170,7 +170,7 @@ def _with_adapter(adapter: Path, base: str, revision: str | None, published: Pub
     except (OSError, ValueError, RuntimeError, KeyError) as error:
         raise ChampionUnavailable(
             f"The published LoRA adapter in {published.description} does not load on its base model {base} "
-            f"({type(error).__name__}: {' '.join(str(error).split())[:300]}). " + FORCE_FIX
+            f"({type(error).__name__}: {one_line(error, 300)}). " + FORCE_FIX
         ) from None
 
 

@@ -44,7 +44,7 @@ from typing import Any
 
 from kubernetes.utils import parse_quantity
 
-from common.errors import UserError
+from common.errors import UserError, one_line
 from trainer.config import TrainConfig
 
 GIB = 2**30
@@ -257,9 +257,7 @@ def read_model_config(model: str, revision: str) -> tuple[dict[str, Any], str]:
         try:
             path = Path(hf_hub_download(model, "config.json", revision=revision or None, cache_dir=cache))
         except Exception as error:  # any Hub or network failure: the caller decides whether it matters
-            raise UserError(
-                f"could not download config.json of {model} ({' '.join(str(error).split())[:200]})"
-            ) from None
+            raise UserError(f"could not download config.json of {model} ({one_line(error, 200)})") from None
         return _parsed(path), f"{model}@{revision or 'main'} config.json"
 
 
