@@ -60,13 +60,7 @@ class Champion:
 
     def entry(self) -> dict[str, Any]:
         """Who the champion is, for evaluation.json (the publish step checks it is still the published model)."""
-        published = self.published
-        return {
-            "description": published.description,
-            "run_id": published.run_id,
-            "revision": published.revision,
-            "loaded_as": self.kind,
-        }
+        return {**self.published.entry(), "loaded_as": self.kind}
 
 
 def published_files(published: PublishedModel, token: str | None) -> Path:

@@ -135,10 +135,10 @@ def unavailable(error: ChampionUnavailable, target: PublishedTarget) -> str:
     return problem
 
 
-def load_champion(published: PublishedModel, tokenizer: PreTrainedTokenizerBase) -> Champion:
+def load_champion(published: PublishedModel, tokenizer: PreTrainedTokenizerBase, token: str | None) -> Champion:
     """How to load the published model, once its files are here and its vocabulary is the new model's; raises
     ChampionUnavailable when it cannot be compared."""
-    champion = champion_from(published, published_files(published, hub_token()))
+    champion = champion_from(published, published_files(published, token))
     check_comparable(champion, tokenizer)
     return champion
 
@@ -172,14 +172,15 @@ def evaluate(options: EvaluateOptions, target: PublishedTarget | None = None) ->
 
     # The published model is found, fetched and checked before any model runs: a missing folder, a missing
     # adapter or another vocabulary must stop the step in seconds, not after the base model's generations.
-    published = find_published(target.repo_id, target.workspace_root, hub_token()) if target else None
+    token = hub_token()
+    published = find_published(target.repo_id, target.workspace_root, token) if target else None
     champion, problem = None, None
     if target is not None:
         found = published.description if published else "none yet, so the gate compares with the base model only"
         print(f"published model: {found}", flush=True)
     if target is not None and published is not None:
         try:
-            champion = load_champion(published, tokenizer)
+            champion = load_champion(published, tokenizer, token)
         except ChampionUnavailable as error:
             problem = unavailable(error, target)
 
@@ -222,18 +223,9 @@ def evaluate(options: EvaluateOptions, target: PublishedTarget | None = None) ->
         },
     }
     if target is not None:
-        evaluation["published_search"] = {"repo_id": target.repo_id, "on_hub": bool(target.repo_id and hub_token())}
+        evaluation["published_search"] = {"repo_id": target.repo_id, "on_hub": bool(target.repo_id and token)}
     if published is not None:
-        evaluation["published_model"] = (
-            champion.entry()
-            if champion
-            else {
-                "description": published.description,
-                "run_id": published.run_id,
-                "revision": published.revision,
-                "problem": problem,
-            }
-        )
+        evaluation["published_model"] = champion.entry() if champion else {**published.entry(), "problem": problem}
     if "published" in entries:
         evaluation["published"] = entries["published"]
         evaluation["deltas_vs_published"] = {key: tuned[key] - entries["published"][key] for key in COMPARED}

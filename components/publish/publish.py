@@ -24,7 +24,7 @@ from components.publish.bundle import RunDirs, read_run_outputs, upload_plan, wr
 from components.publish.hub import head_revision, publish_folder
 from components.publish.model_card import CardContext, read_history, render_model_card
 from components.publish.options import PublishOptions
-from components.publish.published import PublishedModel, find_published
+from components.publish.published import PublishedModel, find_published, publish_identity
 from components.publish.record import PublishedRecord, write_record
 
 
@@ -116,7 +116,7 @@ def check_still_published(evaluation: dict, previous: PublishedModel | None, run
     """Refuse when a model is published now that is neither the one the evaluation compared the new model with nor
     this run's own (a publish step that runs again). With nothing published, there is nothing to be worse than."""
     compared = evaluation.get("published_model")
-    compared_identity = (compared.get("revision") or f"run {compared.get('run_id')}") if compared else None
+    compared_identity = publish_identity(compared) if compared else None
     if previous is None or compared_identity == previous.identity or previous.run_id == run_id:
         return
     searched = evaluation.get("published_search")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from huggingface_hub import HfApi
 
@@ -48,8 +49,16 @@ class PublishedModel:
 
     @property
     def identity(self) -> str:
-        """What identifies this publish: the Hub commit, else the run that wrote the record."""
-        return self.revision or f"run {self.run_id}"
+        return publish_identity(self.entry())
+
+    def entry(self) -> dict[str, Any]:
+        """Which publish this is, as evaluation.json records it for the publish step's check."""
+        return {"description": self.description, "run_id": self.run_id, "revision": self.revision}
+
+
+def publish_identity(entry: dict[str, Any]) -> str:
+    """What identifies a publish (``PublishedModel.entry``): the Hub commit, else the run that wrote the record."""
+    return entry.get("revision") or f"run {entry.get('run_id')}"
 
 
 def find_published(
