@@ -4,19 +4,55 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # An exact pin: on the CPU-only development/CI machines it resolves to the CPU
 # wheel on disk; a bare `torch` would pull the newest release with several GB
-# of CUDA packages. The runtime image installs the CUDA build (Containerfile).
+# of CUDA packages. The runtime image installs the CUDA build of the same
+# version, which `make lock` writes into $(IMAGE_LOCK).
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: install run test compile bench clean
+# The exact versions, with hashes, that the suite passes with (README: "The lock files").
+# $(LOCK): `make install` here and in CI, the local and test extras; torch is left to TORCH_SPEC.
+# $(IMAGE_LOCK): the runtime image, the gpu extra and the CUDA torch, every version
+# it shares with $(LOCK) held to it.
+LOCK := requirements.lock
+IMAGE_LOCK := requirements-image.lock
+# `make lock` resolves with uv for the Python and platform of the development and CI
+# machines and of the runtime image (UBI 9, Python 3.11, x86_64 glibc).
+UV_SPEC ?= uv==0.13.9
+UV_HOME := $(VENV)/uv
+LOCK_UPGRADE ?= --upgrade
+UV_COMPILE = $(UV_HOME)/bin/uv pip compile pyproject.toml - --python-version 3.11 \
+	--python-platform x86_64-manylinux_2_28 --generate-hashes --custom-compile-command "make lock" \
+	--quiet $(LOCK_UPGRADE)
+# Where `make lock` finds the CPU build of torch whose dependencies $(LOCK) records:
+# pip's find-links where they are set (the wheel on disk here), else PyTorch's CPU wheels.
+TORCH_CPU_WHEELS ?= $(or $(PIP_FIND_LINKS),https://download.pytorch.org/whl/cpu/torch/)
 
+.PHONY: install lock run test compile bench clean
+
+# The venv, with the project installed in it in editable mode.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
-	$(PY) -m pip install --quiet -e ".[local,test]" "$(TORCH_SPEC)"
+	$(PY) -m pip install --quiet --no-deps -e .
 	touch $@
 
+# Every install (so every `make test` and `make run`) brings the venv to the lock:
+# about two seconds when it is there already, and the fix tests/test_lock.py names
+# when it is not (after a pull that moved the lock, or a hand-installed version).
 install: $(VENV)/.installed
+	$(PY) -m pip install --quiet --require-hashes --no-deps -r $(LOCK)
+	$(PY) -m pip install --quiet --no-deps "$(TORCH_SPEC)"
+	$(PY) -m pip check
+
+# Move the locks forward to the newest versions pyproject.toml admits (LOCK_UPGRADE=
+# keeps the current pins and only adds what pyproject.toml newly asks for). Then
+# recompile the pipeline, run the suite, and commit the three together. uv lives
+# outside the project's environment, which holds exactly the lock.
+lock:
+	$(PYTHON) -m pip install --quiet --target $(UV_HOME) "$(UV_SPEC)"
+	echo "$(TORCH_SPEC)" | $(UV_COMPILE) --extra local --extra test --find-links "$(TORCH_CPU_WHEELS)" \
+		--no-emit-package torch --output-file $(LOCK)
+	@! grep -E '^(nvidia-|triton==)' $(LOCK) || { echo "$(LOCK) holds CUDA packages: torch resolved to its CUDA build; \
+	set TORCH_CPU_WHEELS to a folder or page with the CPU wheel of $(TORCH_SPEC)." >&2; exit 1; }
+	echo "$(TORCH_SPEC)" | $(UV_COMPILE) --extra gpu --constraint $(LOCK) --output-file $(IMAGE_LOCK)
 
 run: install
 	$(PY) -m pipelines.run

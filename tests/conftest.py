@@ -212,3 +212,9 @@ def our_ggufs(gguf_models, tmp_path_factory) -> dict[tuple[str, str], Path]:
         for name, model_dir in gguf_models.items()
         for kind in GGUF_COMPARED_TYPES
     }
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run test_lock.py first: an environment that is not the locked one makes other tests fail in ways that
+    look like bugs (a stale compiled YAML, a changed default), and its message names the cause and the fix."""
+    items.sort(key=lambda item: item.path.name != "test_lock.py")
