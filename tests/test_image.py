@@ -11,32 +11,40 @@ import re
 from conftest import REPO_ROOT
 
 CONTAINERFILE = REPO_ROOT / "Containerfile"
-PROJECT_INSTALL = r'pip install( --\S+)* "?\.(\[(?P<extras>[\w,]+)\])?"? '
+IMAGE_LOCK = "requirements-image.lock"
 
 
 def install_commands() -> list[str]:
     """Each ``pip install`` of the RUN instructions, with the environment assignments written before it."""
     text = CONTAINERFILE.read_text().replace("\\\n", " ")
     runs = re.findall(r"^RUN (.*)$", text, flags=re.MULTILINE)
-    return [command.strip() for run in runs for command in run.split("&&") if "pip install" in command]
+    return [" ".join(command.split()) for run in runs for command in run.split("&&") if "pip install" in command]
+
+
+def lock_install() -> str:
+    """The one ``pip install`` that installs the image's lock file."""
+    (command,) = [command for command in install_commands() if f"-r {IMAGE_LOCK}" in command]
+    return command
+
+
+def test_the_image_installs_exactly_the_lock_the_suite_passed_with():
+    """The pods must run the versions the tests passed with: the image installs requirements-image.lock with its
+    hashes and nothing beside it (no dependency resolution, no second torch), checks it is complete, and adds the
+    project without its dependencies, so a release on PyPI the day the image is built changes nothing."""
+    assert re.search(rf"^COPY [^\n]*\b{re.escape(IMAGE_LOCK)}\b", CONTAINERFILE.read_text(), flags=re.MULTILINE)
+    command = lock_install()
+    assert "--require-hashes" in command and "--no-deps" in command
+    others = [c for c in install_commands() if c != command]
+    assert others == ["pip install --no-cache-dir --no-deps ."], others
+    runs = " ".join(CONTAINERFILE.read_text().replace("\\\n", " ").split())
+    assert re.search(r"pip install --no-cache-dir --no-deps \. && pip check", runs)
+    assert "TORCH_SPEC" not in re.sub(r"(?m)^#.*$", "", CONTAINERFILE.read_text())
 
 
 def test_llama_cpp_is_built_for_a_baseline_cpu_not_the_build_machine():
-    """llama-cpp-python compiles llama.cpp when the project is installed; built with GGML_NATIVE (its default)
-    it uses every instruction of the build machine's CPU and the export step dies with SIGILL on older nodes."""
-    (project,) = [command for command in install_commands() if re.search(PROJECT_INSTALL, command)]
-    assert re.match(r'^CMAKE_ARGS="[^"]*-DGGML_NATIVE=OFF[^"]*" pip install', project), project
-    assert "GGML_AVX512=ON" not in project and "GGML_NATIVE=ON" not in CONTAINERFILE.read_text()
-
-
-def test_the_image_installs_the_gpu_kernels_it_lets_a_run_ask_for():
-    """liger_kernels true passes the first step only where the image has liger_kernel: the image installs the
-    project's gpu extra, which holds it, so a GPU job can use what the run form offers."""
-    import tomllib
-
-    (project,) = [
-        re.search(PROJECT_INSTALL, command) for command in install_commands() if re.search(PROJECT_INSTALL, command)
-    ]
-    assert "gpu" in (project["extras"] or "").split(",")
-    extras = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    assert any(requirement.startswith("liger-kernel") for requirement in extras["gpu"])
+    """llama-cpp-python compiles llama.cpp when the lock is installed; built with GGML_NATIVE (its default) it uses
+    every instruction of the build machine's CPU and the export step dies with SIGILL on older nodes."""
+    command = lock_install()
+    assert re.match(r'^CMAKE_ARGS="[^"]*-DGGML_NATIVE=OFF[^"]*" pip install', command), command
+    assert "GGML_AVX512=ON" not in command and "GGML_NATIVE=ON" not in CONTAINERFILE.read_text()
+    assert re.search(r"(?m)^llama-cpp-python==", (REPO_ROOT / IMAGE_LOCK).read_text())
