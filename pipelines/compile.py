@@ -11,6 +11,7 @@ AI data science pipelines 2.x). See README.md.
 
 import argparse
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -19,6 +20,7 @@ from common.atomic import write_text_atomic
 from components.runtime_image import IMAGE_ENV_VAR
 
 DEFAULT_OUTPUT = Path(__file__).resolve().parent.parent / "compiled" / "fine_tune_pipeline.yaml"
+SDK_VERSION = re.compile(r"^sdkVersion: (\S+)$", flags=re.MULTILINE)  # the KFP SDK that compiled a pipeline YAML
 
 
 def compile_to(path: Path) -> None:
@@ -48,15 +50,29 @@ def main(argv: list[str] | None = None) -> int:
         compile_to(fresh)
         if args.check:
             if not args.output.exists() or args.output.read_text() != fresh.read_text():
-                print(
-                    f"{args.output} is stale: run `python -m pipelines.compile` and commit the result.", file=sys.stderr
-                )
+                print(stale_message(args.output, fresh.read_text()), file=sys.stderr)
                 return 1
             print(f"{args.output} is up to date")
             return 0
         write_text_atomic(args.output, fresh.read_text())
     print(f"wrote {args.output}")
     return 0
+
+
+def stale_message(committed: Path, fresh: str) -> str:
+    """Why ``committed`` differs from a fresh compile, and the fix. A different KFP SDK writes its own version
+    into the YAML, so a committed file compiled with another kfp than this environment's is named as such: the
+    fix is then the environment (the lock's kfp), not the pipeline."""
+    stale = f"{committed} is stale: run `python -m pipelines.compile` and commit the result."
+    ours = SDK_VERSION.search(fresh)
+    theirs = SDK_VERSION.search(committed.read_text()) if committed.exists() else None
+    if not ours or not theirs or ours[1] == theirs[1]:
+        return stale
+    return (
+        f"{committed} was compiled with {theirs[1]} and this environment has {ours[1]}. If this environment is not "
+        "the locked one, `make install` installs the lock's kfp; if the lock moved to a new kfp, "
+        f"the YAML is stale: run `python -m pipelines.compile` and commit the result."
+    )
 
 
 if __name__ == "__main__":

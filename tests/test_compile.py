@@ -3,6 +3,7 @@ ReadWriteMany PVC mounted where the stages expect it, no run-time installs, one 
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import re
 import subprocess
@@ -174,6 +175,19 @@ def test_check_fails_on_a_stale_copy_without_touching_it(tmp_path):
 
     result = compile_cli("--check", "--output", fresh)
     assert result.returncode == 0, result.stderr
+
+
+def test_check_names_a_yaml_compiled_by_another_kfp(tmp_path):
+    """A kfp release other than the lock's writes its own sdkVersion: --check names both versions and points at
+    the environment (`make install`) before the pipeline, since recompiling there would commit the wrong kfp's YAML."""
+    installed = f"kfp-{importlib.metadata.version('kfp')}"
+    other = tmp_path / "other-kfp.yaml"
+    other.write_text(COMMITTED.read_text().replace(f"sdkVersion: {installed}\n", "sdkVersion: kfp-2.17.0rc9\n"))
+    assert other.read_text() != COMMITTED.read_text()
+    result = compile_cli("--check", "--output", other)
+    assert result.returncode == 1
+    assert f"{other} was compiled with kfp-2.17.0rc9 and this environment has {installed}" in result.stderr
+    assert "`make install`" in result.stderr and "python -m pipelines.compile" in result.stderr
 
 
 def test_check_fails_when_the_file_is_missing(tmp_path):
