@@ -76,10 +76,10 @@ def test_the_installed_packages_are_the_locked_ones():
         for name, pin in sorted(pins.items())
         if installed.get(name) != pin.version
     ]
-    if not torch_spec().contains(installed["torch"], prereleases=True):
-        drift.append(
-            f"  torch {installed['torch']} is installed; the Makefile's TORCH_SPEC asks for torch{torch_spec()}"
-        )
+    torch = installed.get("torch")
+    if torch is None or not torch_spec().contains(torch, prereleases=True):
+        found = f"torch {torch} is installed" if torch else "torch is not installed"
+        drift.append(f"  {found}; the Makefile's TORCH_SPEC asks for torch{torch_spec()}")
     beside = sorted(installed.keys() - pins.keys() - {"torch", canonicalize_name(PYPROJECT["name"])})
     fixes = ["Run `make install`: it installs exactly the lock, and torch from TORCH_SPEC."] if drift else []
     if beside:
