@@ -19,14 +19,15 @@ IMAGE_LOCK := requirements-image.lock
 UV_SPEC ?= uv==0.13.9
 UV_HOME := $(VENV)/uv
 LOCK_UPGRADE ?= --upgrade
-UV_COMPILE = $(UV_HOME)/bin/uv pip compile pyproject.toml - --python-version 3.11 \
+UV := $(UV_HOME)/bin/uv
+UV_COMPILE = $(UV) pip compile pyproject.toml - --python-version 3.11 \
 	--python-platform x86_64-manylinux_2_28 --generate-hashes --custom-compile-command "make lock" \
 	--quiet $(LOCK_UPGRADE)
 # Where `make lock` finds the CPU build of torch whose dependencies $(LOCK) records:
 # pip's find-links where they are set (the wheel on disk here), else PyTorch's CPU wheels.
 TORCH_CPU_WHEELS ?= $(or $(PIP_FIND_LINKS),https://download.pytorch.org/whl/cpu/torch/)
 
-.PHONY: install lock run test compile bench clean
+.PHONY: install lock test-lowest run test compile bench clean
 
 # The venv, with the project installed in it in editable mode.
 $(VENV)/.installed: pyproject.toml
@@ -46,13 +47,33 @@ install: $(VENV)/.installed
 # keeps the current pins and only adds what pyproject.toml newly asks for). Then
 # recompile the pipeline, run the suite, and commit the three together. uv lives
 # outside the project's environment, which holds exactly the lock.
-lock:
-	$(PYTHON) -m pip install --quiet --target $(UV_HOME) "$(UV_SPEC)"
+lock: $(UV)
 	echo "$(TORCH_SPEC)" | $(UV_COMPILE) --extra local --extra test --find-links "$(TORCH_CPU_WHEELS)" \
 		--no-emit-package torch --output-file $(LOCK)
 	@! grep -E '^(nvidia-|triton==)' $(LOCK) || { echo "$(LOCK) holds CUDA packages: torch resolved to its CUDA build; \
 	set TORCH_CPU_WHEELS to a folder or page with the CPU wheel of $(TORCH_SPEC)." >&2; exit 1; }
 	echo "$(TORCH_SPEC)" | $(UV_COMPILE) --extra gpu --constraint $(LOCK) --output-file $(IMAGE_LOCK)
+
+$(UV): Makefile
+	$(PYTHON) -m pip install --quiet --upgrade --target $(UV_HOME) "$(UV_SPEC)"
+	touch $@
+
+# pyproject.toml's lower bounds, checked: the suite on the lowest versions its ranges
+# admit (uv's lowest-direct resolution), in a venv of its own. The drift test is left
+# out, since this venv is not the lock by design. Run it when a range moves.
+LOWEST_VENV ?= .venv-lowest
+# The rest resolves against the exact torch installed first: a lowest resolution would
+# otherwise take the plain (CUDA) build over the CPU one, whose version sorts above it.
+test-lowest: $(UV)
+	$(PYTHON) -m venv $(LOWEST_VENV)
+	$(LOWEST_VENV)/bin/python -m pip install --quiet --no-deps "$(TORCH_SPEC)"
+	$(LOWEST_VENV)/bin/python -c 'import importlib.metadata as m; print("torch==" + m.version("torch"))' \
+		| $(UV_COMPILE) --extra local --extra test --find-links "$(TORCH_CPU_WHEELS)" \
+		--no-emit-package torch --resolution lowest-direct --output-file $(LOWEST_VENV)/lowest.txt
+	$(LOWEST_VENV)/bin/python -m pip install --quiet --require-hashes --no-deps -r $(LOWEST_VENV)/lowest.txt
+	$(LOWEST_VENV)/bin/python -m pip install --quiet --no-deps -e .
+	$(LOWEST_VENV)/bin/python -m pip check
+	$(LOWEST_VENV)/bin/python -m pytest --deselect tests/test_lock.py::test_the_installed_packages_are_the_locked_ones
 
 run: install
 	$(PY) -m pipelines.run
