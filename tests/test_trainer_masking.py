@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import SFTTrainer
 
+from tests import masking_reference
 from trainer import data
 from trainer.config import TrainConfig
 from trainer.distributed import Topology
-from trainer.masking import TemplateError, tokenise_conversation
+from trainer.masking import TemplateError, tokenise_conversation, tokenise_conversations
 from trainer.train import sft_config
 
 CONVERSATION = [
@@ -78,6 +81,58 @@ def test_prompt_tokens_carry_no_loss_after_trl_packs_them(tokenizer, tiny_model_
     starts = (batch["position_ids"][0] == 0).nonzero().flatten().tolist()
     assert len(starts) == len(packed[0]["seq_lengths"]) + len(packed[1]["seq_lengths"]) >= 2
     assert all(batch["labels"][0, start] == -100 for start in starts)
+
+
+# A template of another family (Llama 3's): a BOS, headers instead of ChatML, no newline after the end token.
+LLAMA3_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n"
+    "{{ m.content | trim }}<|eot_id|>{% endfor %}"
+    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
+)
+
+
+def varied_conversations(count: int) -> list[list[dict]]:
+    """Single-turn and multi-turn, with and without a system turn, with text that tokenises awkwardly
+    (non-ASCII, emoji, runs of spaces and newlines, trailing whitespace, an empty reply)."""
+    rng = random.Random(7)
+    phrases = ["A bowline.", "  two  spaces ", "naïve café ☕ 🎉", "line\n\nbreaks\n", "x" * 40, "", "Ünïcödé…"]
+    conversations = []
+    for index in range(count):
+        turns = 1 if index % 2 else rng.randint(2, 6)
+        messages = [{"role": "system", "content": rng.choice(phrases) or "Be brief."}] if index % 3 == 0 else []
+        for _ in range(turns):
+            messages.append({"role": "user", "content": rng.choice(phrases) or "Why?"})
+            messages.append({"role": "assistant", "content": rng.choice(phrases)})
+        conversations.append(messages)
+    return [CONVERSATION, CONVERSATION[1:3], *conversations]
+
+
+@pytest.mark.parametrize("template", ["smollm2", "llama3"])
+def test_batched_tokenisation_gives_the_per_conversation_ids_and_masks(tokenizer, template):
+    """The batched path (prefixes rendered in batches, one tokenizer call, masks in numpy) must train on exactly
+    the tokens the per-conversation reference marks, for every kind of conversation and templates of both
+    families, whether it is given many conversations or one."""
+    if template == "llama3":
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer.name_or_path)
+        tokenizer.chat_template = LLAMA3_TEMPLATE
+    conversations = varied_conversations(60)
+    reference = [masking_reference.tokenise_conversation(tokenizer, messages) for messages in conversations]
+    assert tokenise_conversations(tokenizer, conversations) == reference
+    assert [tokenise_conversation(tokenizer, messages) for messages in conversations] == reference
+    assert any(sum(encoded.assistant_masks) for encoded in reference)  # the comparison covers trained tokens
+
+
+@pytest.mark.parametrize("loss_on", ["assistant", "all"])
+def test_the_tokenised_split_is_the_per_conversation_reference(tokenizer, prepared_data_dir, loss_on):
+    """What the trainer gets from a split, conversation by conversation, with ``--loss-on`` either way."""
+    split = data.load_split(prepared_data_dir, "train")
+    tokenised = data.tokenise(split, tokenizer, loss_on)
+    reference = [masking_reference.tokenise_conversation(tokenizer, messages) for messages in split["messages"]]
+    assert tokenised["input_ids"] == [encoded.input_ids for encoded in reference]
+    if loss_on == "assistant":
+        assert tokenised["assistant_masks"] == [encoded.assistant_masks for encoded in reference]
+    else:
+        assert tokenised.column_names == ["input_ids"]
 
 
 def test_loss_on_all_tokens_keeps_no_mask(tokenizer, prepared_data_dir):

@@ -15,7 +15,7 @@ from datasets import Dataset
 from transformers import PreTrainedTokenizerBase
 
 from common.errors import UserError
-from trainer.masking import TemplateError, tokenise_conversation
+from trainer.masking import TemplateError, tokenise_conversations
 
 SPLITS = ("train", "eval")
 
@@ -43,15 +43,16 @@ def load_split(data_dir: Path, split: str) -> Dataset:
 
 
 def tokenise(dataset: Dataset, tokenizer: PreTrainedTokenizerBase, loss_on: str) -> Dataset:
-    """Token ids (and assistant masks unless ``loss_on == "all"``) for every conversation."""
+    """Token ids (and assistant masks unless ``loss_on == "all"``) for every conversation, a batch at a time."""
 
-    def encode(example: dict) -> dict:
+    def encode(batch: dict) -> dict:
         try:
-            encoded = tokenise_conversation(tokenizer, example["messages"])
+            encoded = tokenise_conversations(tokenizer, batch["messages"])
         except TemplateError as error:
             raise UserError(str(error)) from None
-        if loss_on == "all":
-            return {"input_ids": encoded.input_ids}
-        return {"input_ids": encoded.input_ids, "assistant_masks": encoded.assistant_masks}
+        columns = {"input_ids": [conversation.input_ids for conversation in encoded]}
+        if loss_on != "all":
+            columns["assistant_masks"] = [conversation.assistant_masks for conversation in encoded]
+        return columns
 
-    return dataset.map(encode, remove_columns=dataset.column_names, desc="Tokenising")
+    return dataset.map(encode, batched=True, remove_columns=dataset.column_names, desc="Tokenising")

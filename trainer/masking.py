@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 Message = dict[str, str]
@@ -37,21 +38,42 @@ class TokenisedConversation:
     assistant_masks: list[int]
 
 
-def _render(tokenizer: PreTrainedTokenizerBase, messages: Sequence[Message], generation_prompt: bool) -> str:
-    return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=generation_prompt)
+def _render(
+    tokenizer: PreTrainedTokenizerBase, conversations: Sequence[Sequence[Message]], generation_prompt: bool
+) -> list[str]:
+    """Every conversation rendered by the chat template, in one call (the template's per-call setup is paid once)."""
+    if not conversations:
+        return []
+    return tokenizer.apply_chat_template(
+        [list(messages) for messages in conversations], tokenize=False, add_generation_prompt=generation_prompt
+    )
 
 
 def assistant_char_spans(
-    tokenizer: PreTrainedTokenizerBase, messages: Sequence[Message]
-) -> tuple[str, list[tuple[int, int]]]:
-    """The rendered conversation and the ``[start, end)`` character span of every assistant turn."""
-    text = _render(tokenizer, messages, generation_prompt=False)
-    spans = []
-    for index, message in enumerate(messages):
-        if message["role"] != "assistant":
-            continue
-        before = _render(tokenizer, messages[:index], generation_prompt=True) if index else ""
-        through = _render(tokenizer, messages[: index + 1], generation_prompt=False)
+    tokenizer: PreTrainedTokenizerBase, conversations: Sequence[Sequence[Message]]
+) -> list[tuple[str, list[tuple[int, int]]]]:
+    """Per conversation, the rendered text and the ``[start, end)`` character span of every assistant turn.
+
+    Each span needs the turns before it rendered with the generation prompt and the turns through it rendered
+    without; all of those prefixes, for all the conversations, are rendered in batched calls.
+    """
+    turns = [
+        (number, index)
+        for number, messages in enumerate(conversations)
+        for index, message in enumerate(messages)
+        if message["role"] == "assistant"
+    ]
+    texts = _render(tokenizer, conversations, generation_prompt=False)
+    befores = iter(_render(tokenizer, [conversations[n][:i] for n, i in turns if i], generation_prompt=True))
+    # Through the last turn is the whole conversation, rendered already.
+    last = [index + 1 == len(conversations[number]) for number, index in turns]
+    throughs = iter(
+        _render(tokenizer, [conversations[n][: i + 1] for (n, i), whole in zip(turns, last) if not whole], False)
+    )
+    spans: list[list[tuple[int, int]]] = [[] for _ in conversations]
+    for (number, index), whole in zip(turns, last):
+        text, before = texts[number], next(befores) if index else ""
+        through = text if whole else next(throughs)
         if not (text.startswith(before) and text.startswith(through) and len(through) > len(before)):
             raise TemplateError(
                 f"the chat template does not render assistant turn {index} of a conversation as a prefix of the "
@@ -59,24 +81,50 @@ def assistant_char_spans(
                 "--loss-on all, or use a model whose template renders conversation prefixes unchanged"
             )
         # The separator after the end-of-turn token is never generated, so it carries no loss.
-        spans.append((len(before), len(through.rstrip())))
-    return text, spans
+        spans[number].append((len(before), len(through.rstrip())))
+    return list(zip(texts, spans))
 
 
 def tokenise_conversation(tokenizer: PreTrainedTokenizerBase, messages: Sequence[Message]) -> TokenisedConversation:
-    """Token ids of ``messages`` rendered by the chat template, with the assistant mask.
+    """Token ids of ``messages`` rendered by the chat template, with the assistant mask."""
+    (tokenised,) = tokenise_conversations(tokenizer, [messages])
+    return tokenised
+
+
+def tokenise_conversations(
+    tokenizer: PreTrainedTokenizerBase, conversations: Sequence[Sequence[Message]]
+) -> list[TokenisedConversation]:
+    """Token ids of each conversation rendered by the chat template, with its assistant mask.
 
     The template already inserts any BOS token, so the tokenizer adds no special
     tokens of its own. A token belongs to the assistant when its first character
-    lies inside an assistant span.
+    lies inside an assistant span. The texts go to the tokenizer in one call (a
+    fast tokenizer encodes a batch in parallel, in Rust) and each mask comes from
+    the offsets in numpy rather than a Python loop per token.
     """
-    text, spans = assistant_char_spans(tokenizer, messages)
-    encoding: Any = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    masks = []
-    span_index = 0
-    for start, end in encoding["offset_mapping"]:
-        while span_index < len(spans) and start >= spans[span_index][1]:
-            span_index += 1
-        inside = span_index < len(spans) and spans[span_index][0] <= start < spans[span_index][1] and end > start
-        masks.append(1 if inside else 0)
-    return TokenisedConversation(input_ids=list(encoding["input_ids"]), assistant_masks=masks)
+    rendered = assistant_char_spans(tokenizer, conversations)
+    encodings: Any = tokenizer([text for text, _ in rendered], add_special_tokens=False, return_offsets_mapping=True)
+    return [
+        TokenisedConversation(input_ids=list(input_ids), assistant_masks=_mask(offsets, spans))
+        for (_, spans), input_ids, offsets in zip(rendered, encodings["input_ids"], encodings["offset_mapping"])
+    ]
+
+
+def _mask(offsets: Sequence[tuple[int, int]], spans: list[tuple[int, int]]) -> list[int]:
+    """Per token, 1 when its first character lies inside an assistant span.
+
+    The spans are in order and disjoint. For each token, the candidate span is the first one ending after the
+    furthest token start seen so far (a pointer that only moves forward, as a scan over the tokens would have).
+    """
+    if not offsets:
+        return []
+    token = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
+    starts, ends = token[:, 0], token[:, 1]
+    if not spans:
+        return [0] * len(starts)
+    span = np.asarray(spans, dtype=np.int64)
+    current = np.searchsorted(span[:, 1], np.maximum.accumulate(starts), side="right")
+    valid = current < len(span)
+    current = np.minimum(current, len(span) - 1)
+    inside = valid & (span[current, 0] <= starts) & (starts < span[current, 1]) & (ends > starts)
+    return inside.astype(np.int64).tolist()
