@@ -26,6 +26,8 @@ UV_COMPILE = $(UV) pip compile pyproject.toml - --python-version 3.11 \
 # Where `make lock` finds the CPU build of torch whose dependencies $(LOCK) records:
 # pip's find-links where they are set (the wheel on disk here), else PyTorch's CPU wheels.
 TORCH_CPU_WHEELS ?= $(or $(PIP_FIND_LINKS),https://download.pytorch.org/whl/cpu/torch/)
+# What the development environment resolves: $(LOCK), and `make test-lowest`'s venv.
+DEV_RESOLVE = --extra local --extra test --find-links "$(TORCH_CPU_WHEELS)" --no-emit-package torch
 
 .PHONY: install lock test-lowest run test compile bench clean
 
@@ -48,8 +50,7 @@ install: $(VENV)/.installed
 # recompile the pipeline, run the suite, and commit the three together. uv lives
 # outside the project's environment, which holds exactly the lock.
 lock: $(UV)
-	echo "$(TORCH_SPEC)" | $(UV_COMPILE) --extra local --extra test --find-links "$(TORCH_CPU_WHEELS)" \
-		--no-emit-package torch --output-file $(LOCK)
+	echo "$(TORCH_SPEC)" | $(UV_COMPILE) $(DEV_RESOLVE) --output-file $(LOCK)
 	@! grep -E '^(nvidia-|triton==)' $(LOCK) || { echo "$(LOCK) holds CUDA packages: torch resolved to its CUDA build; \
 	set TORCH_CPU_WHEELS to a folder or page with the CPU wheel of $(TORCH_SPEC)." >&2; exit 1; }
 	echo "$(TORCH_SPEC)" | $(UV_COMPILE) --extra gpu --constraint $(LOCK) --output-file $(IMAGE_LOCK)
@@ -68,8 +69,7 @@ test-lowest: $(UV)
 	$(PYTHON) -m venv $(LOWEST_VENV)
 	$(LOWEST_VENV)/bin/python -m pip install --quiet --no-deps "$(TORCH_SPEC)"
 	$(LOWEST_VENV)/bin/python -c 'import importlib.metadata as m; print("torch==" + m.version("torch"))' \
-		| $(UV_COMPILE) --extra local --extra test --find-links "$(TORCH_CPU_WHEELS)" \
-		--no-emit-package torch --resolution lowest-direct --output-file $(LOWEST_VENV)/lowest.txt
+		| $(UV_COMPILE) $(DEV_RESOLVE) --resolution lowest-direct --output-file $(LOWEST_VENV)/lowest.txt
 	$(LOWEST_VENV)/bin/python -m pip install --quiet --require-hashes --no-deps -r $(LOWEST_VENV)/lowest.txt
 	$(LOWEST_VENV)/bin/python -m pip install --quiet --no-deps -e .
 	$(LOWEST_VENV)/bin/python -m pip check
