@@ -64,16 +64,20 @@ def assistant_char_spans(
         if message["role"] == "assistant"
     ]
     texts = _render(tokenizer, conversations, generation_prompt=False)
+    # Nothing comes before a first turn, and through a last turn is the whole conversation, rendered already.
     befores = iter(_render(tokenizer, [conversations[n][:i] for n, i in turns if i], generation_prompt=True))
-    # Through the last turn is the whole conversation, rendered already.
-    last = [index + 1 == len(conversations[number]) for number, index in turns]
     throughs = iter(
-        _render(tokenizer, [conversations[n][: i + 1] for (n, i), whole in zip(turns, last) if not whole], False)
+        _render(
+            tokenizer,
+            [conversations[n][: i + 1] for n, i in turns if i + 1 < len(conversations[n])],
+            generation_prompt=False,
+        )
     )
     spans: list[list[tuple[int, int]]] = [[] for _ in conversations]
-    for (number, index), whole in zip(turns, last):
-        text, before = texts[number], next(befores) if index else ""
-        through = text if whole else next(throughs)
+    for number, index in turns:
+        text = texts[number]
+        before = next(befores) if index else ""
+        through = next(throughs) if index + 1 < len(conversations[number]) else text
         if not (text.startswith(before) and text.startswith(through) and len(through) > len(before)):
             raise TemplateError(
                 f"the chat template does not render assistant turn {index} of a conversation as a prefix of the "
@@ -116,8 +120,6 @@ def _mask(offsets: Sequence[tuple[int, int]], spans: list[tuple[int, int]]) -> l
     The spans are in order and disjoint. For each token, the candidate span is the first one ending after the
     furthest token start seen so far (a pointer that only moves forward, as a scan over the tokens would have).
     """
-    if not offsets:
-        return []
     token = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
     starts, ends = token[:, 0], token[:, 1]
     if not spans:
