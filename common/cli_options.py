@@ -13,7 +13,7 @@ import argparse
 import dataclasses
 import typing
 from dataclasses import field
-from typing import Any
+from typing import Any, Sequence
 
 
 def option(default: Any, help: str, **extra: Any) -> Any:
@@ -48,14 +48,18 @@ def _converter(kind: Any, metadata: Any) -> Any:
     return members[0] if members else kind
 
 
-def add_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, options_type: type) -> None:
-    """Add one option per field of ``options_type``; booleans get ``--x/--no-x``.
+def add_options(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup, options_type: type, only: Sequence[str] = ()
+) -> None:
+    """Add one option per field of ``options_type`` (or per field named in ``only``); booleans get ``--x/--no-x``.
 
     Field metadata: ``help``; optionally ``choices``, ``required``, ``positional``
     and ``normalise`` (a function applied to the text, e.g. ``str.lower``).
     """
     types = typing.get_type_hints(options_type)
     for spec in dataclasses.fields(options_type):
+        if only and spec.name not in only:
+            continue
         kind, meta = types[spec.name], spec.metadata
         required = meta.get("required", False)
         help_text = meta["help"].replace("%", "%%")  # argparse %-formats help strings

@@ -32,6 +32,9 @@ shared across runs is the publish record.
           verification.json, verification.md   llama.cpp vs transformers; the JSON is written last
         publish/       written by publish
           upload/                       exactly what was (or, in a dry run, would be) committed to the Hub
+      token-cache/<key>/                written by tokenise; read by train and evaluate of every run whose data,
+                                        tokenizer and settings give the same key (see trainer.token_cache)
+      .cache/huggingface/               HF_HOME of the training pods; the tokenise step fetches tokenizers here
       published/<owner>--<name>.json    the last publish of that repository (dry-run.json without one);
                                         read by the next run's data-change check, and by its evaluation,
                                         which loads that run's publish/upload/ as the model to beat
@@ -46,6 +49,14 @@ from pathlib import Path
 
 # Where the workspace PVC is mounted in every pipeline step and training pod on a cluster.
 CLUSTER_WORKSPACE = "/mnt/workspace"
+# Shared by every run on the workspace (below its root, beside runs/).
+TOKEN_CACHE = "token-cache"
+HF_HOME = ".cache/huggingface"
+# token-cache/<key>/ (see trainer.token_cache)
+TRAIN_ROWS = "train.arrow"
+EVAL_ROWS = "eval.arrow"
+EVAL_CONVERSATIONS = "eval_conversations.arrow"
+TOKENS_MANIFEST = "manifest.json"
 RUNS = "runs"
 DATA, TRAIN, EVALUATE, EXPORT, PUBLISH = "data", "train", "evaluate", "export", "publish"
 STAGES = (DATA, TRAIN, EVALUATE, EXPORT, PUBLISH)

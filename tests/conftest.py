@@ -164,6 +164,25 @@ def prepared_data_dir(tmp_path_factory) -> Path:
     return target
 
 
+def tokenised(
+    model_dir: Path,
+    data_dir: Path,
+    *,
+    max_length: int = 128,
+    loss_on: str = "assistant",
+    packing: bool = True,
+    eval_max_rows: int = 0,
+) -> Path:
+    """The tokenise step's entry for ``data_dir``, as the pipeline makes it before training: in a token cache
+    beside the data, so tests asking for the same settings reuse it as runs do."""
+    from components.tokenise.build import build
+    from trainer.token_cache import TokenSettings
+
+    settings = TokenSettings(max_length=max_length, loss_on=loss_on, packing=packing, eval_max_rows=eval_max_rows)
+    tokens_dir, _ = build(data_dir, model_dir, settings, data_dir.parent / f"{data_dir.name}-token-cache", workers=1)
+    return tokens_dir
+
+
 # --- GGUF export fixtures -----------------------------------------------------------------------
 # SmolLM2-135M plus a tiny random checkpoint of every other architecture the converter handles,
 # each converted once per session by llama.cpp's own converter (the reference) and by ours.

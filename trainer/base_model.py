@@ -33,18 +33,13 @@ MODEL_FILES = ("*.json", "*.safetensors", "*.txt", "*.model", "*.jinja", "*.tikt
 DOWNLOAD_WAIT_MINUTES = 180
 
 
+# What a tokenizer needs of a Hub model: the tokenise step fetches these alone, not the weights.
+TOKENIZER_FILES = ("*.json", "*.txt", "*.model", "*.jinja", "*.tiktoken")
+
+
 def download(model: str, revision: str) -> Path:
     """The snapshot of Hub model ``model`` at ``revision`` (empty: the default branch), downloaded if not cached."""
-    try:
-        path = Path(snapshot_download(model, revision=revision or None, allow_patterns=list(MODEL_FILES)))
-    except (RepositoryNotFoundError, RevisionNotFoundError, HfHubHTTPError, LocalEntryNotFoundError) as error:
-        detail = one_line(error, 300)
-        raise UserError(
-            f"Could not download the base model {model!r} at revision {revision or 'main'!r} from the Hugging Face "
-            f"Hub ({detail}). Check the id and the revision; a gated or private model needs a token with access in "
-            "the hf-token Secret (HF_TOKEN); without network access (HF_HUB_OFFLINE=1), give a local checkpoint "
-            "directory instead."
-        ) from None
+    path = _snapshot(model, revision, MODEL_FILES)
     if not any(path.glob("*.safetensors")):
         raise UserError(
             f"The base model {model!r} has no safetensors weights, which the trainer loads. Convert it, or choose "
@@ -53,17 +48,45 @@ def download(model: str, revision: str) -> Path:
     return path
 
 
+def tokenizer_dir(model: str, revision: str, hub_cache: Path | None = None) -> Path:
+    """A directory holding ``model``'s tokenizer: the local checkpoint, or its Hub files (no weights) in
+    ``hub_cache`` (default: the Hub's own cache)."""
+    if Path(model).is_dir():
+        _check_no_revision(model, revision)
+        return Path(model)
+    return _snapshot(model, revision, TOKENIZER_FILES, hub_cache)
+
+
+def _snapshot(model: str, revision: str, patterns: tuple[str, ...], hub_cache: Path | None = None) -> Path:
+    try:
+        return Path(
+            snapshot_download(model, revision=revision or None, allow_patterns=list(patterns), cache_dir=hub_cache)
+        )
+    except (RepositoryNotFoundError, RevisionNotFoundError, HfHubHTTPError, LocalEntryNotFoundError) as error:
+        detail = one_line(error, 300)
+        raise UserError(
+            f"Could not download the base model {model!r} at revision {revision or 'main'!r} from the Hugging Face "
+            f"Hub ({detail}). Check the id and the revision; a gated or private model needs a token with access in "
+            "the hf-token Secret (HF_TOKEN); without network access (HF_HUB_OFFLINE=1), give a local checkpoint "
+            "directory instead."
+        ) from None
+
+
 def local_copy(model: str, revision: str, topology: Topology) -> Path:
     """A directory holding the base model: ``model`` itself, or its Hub snapshot fetched once for all ranks."""
     if Path(model).is_dir():
-        if revision:
-            raise UserError(
-                f"--base-model-revision {revision!r} pins a Hub revision, but --model {model} is a local directory. "
-                "Leave the revision empty, or give a Hub id."
-            )
+        _check_no_revision(model, revision)
         return Path(model)
     path = str(download(model, revision)) if topology.is_main else None
     return Path(distributed.from_main(path, DOWNLOAD_WAIT_MINUTES))
+
+
+def _check_no_revision(model: str, revision: str) -> None:
+    if revision:
+        raise UserError(
+            f"--base-model-revision {revision!r} pins a Hub revision, but --model {model} is a local directory. "
+            "Leave the revision empty, or give a Hub id."
+        )
 
 
 def snapshot_commit(path: Path) -> str | None:

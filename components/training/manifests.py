@@ -34,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from common.run_layout import HF_HOME
 from components.hub_auth import SECRET_KEY, TOKEN_ENV
 from components.training.kinds import PRIORITY_LABEL, PYTORCHJOB, QUEUE_LABEL, TRAINJOB
 from components.training.options import TORCHRUN_EXIT_SECONDS
@@ -143,7 +144,7 @@ def _resources(spec: JobSpec) -> dict[str, Any]:
 def _env(spec: JobSpec) -> list[dict[str, Any]]:
     env = [
         {"name": "HOME", "value": SCRATCH},
-        {"name": "HF_HOME", "value": f"{spec.mount_path}/.cache/huggingface"},
+        {"name": "HF_HOME", "value": f"{spec.mount_path}/{HF_HOME}"},
         {"name": "TRITON_CACHE_DIR", "value": f"{SCRATCH}/.triton"},
         {"name": "PYTHONUNBUFFERED", "value": "1"},
     ]

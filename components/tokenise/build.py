@@ -1,0 +1,392 @@
+"""Tokenise the data stage's Parquet splits once, over every CPU of the step, into a token-cache entry.
+
+The train split is streamed: chunks of ``CHUNK_ROWS`` conversations go to worker
+processes (each with its own tokenizer) and come back, in order, as the rows the
+trainer trains on; the main process appends them to an Arrow stream. Memory is
+a few chunks per worker whatever the data size.
+
+The rows are what TRL's ``SFTTrainer`` would make of today's tokenised
+conversations (``trainer.data.tokenise``): labels from the assistant masks; then
+either truncation to ``max_length`` dropping rows left with no loss, or TRL's own
+``pack_dataset`` (best-fit decreasing), which packs groups of ``PACK_GROUP``
+consecutive rows. Chunks are whole groups, so packing chunk by chunk in the
+workers gives exactly the rows packing the whole split at once gives.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+import uuid
+from collections import deque
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from datasets import Dataset, disable_progress_bars
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
+from trl.data_utils import pack_dataset
+
+from common.atomic import write_json
+from common.errors import UserError
+from common.run_layout import EVAL_CONVERSATIONS, EVAL_ROWS, TOKENS_MANIFEST, TRAIN_ROWS
+from trainer import token_cache
+from trainer.data import SPLITS, split_path
+from trainer.masking import TemplateError, tokenise_conversations
+from trainer.token_cache import TokenSettings
+
+log = logging.getLogger(__name__)
+
+# TRL packs with datasets.map's default batch size: best-fit decreasing within each 1,000 consecutive rows.
+PACK_GROUP = 1000
+CHUNK_ROWS = 4 * PACK_GROUP
+# A partial build whose files have not changed for this long belongs to a process that is gone.
+STALE_BUILD_SECONDS = 600
+# The eval conversations kept under eval_max_rows are a sample drawn with this seed: the same split always
+# gives the same rows, in every run and in both the trainer and the evaluation stage.
+EVAL_SAMPLE_SEED = 0
+PROGRESS_SECONDS = 30
+
+ROWS_SCHEMA = pa.schema([("input_ids", pa.list_(pa.int32())), ("labels", pa.list_(pa.int32()))])
+PACKED_SCHEMA = ROWS_SCHEMA.append(pa.field("seq_lengths", pa.list_(pa.int32())))
+CONVERSATIONS_SCHEMA = pa.schema([("input_ids", pa.list_(pa.int32())), ("assistant_masks", pa.list_(pa.int8()))])
+
+
+@dataclass
+class SplitStats:
+    """What one split became; the manifest records it so a user can predict the step's time for their data."""
+
+    conversations: int = 0
+    tokens: int = 0
+    loss_tokens: int = 0
+    longest: int = 0
+    rows: int = 0
+    seconds: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        per_second = self.conversations / self.seconds if self.seconds else None
+        return {
+            "conversations": self.conversations,
+            "tokens": self.tokens,
+            "loss_tokens": self.loss_tokens,
+            "longest_conversation_tokens": self.longest,
+            "rows": self.rows,
+            "seconds": round(self.seconds, 2),
+            "conversations_per_second": round(per_second, 1) if per_second else None,
+            **self.extra,
+        }
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """What a worker makes of one chunk of conversations."""
+
+    rows: pa.Table  # the trainer's rows (ROWS_SCHEMA, or PACKED_SCHEMA when packing)
+    conversations: pa.Table | None  # CONVERSATIONS_SCHEMA, when asked for
+    tokens: int
+    loss_tokens: int
+    longest: int
+
+
+# Each worker process loads the tokenizer once; the chunks it is sent then only carry conversations.
+_worker: dict[str, Any] = {}
+
+
+def start_worker(tokenizer_dir: str, settings: TokenSettings) -> None:
+    # The workers already use every CPU; the tokenizer's own thread pool inside each would oversubscribe them.
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    disable_progress_bars()  # packing maps over each chunk: a bar per chunk would bury the step's own lines
+    _worker["tokenizer"] = AutoTokenizer.from_pretrained(tokenizer_dir)
+    _worker["settings"] = settings
+
+
+def tokenise_chunk(messages: pa.Table, keep_conversations: bool) -> Chunk:
+    """Tokenise, mask, label and prepare (truncate or pack) one chunk, in a worker."""
+    tokenizer: PreTrainedTokenizerBase = _worker["tokenizer"]
+    settings: TokenSettings = _worker["settings"]
+    encoded = tokenise_conversations(tokenizer, messages.column("messages").to_pylist())
+    lengths = np.fromiter((len(conversation.input_ids) for conversation in encoded), np.int64, len(encoded))
+    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]), pa.int32())
+    ids = np.fromiter((i for conversation in encoded for i in conversation.input_ids), np.int32, int(lengths.sum()))
+    masks = np.fromiter((m for conversation in encoded for m in conversation.assistant_masks), np.int8, ids.size)
+    # TRL: with an assistant mask, labels are the ids where the mask is set and -100 elsewhere; without, the ids.
+    labels = ids if settings.loss_on == "all" else np.where(masks == 1, ids, np.int32(-100)).astype(np.int32)
+    rows = pa.table(
+        {"input_ids": pa.ListArray.from_arrays(offsets, ids), "labels": pa.ListArray.from_arrays(offsets, labels)}
+    )
+    conversations = (
+        pa.table(
+            {
+                "input_ids": pa.ListArray.from_arrays(offsets, ids),
+                "assistant_masks": pa.ListArray.from_arrays(offsets, masks),
+            }
+        )
+        if keep_conversations
+        else None
+    )
+    prepared = packed(rows, settings.max_length) if settings.packing else truncated(rows, settings.max_length)
+    loss_tokens = int(pc.sum(pc.not_equal(pc.list_flatten(prepared.column("labels")), -100)).as_py() or 0)
+    return Chunk(prepared, conversations, int(ids.size), loss_tokens, int(lengths.max(initial=0)))
+
+
+def truncated(rows: pa.Table, max_length: int) -> pa.Table:
+    """TRL without packing: keep the first ``max_length`` tokens, then drop rows left with no loss."""
+    ids = pc.list_slice(rows.column("input_ids"), 0, max_length)
+    labels = pc.list_slice(rows.column("labels"), 0, max_length)
+    labelled = pc.not_equal(pc.list_flatten(labels), -100).to_numpy(zero_copy_only=False)
+    parents = pc.list_parent_indices(labels).to_numpy(zero_copy_only=False)
+    has_loss = np.bincount(parents[labelled], minlength=len(rows)) > 0
+    return pa.table({"input_ids": ids, "labels": labels}).filter(pa.array(has_loss)).cast(ROWS_SCHEMA)
+
+
+def packed(rows: pa.Table, max_length: int) -> pa.Table:
+    """TRL with packing: its own ``pack_dataset`` (bfd), over whole groups of ``PACK_GROUP`` rows."""
+    result = pack_dataset(Dataset(rows), max_length, "bfd", {"batch_size": PACK_GROUP})
+    return result.data.table.cast(PACKED_SCHEMA)
+
+
+def exact_chunks(batches: Iterable[pa.RecordBatch], size: int) -> Iterator[pa.Table]:
+    """The rows of ``batches`` regrouped into tables of exactly ``size`` rows (the last may be shorter)."""
+    pending: list[pa.RecordBatch] = []
+    held = 0
+    for batch in batches:
+        pending.append(batch)
+        held += batch.num_rows
+        while held >= size:
+            table = pa.Table.from_batches(pending)
+            yield table.slice(0, size)
+            rest = table.slice(size).to_batches()
+            pending, held = list(rest), held - size
+    if held:
+        yield pa.Table.from_batches(pending)
+
+
+def eval_sample(total: int, cap: int) -> np.ndarray | None:
+    """The eval rows kept under ``cap`` (sorted, so they keep the split's order), or None to keep them all."""
+    if cap <= 0 or cap >= total:
+        return None
+    return np.sort(np.random.default_rng(EVAL_SAMPLE_SEED).choice(total, size=cap, replace=False))
+
+
+def selected(batches: Iterable[pa.RecordBatch], keep: np.ndarray | None) -> Iterator[pa.RecordBatch]:
+    """The rows of ``batches`` whose position in the whole stream is in ``keep`` (all when None)."""
+    start = 0
+    for batch in batches:
+        if keep is None:
+            yield batch
+        else:
+            inside = keep[(keep >= start) & (keep < start + batch.num_rows)] - start
+            if inside.size:
+                yield batch.take(pa.array(inside))
+        start += batch.num_rows
+
+
+def in_order(run: Callable[[pa.Table], Chunk], executor: Executor | None, chunks: Iterable[pa.Table], window: int):
+    """``run`` over ``chunks``, results in order, with at most ``window`` chunks in flight."""
+    if executor is None:
+        yield from map(run, chunks)
+        return
+    pending: deque[Future] = deque()
+    try:
+        for chunk in chunks:
+            pending.append(executor.submit(run, chunk))
+            if len(pending) >= window:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    except BrokenProcessPool:
+        raise UserError(
+            "a tokenising worker process was killed (the kernel's OOM killer is the usual cause: the step's log or "
+            "pod status says OOMKilled). Raise tokenise_memory, or lower tokenise_cpu so fewer workers share it."
+        ) from None
+
+
+class Builder:
+    """One cache entry being written in a staging directory, its splits tokenised by a pool of workers."""
+
+    def __init__(self, tokenizer_dir: Path, settings: TokenSettings, workers: int, staging: Path) -> None:
+        self.settings = settings
+        self.staging = staging
+        self.workers = workers
+        self.executor: Executor | None = None
+        if workers > 1:
+            self.executor = ProcessPoolExecutor(
+                workers,
+                mp_context=get_context("spawn"),
+                initializer=start_worker,
+                initargs=(str(tokenizer_dir), settings),
+            )
+        else:
+            start_worker(str(tokenizer_dir), settings)
+
+    def close(self) -> None:
+        if self.executor is not None:
+            self.executor.shutdown(cancel_futures=True)
+
+    def write_split(
+        self,
+        source: Path,
+        keep: np.ndarray | None,
+        rows_name: str,
+        conversations_name: str | None,
+        check_space: Callable[[int, int, int], None] | None = None,
+    ) -> SplitStats:
+        """Tokenise one Parquet split into ``rows_name`` (and ``conversations_name``) in the staging directory."""
+        parquet = pq.ParquetFile(source)
+        total = parquet.metadata.num_rows if keep is None else len(keep)
+        stats = SplitStats()
+        started = last_report = time.monotonic()
+        rows_schema = PACKED_SCHEMA if self.settings.packing else ROWS_SCHEMA
+        with ExitStack() as files:
+            rows_out = files.enter_context(pa.ipc.new_stream(self.staging / rows_name, rows_schema))
+            conversations_out = (
+                files.enter_context(pa.ipc.new_stream(self.staging / conversations_name, CONVERSATIONS_SCHEMA))
+                if conversations_name
+                else None
+            )
+            chunks = exact_chunks(selected(parquet.iter_batches(columns=["messages"]), keep), CHUNK_ROWS)
+            run = _ChunkJob(keep_conversations=conversations_name is not None)
+            for number, result in enumerate(in_order(run, self.executor, chunks, 2 * self.workers)):
+                first_row = number * CHUNK_ROWS
+                if isinstance(result, TemplateError):
+                    raise UserError(
+                        f"{source}, a conversation among rows {first_row}–{first_row + CHUNK_ROWS - 1}: {result}."
+                    )
+                if number == 0 and check_space is not None:
+                    sampled = min(CHUNK_ROWS, total)
+                    check_space(result.rows.nbytes * total // max(sampled, 1), sampled, total)
+                rows_out.write_table(result.rows)
+                if conversations_out is not None:
+                    conversations_out.write_table(result.conversations)
+                stats.conversations += min(CHUNK_ROWS, total - first_row)
+                stats.tokens += result.tokens
+                stats.loss_tokens += result.loss_tokens
+                stats.longest = max(stats.longest, result.longest)
+                stats.rows += result.rows.num_rows
+                if time.monotonic() - last_report > PROGRESS_SECONDS:
+                    last_report = time.monotonic()
+                    rate = stats.conversations / (last_report - started)
+                    log.info(
+                        "%s: %d of %d conversations tokenised (%.0f/s)", source.name, stats.conversations, total, rate
+                    )
+        stats.seconds = time.monotonic() - started
+        return stats
+
+
+@dataclass(frozen=True)
+class _ChunkJob:
+    """A picklable call of ``tokenise_chunk`` that returns a template problem instead of raising it across the
+    pool (the main process names the file and rows)."""
+
+    keep_conversations: bool
+
+    def __call__(self, messages: pa.Table) -> Chunk | TemplateError:
+        try:
+            return tokenise_chunk(messages, self.keep_conversations)
+        except TemplateError as error:
+            return error
+
+
+def clear_stale_builds(cache_root: Path, key: str) -> None:
+    """Remove partial builds of ``key`` left by killed processes; a build still writing is left alone."""
+    for partial in cache_root.glob(f".building-{key}-*"):
+        newest = max((path.stat().st_mtime for path in partial.rglob("*")), default=partial.stat().st_mtime)
+        if time.time() - newest > STALE_BUILD_SECONDS:
+            log.info("removing %s, a partial tokenisation left by a process that stopped", partial)
+            shutil.rmtree(partial, ignore_errors=True)
+
+
+def space_check(cache_root: Path, eval_conversations: int) -> Callable[[int, int, int], None]:
+    """A check, given the first chunk's bytes scaled to the whole train split, that the cache entry fits."""
+
+    def check(train_bytes: int, sampled: int, train_conversations: int) -> None:
+        # The eval files hold at most as much per conversation as the train rows, twice (rows and conversations).
+        needed = train_bytes + 2 * train_bytes * eval_conversations // max(train_conversations, 1)
+        free = shutil.disk_usage(cache_root).free
+        if needed > free:
+            raise UserError(
+                f"the tokenised data set needs about {needed / 2**30:.1f} GiB (estimated from the first {sampled} "
+                f"of {train_conversations} train conversations) and {cache_root} has "
+                f"{free / 2**30:.1f} GiB free. Raise pvc_size (a new run's PVC), free space on the workspace "
+                "(old runs/ and token-cache/ entries), or train on less data."
+            )
+
+    return check
+
+
+def build(
+    data_dir: Path, tokenizer_dir: Path, settings: TokenSettings, cache_root: Path, workers: int
+) -> tuple[Path, bool]:
+    """The cache entry for these inputs, and whether it had to be written: reused when complete, else built."""
+    paths = [split_path(data_dir, split) for split in SPLITS]
+    for path in paths:
+        if not path.is_file():
+            raise UserError(
+                f"{path} does not exist. --data-dir must be the output directory of the data preparation stage "
+                "(python -m components.dataprep.stage), which holds train.parquet and eval.parquet."
+            )
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    if tokenizer.chat_template is None:
+        raise UserError(f"the tokenizer in {tokenizer_dir} has no chat template; fine-tune an instruct/chat model.")
+    data = token_cache.data_fingerprint(paths)
+    tokenizer_print = token_cache.tokenizer_fingerprint(tokenizer_dir, tokenizer)
+    key = token_cache.cache_key(data, tokenizer_print, settings)
+    final = cache_root / key
+    if (final / TOKENS_MANIFEST).is_file():
+        log.info("reusing the tokenised data in %s (same data, tokenizer and settings)", final)
+        return final, False
+    cache_root.mkdir(parents=True, exist_ok=True)
+    clear_stale_builds(cache_root, key)
+    staging = cache_root / f".building-{key}-{uuid.uuid4().hex[:8]}"
+    staging.mkdir()
+    # A worker process costs seconds to start; a data set of a few chunks does not need one per CPU.
+    workers = max(1, min(workers, -(-pq.ParquetFile(paths[0]).metadata.num_rows // CHUNK_ROWS)))
+    builder = Builder(tokenizer_dir, settings, workers, staging)
+    try:
+        eval_total = pq.ParquetFile(paths[1]).metadata.num_rows
+        keep = eval_sample(eval_total, settings.eval_max_rows)
+        eval_kept = eval_total if keep is None else len(keep)
+        log.info("tokenising %s and %s with %d worker(s) into %s", paths[0], paths[1], workers, final)
+        train = builder.write_split(paths[0], None, TRAIN_ROWS, None, space_check(cache_root, eval_kept))
+        evaluation = builder.write_split(paths[1], keep, EVAL_ROWS, EVAL_CONVERSATIONS)
+        evaluation.extra = {"split_conversations": eval_total, "eval_max_rows": settings.eval_max_rows}
+    except BaseException:
+        builder.close()
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    builder.close()
+    write_json(
+        staging / TOKENS_MANIFEST,
+        {
+            "format": token_cache.FORMAT_VERSION,
+            "key": key,
+            "data": data,
+            "data_dir": str(data_dir),
+            "tokenizer": tokenizer_print,
+            "tokenizer_dir": str(tokenizer_dir),
+            "settings": settings.__dict__,
+            "workers": workers,
+            "train": train.as_json(),
+            "eval": evaluation.as_json(),
+            "bytes": sum(path.stat().st_size for path in staging.iterdir()),
+        },
+    )
+    try:
+        staging.rename(final)
+    except OSError:  # another run finished the same entry first: theirs is identical
+        shutil.rmtree(staging, ignore_errors=True)
+        if not (final / TOKENS_MANIFEST).is_file():
+            raise
+    log.info("wrote %s", final)
+    return final, True

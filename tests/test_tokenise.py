@@ -1,0 +1,292 @@
+"""The tokenise step: the rows it writes are the rows today's data path gave TRL, its cache is keyed by everything
+that changes them, a killed build is never read, and the eval cap is a fixed sample."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import REPO_ROOT, run_module
+from todays_path import tokenise_split, trl_prepared
+from transformers import AutoTokenizer
+
+import components.tokenise.build as build_module
+from common.errors import UserError
+from common.run_layout import EVAL_CONVERSATIONS, EVAL_ROWS, TOKENS_MANIFEST, TRAIN_ROWS
+from components.dataprep.schema import OUTPUT_SCHEMA
+from components.tokenise.build import STALE_BUILD_SECONDS, build, clear_stale_builds, eval_sample, in_order
+from components.tokenise.stage import check_memory
+from trainer import data, token_cache
+from trainer.config import TrainConfig
+from trainer.token_cache import TokenSettings, open_rows
+
+TOPICS = ["knots", "first aid", "cameras", "bread", "bicycles", "tents"]
+
+
+def conversation(rng: random.Random) -> list[dict]:
+    """Single- or multi-turn, with or without a system turn, short or long enough to be truncated at 256 tokens."""
+    messages = [{"role": "system", "content": "You answer briefly."}] if rng.random() < 0.3 else []
+    for _ in range(1 if rng.random() < 0.5 else rng.randint(2, 4)):
+        topic = rng.choice(TOPICS)
+        messages.append({"role": "user", "content": f"Tell me about {topic}, part {rng.randint(1, 99)}?"})
+        words = " ".join(rng.choice(TOPICS) for _ in range(rng.choice([3, 10, 40, 120])))
+        messages.append({"role": "assistant", "content": f"About {topic}: {words}."})
+    return messages
+
+
+def write_splits(data_dir: Path, train: int, evaluation: int, seed: int = 0) -> Path:
+    """A data stage output of generated conversations: train.parquet and eval.parquet."""
+    rng = random.Random(seed)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    for split, count in (("train", train), ("eval", evaluation)):
+        rows = [{"id": index, "messages": conversation(rng)} for index in range(count)]
+        pq.write_table(pa.Table.from_pylist(rows, schema=OUTPUT_SCHEMA), data.split_path(data_dir, split))
+    return data_dir
+
+
+@pytest.fixture(scope="module")
+def many(tmp_path_factory) -> Path:
+    """More conversations than two chunks, so the rows cross chunk (and worker) boundaries."""
+    return write_splits(tmp_path_factory.mktemp("many") / "data", train=5_000, evaluation=300)
+
+
+@pytest.fixture(scope="module")
+def todays_tokens(many, tiny_model_dir):
+    """Today's per-conversation tokenisation of the train split, once for every comparison."""
+    return tokenise_split(data.load_split(many, "train"), AutoTokenizer.from_pretrained(tiny_model_dir), "assistant")
+
+
+@pytest.mark.parametrize("packing", [True, False], ids=["packed", "truncated"])
+@pytest.mark.parametrize("loss_on", ["assistant", "all"])
+def test_rows_are_what_trl_prepared_from_todays_tokenisation(
+    many, todays_tokens, tiny_model_dir, tmp_path, monkeypatch, packing, loss_on
+):
+    """Built by two worker processes in chunks of 2,000, the rows equal what TRL's own preparation (labels from the
+    masks, then best-fit-decreasing packing in groups of 1,000 rows, or truncation dropping rows left without loss)
+    makes of today's tokenisation: the trainer trains on the same batches."""
+    monkeypatch.setattr(build_module, "CHUNK_ROWS", 2_000)
+    settings = TokenSettings(max_length=256, loss_on=loss_on, packing=packing, eval_max_rows=0)
+    tokens_dir, built = build(many, tiny_model_dir, settings, tmp_path / "cache", workers=2)
+    assert built and json.loads((tokens_dir / TOKENS_MANIFEST).read_text())["workers"] == 2
+
+    today = todays_tokens if loss_on == "assistant" else todays_tokens.remove_columns("assistant_masks")
+    config = TrainConfig(model=str(tiny_model_dir), max_length=256, packing=packing, loss_on=loss_on)
+    expected = trl_prepared(tiny_model_dir, today, AutoTokenizer.from_pretrained(tiny_model_dir), config)
+    ours = open_rows(tokens_dir, TRAIN_ROWS)
+    assert ours.column_names == expected.column_names
+    assert len(ours) == len(expected) and (len(ours) < 5_000 if packing else len(ours) <= 5_000)
+    for column in ours.column_names:
+        assert ours[column] == expected[column], column
+    if not packing:
+        assert max(map(len, ours["input_ids"])) == 256  # some conversations really were truncated
+
+
+def test_the_same_inputs_reuse_the_entry_and_each_key_input_makes_a_new_one(tiny_model_dir, tmp_path, monkeypatch):
+    """Everything that changes the rows is in the key; a copy of the same tokenizer elsewhere is not a change."""
+    from components.dataprep.options import PrepareOptions
+    from components.dataprep.prepare import prepare
+    from components.sample_data import bundled_dataset_path
+
+    source = tmp_path / "sample.jsonl"
+    source.write_text("".join(bundled_dataset_path().read_text().splitlines(keepends=True)[:60]))
+    plain, prompted = tmp_path / "plain", tmp_path / "prompted"
+    prepare(str(source), plain, PrepareOptions())
+    prepare(str(source), prompted, PrepareOptions(system_prompt="Answer in one sentence."))
+    cache = tmp_path / "cache"
+    settings = TokenSettings(max_length=128, loss_on="assistant", packing=True, eval_max_rows=0)
+
+    def entry(data_dir: Path = plain, model: Path = tiny_model_dir, **changes) -> tuple[Path, bool]:
+        return build(data_dir, model, TokenSettings(**{**settings.__dict__, **changes}), cache, workers=1)
+
+    first, built = entry()
+    assert built and entry() == (first, False)
+    same_tokenizer = tmp_path / "same-tokenizer"
+    shutil.copytree(tiny_model_dir, same_tokenizer)
+    assert entry(model=same_tokenizer) == (first, False)
+
+    other_template = tmp_path / "other-template"
+    shutil.copytree(tiny_model_dir, other_template)
+    tokenizer = AutoTokenizer.from_pretrained(other_template)
+    tokenizer.chat_template = tokenizer.chat_template.replace("<|im_start|>", "<|im_start|> ")
+    tokenizer.save_pretrained(other_template)
+    appended = tmp_path / "appended"
+    shutil.copytree(plain, appended)
+    table = pq.read_table(plain / "train.parquet")
+    pq.write_table(pa.concat_tables([table, table.slice(0, 1)]), appended / "train.parquet")
+
+    misses = {
+        "max_length": entry(max_length=256),
+        "loss_on": entry(loss_on="all"),
+        "packing": entry(packing=False),
+        "eval_max_rows": entry(eval_max_rows=5),
+        "system prompt": entry(data_dir=prompted),
+        "data": entry(data_dir=appended),
+        "chat template": entry(model=other_template),
+    }
+    monkeypatch.setattr(token_cache, "FORMAT_VERSION", token_cache.FORMAT_VERSION + 1)
+    misses["format version"] = entry()
+    assert all(built for _, built in misses.values()), misses
+    paths = {first, *(path for path, _ in misses.values())}
+    assert len(paths) == len(misses) + 1
+    assert {path.parent for path in paths} == {cache} and not list(cache.glob(".building-*"))
+
+
+def test_a_build_killed_mid_write_leaves_nothing_a_later_run_reads(tiny_model_dir, tmp_path):
+    """SIGKILL while the train rows are being written (an OOM kill, a lost node): the half-written entry has another
+    name and no manifest, so no reader takes it; the next run builds a complete one; stale partial builds go."""
+    data_dir = write_splits(tmp_path / "data", train=12_000, evaluation=20)
+    cache = tmp_path / "cache"
+    command = [sys.executable, "-m", "components.tokenise.stage", "--data-dir", str(data_dir)]
+    command += ["--model", str(tiny_model_dir), "--cache-dir", str(cache), "--workers", "1"]
+    process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not any(path.stat().st_size for path in cache.glob(f".building-*/{TRAIN_ROWS}")):
+        assert process.poll() is None and time.monotonic() < deadline, "the build ended before it could be killed"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+
+    (partial,) = cache.iterdir()
+    assert partial.name.startswith(".building-") and not (partial / TOKENS_MANIFEST).exists()
+    with pytest.raises(UserError, match="manifest.json is missing"):
+        token_cache.read_manifest(partial)
+
+    tokens_dir, built = build(data_dir, tiny_model_dir, TokenSettings(1024, "assistant", True, 1000), cache, workers=1)
+    assert built and token_cache.read_manifest(tokens_dir)["train"]["conversations"] == 12_000
+    assert partial.name.startswith(f".building-{tokens_dir.name}-")  # the same key: the command line's defaults
+    assert partial.exists()  # still fresh: it could be another run's build in progress
+    os.utime(partial, (0, 0))
+    for path in partial.rglob("*"):
+        os.utime(path, (0, 0))
+    assert time.time() > STALE_BUILD_SECONDS
+    clear_stale_builds(cache, tokens_dir.name)
+    assert sorted(cache.iterdir()) == [tokens_dir]
+
+
+def test_the_eval_cap_is_a_fixed_sample_and_the_manifest_says_so(tiny_model_dir, tmp_path):
+    """eval_max_rows keeps the same conversations in every build (and so in training and in the evaluation stage),
+    in the split's order; the manifest records how many of how many."""
+    data_dir = write_splits(tmp_path / "data", train=30, evaluation=50)
+    settings = TokenSettings(max_length=128, loss_on="assistant", packing=True, eval_max_rows=10)
+    first, _ = build(data_dir, tiny_model_dir, settings, tmp_path / "one", workers=1)
+    second, _ = build(data_dir, tiny_model_dir, settings, tmp_path / "two", workers=1)
+    for name in (EVAL_ROWS, EVAL_CONVERSATIONS):
+        assert (first / name).read_bytes() == (second / name).read_bytes()
+
+    kept = eval_sample(50, 10)
+    assert list(kept) == sorted(set(kept)) and len(kept) == 10
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    expected = tokenise_split(data.load_split(data_dir, "eval").select(kept), tokenizer, "assistant")
+    assert open_rows(first, EVAL_CONVERSATIONS)["input_ids"] == expected["input_ids"]
+    manifest = token_cache.read_manifest(first)["eval"]
+    assert (manifest["conversations"], manifest["split_conversations"], manifest["eval_max_rows"]) == (10, 50, 10)
+
+
+def test_the_trainer_refuses_rows_made_for_other_settings_or_another_tokenizer(tiny_model_dir, tmp_path):
+    data_dir = write_splits(tmp_path / "data", train=20, evaluation=5)
+    tokens_dir, _ = build(data_dir, tiny_model_dir, TokenSettings(128, "assistant", True, 0), tmp_path / "c", 1)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    config = TrainConfig(model=str(tiny_model_dir), tokens_dir=tokens_dir, max_length=256, loss_on="all")
+    with pytest.raises(UserError) as refused:
+        data.token_rows(config, tiny_model_dir, tokenizer)
+    message = str(refused.value)
+    assert "max_length 128 (this run: 256)" in message and "loss_on 'assistant' (this run: 'all')" in message
+    assert "Run the tokenise step with this run's model and options" in message
+
+    tokenizer.chat_template = "{% for m in messages %}{{ m.content }}{% endfor %}"
+    config = TrainConfig(model=str(tiny_model_dir), tokens_dir=tokens_dir, max_length=128)
+    with pytest.raises(UserError, match="another tokenizer or chat template"):
+        data.token_rows(config, tiny_model_dir, tokenizer)
+    _, train, evaluation = data.token_rows(config, tiny_model_dir, AutoTokenizer.from_pretrained(tiny_model_dir))
+    assert len(train) and len(evaluation)
+
+
+def test_a_cache_that_will_not_fit_fails_before_the_work_with_the_sizes(tiny_model_dir, tmp_path, monkeypatch):
+    data_dir = write_splits(tmp_path / "data", train=200, evaluation=10)
+    free = shutil.disk_usage(tmp_path)._replace(free=1000)
+    monkeypatch.setattr(build_module.shutil, "disk_usage", lambda path: free)
+    with pytest.raises(UserError) as refused:
+        build(data_dir, tiny_model_dir, TokenSettings(128, "assistant", True, 0), tmp_path / "cache", workers=1)
+    message = " ".join(str(refused.value).split())
+    assert "the tokenised data set needs about" in message and "has 0.0 GiB free" in message
+    assert "the first 200 of 200 train conversations" in message and "Raise pvc_size" in message
+    assert not list((tmp_path / "cache").iterdir())  # the partial build is gone too
+
+
+def test_a_worker_killed_under_the_step_is_named_with_the_memory_fix():
+    """A worker the kernel kills (OOM) breaks the pool; the step says what that usually means, not a traceback."""
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as executor:
+        with pytest.raises(UserError, match="tokenising worker process was killed.*Raise tokenise_memory"):
+            list(in_order(os._exit, executor, [9], window=1))
+
+
+def test_too_little_memory_for_the_workers_is_named_before_any_work():
+    check_memory(workers=2, limit=None)
+    check_memory(workers=2, limit=3 << 30)
+    with pytest.raises(UserError) as refused:
+        check_memory(workers=8, limit=4 << 30)
+    message = str(refused.value)
+    assert "needs about 9.0 GiB for its 8 worker processes" in message and "memory limit is 4.0 GiB" in message
+    assert "Raise tokenise_memory to at least 9Gi, or lower tokenise_cpu" in message
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_the_pods_cpu_and_memory_limits_are_read_from_its_cgroup(tmp_path, monkeypatch, version):
+    """A pod sees every CPU of its node in its affinity; its limits are in its cgroup (v2 on current OpenShift)."""
+    import components.tokenise.stage as stage
+
+    monkeypatch.setattr(stage, "CGROUP", tmp_path)
+    monkeypatch.setattr(stage.os, "sched_getaffinity", lambda pid: set(range(64)))
+    assert (stage.usable_cpus(), stage.memory_limit()) == (64, None)
+    if version == 2:
+        (tmp_path / "cpu.max").write_text("400000 100000\n")
+        (tmp_path / "memory.max").write_text(f"{8 << 30}\n")
+    else:
+        (tmp_path / "cpu").mkdir()
+        (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("400000\n")
+        (tmp_path / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+        (tmp_path / "memory").mkdir()
+        (tmp_path / "memory" / "memory.limit_in_bytes").write_text(f"{8 << 30}\n")
+    assert (stage.usable_cpus(), stage.memory_limit()) == (4, 8 << 30)
+
+
+def test_the_command_line_tokenises_once_then_reuses(tiny_model_dir, tmp_path):
+    data_dir = write_splits(tmp_path / "data", train=40, evaluation=8)
+    arguments = ["--data-dir", data_dir, "--model", tiny_model_dir, "--cache-dir", tmp_path / "cache"]
+    first = run_module("components.tokenise.stage", *arguments, "--max-length", 256)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "tokenised now" in first.stdout and "train: 40 conversations" in first.stdout
+    assert "eval:  8 of 8 conversations (eval_max_rows 1000)" in first.stdout
+    tokens_dir = first.stdout.strip().splitlines()[-1].removeprefix("tokens -> ")
+    again = run_module("components.tokenise.stage", *arguments, "--max-length", 256)
+    assert again.returncode == 0 and "reused from the cache" in again.stdout
+    assert again.stdout.strip().endswith(f"tokens -> {tokens_dir}")
+    assert token_cache.read_manifest(Path(tokens_dir))["settings"]["max_length"] == 256
+
+
+def test_a_missing_data_directory_is_one_paragraph(tiny_model_dir, tmp_path):
+    result = run_module(
+        "components.tokenise.stage",
+        "--data-dir",
+        tmp_path / "nowhere",
+        "--model",
+        tiny_model_dir,
+        "--cache-dir",
+        tmp_path,
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    error = " ".join(result.stderr.split())
+    assert "nowhere/train.parquet does not exist. --data-dir must be the output directory of the data" in error

@@ -1,0 +1,136 @@
+"""The tokenised data set on shared storage: what identifies it, what it holds, and how ranks open it.
+
+The tokenise step (``components.tokenise``) writes one directory per cache key
+under ``<workspace>/token-cache/``; the training ranks and the evaluation stage
+only read it. The key is a digest of everything that changes the tokens: the
+Parquet splits' bytes (which already carry the data stage's system prompt and
+field mapping), the tokenizer's files, its chat template, the settings below
+and ``FORMAT_VERSION``. Change any of them and the key changes, so a directory
+with a given key never needs to be checked for staleness, only for completeness:
+``manifest.json`` is written last, inside a directory built under another name
+and renamed into place whole.
+
+The Arrow files are IPC streams that ``datasets.Dataset.from_file`` memory-maps:
+a rank's process holds none of the rows, only the pages it touches, and all the
+ranks of a node share one copy in the page cache.
+
+    <key>/
+      train.arrow               the rows the trainer trains on: input_ids, labels (-100 where no loss),
+                                and seq_lengths when packed: the exact rows TRL's own preparation makes
+      eval.arrow                the same for the (capped) eval conversations: the trainer's eval loss
+      eval_conversations.arrow  the (capped) eval conversations one per row, untruncated, with
+                                assistant_masks: the evaluation stage's held-out loss
+      manifest.json             the key's inputs, row and token counts, sizes, timings; written last
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from datasets import Dataset
+from transformers import PreTrainedTokenizerBase
+
+from common.errors import UserError
+from common.run_layout import TOKENS_MANIFEST
+
+# Bump whenever what is written changes (columns, their meaning, how rows are prepared or packed).
+FORMAT_VERSION = 1
+# Files of a tokenizer directory that can change how text becomes tokens or how the template renders.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+)
+
+
+# The TokenSettings that are training options too: the trainer refuses rows made with other values.
+TRAINING_SETTINGS = ("max_length", "loss_on", "packing")
+
+
+@dataclass(frozen=True)
+class TokenSettings:
+    """The training options that change the tokenised rows; each is part of the cache key."""
+
+    max_length: int
+    loss_on: str
+    packing: bool
+    eval_max_rows: int  # 0: every eval conversation
+
+
+def tokenizer_fingerprint(tokenizer_dir: Path, tokenizer: PreTrainedTokenizerBase) -> str:
+    """Digest of the tokenizer's files and its chat template, as loaded (a template may come from any file)."""
+    digest = hashlib.sha256()
+    for name in TOKENIZER_FILES:
+        path = tokenizer_dir / name
+        if path.is_file():
+            digest.update(name.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    digest.update(b"template\0" + (tokenizer.chat_template or "").encode())
+    return digest.hexdigest()
+
+
+def data_fingerprint(paths: list[Path]) -> str:
+    """Digest of the Parquet splits' bytes, read in blocks (a large split is never held whole)."""
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(path.name.encode() + b"\0")
+        with open(path, "rb") as handle:
+            while block := handle.read(1 << 24):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def cache_key(data: str, tokenizer: str, settings: TokenSettings) -> str:
+    """The directory name for these inputs: short enough to read in a log, long enough never to collide."""
+    inputs = {"format": FORMAT_VERSION, "data": data, "tokenizer": tokenizer, **dataclasses.asdict(settings)}
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def read_manifest(tokens_dir: Path) -> dict[str, Any]:
+    """The manifest of a complete tokenised data set, or a clear error naming the step that writes one."""
+    path = tokens_dir / TOKENS_MANIFEST
+    if not path.is_file():
+        raise UserError(
+            f"{tokens_dir} holds no tokenised data set ({TOKENS_MANIFEST} is missing). --tokens-dir must be the "
+            "directory the tokenise step printed (python -m components.tokenise.stage --data-dir DATA --model "
+            "MODEL ...); a directory without a manifest was never completed and is never read."
+        )
+    manifest = json.loads(path.read_text())
+    if manifest.get("format") != FORMAT_VERSION:
+        raise UserError(
+            f"{tokens_dir} was written in tokenised format {manifest.get('format')}, and this trainer reads format "
+            f"{FORMAT_VERSION}; run the tokenise step again with this image (it writes a new cache entry)."
+        )
+    return manifest
+
+
+def check_matches(tokens_dir: Path, manifest: dict[str, Any], wanted: dict[str, Any], tokenizer: str) -> None:
+    """Refuse a tokenised set made with other settings (those named in ``wanted``) or another tokenizer."""
+    made_with = manifest["settings"]
+    differ = [
+        f"{name} {made_with.get(name)!r} (this run: {value!r})"
+        for name, value in wanted.items()
+        if made_with.get(name) != value
+    ]
+    if manifest["tokenizer"] != tokenizer:
+        differ.append("another tokenizer or chat template than this run's model has")
+    if differ:
+        raise UserError(
+            f"the tokenised data in {tokens_dir} was made with " + "; ".join(differ) + ". Run the tokenise step "
+            "with this run's model and options (the pipeline does), and pass the directory it prints."
+        )
+
+
+def open_rows(tokens_dir: Path, name: str) -> Dataset:
+    """One of the Arrow files, memory-mapped: no row is read until it is used."""
+    return Dataset.from_file(str(tokens_dir / name), in_memory=False)
