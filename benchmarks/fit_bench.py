@@ -32,13 +32,12 @@ CASES = [
 ]
 
 
-def config_for(model: str, data: Path, output: Path, case: tuple) -> object:
+def config_for(model: str, output: Path, case: tuple) -> object:
     from trainer.config import TrainConfig
 
     method, checkpointing, batch, length = case
     return TrainConfig(
         model=model,
-        data_dir=data,
         output_dir=output,
         method=method,
         gradient_checkpointing=checkpointing,
@@ -51,10 +50,17 @@ def config_for(model: str, data: Path, output: Path, case: tuple) -> object:
 
 
 def run_one(model: str, data: Path, output: Path, case: tuple) -> None:
+    import dataclasses
+
+    from components.tokenise.options import TokeniseOptions
+    from components.tokenise.stage import tokenise
     from trainer.train import run  # imports torch, transformers, TRL and PEFT
 
+    config = config_for(model, output, case)
+    options = TokeniseOptions(data_dir=data, model=model, cache_dir=data.parent / "tokens", workers=1)
+    config = dataclasses.replace(config, tokens_dir=tokenise(options, config)[0])
     baseline_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    assert run(config_for(model, data, output, case)) == 0
+    assert run(config) == 0
     summary = json.loads((output / "training_summary.json").read_text())
     (output / "measured.json").write_text(
         json.dumps({"baseline_mb": baseline_mb, "peak_mb": summary["ranks"][0]["peak_memory_mb"]})
@@ -93,7 +99,7 @@ def main(argv: list[str] | None = None) -> None:
         subprocess.run(command, check=True, cwd=REPO_ROOT, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
         measured = json.loads((output / "measured.json").read_text())
         used = measured["peak_mb"] - measured["baseline_mb"]
-        predicted = estimate(shape, config_for(model, work / "data", output, case), 1, on_gpu=False).total / 2**20
+        predicted = estimate(shape, config_for(model, output, case), 1, on_gpu=False).total / 2**20
         errors.append((predicted - used) / used)
         method, checkpointing, batch, length = case
         print(

@@ -89,12 +89,15 @@ def run_trl(args: argparse.Namespace, output: Path, packed: bool) -> dict:
 
 
 def run_ours(args: argparse.Namespace, output: Path, ranks: int, sharding: str) -> dict:
+    import dataclasses
+
+    from components.tokenise.options import TokeniseOptions
+    from components.tokenise.stage import tokenise
     from components.training.local import local_command
     from trainer.config import TrainConfig, to_args
 
     config = TrainConfig(
         model=args.model,
-        data_dir=args.data_dir,
         output_dir=output,
         epochs=args.epochs,
         learning_rate=args.learning_rate,
@@ -102,6 +105,9 @@ def run_ours(args: argparse.Namespace, output: Path, ranks: int, sharding: str) 
         sharding=sharding,
         save_steps=100000,
     )
+    # The pipeline's tokenise step, before the trainer starts (its time is not the trainer's).
+    tokens = TokeniseOptions(data_dir=args.data_dir, model=args.model, cache_dir=args.data_dir.parent / "tokens")
+    config = dataclasses.replace(config, tokens_dir=tokenise(tokens, config)[0])
     command = local_command(config, ranks) if ranks > 1 else [sys.executable, "-m", "trainer", *to_args(config)]
     subprocess.run(command, check=True, cwd=REPO_ROOT, stdout=subprocess.DEVNULL)
     summary = json.loads((output / "training_summary.json").read_text())
@@ -119,9 +125,11 @@ def training_tokens(model: str, data_dir: Path, max_length: int, epochs: float) 
     from transformers import AutoTokenizer
 
     from trainer import data
+    from trainer.masking import tokenise_conversations
 
-    split = data.tokenise(data.load_split(data_dir, "train"), AutoTokenizer.from_pretrained(model), "assistant")
-    return int(sum(min(len(ids), max_length) for ids in split["input_ids"]) * epochs)
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    encoded = tokenise_conversations(tokenizer, data.load_split(data_dir, "train")["messages"])
+    return int(sum(min(len(conversation.input_ids), max_length) for conversation in encoded) * epochs)
 
 
 def assistant_eval_loss(model_dir: Path, data_dir: Path) -> float:
@@ -130,14 +138,15 @@ def assistant_eval_loss(model_dir: Path, data_dir: Path) -> float:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from trainer import data
+    from trainer.masking import tokenise_conversations
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device).eval()
-    split = data.tokenise(data.load_split(data_dir, "eval"), tokenizer, "assistant")
+    encoded = tokenise_conversations(tokenizer, data.load_split(data_dir, "eval")["messages"])
     total, count = 0.0, 0
     with torch.no_grad():
-        for ids, mask in zip(split["input_ids"], split["assistant_masks"]):
+        for ids, mask in ((conversation.input_ids, conversation.assistant_masks) for conversation in encoded):
             labels = torch.tensor([[token if bit else -100 for token, bit in zip(ids, mask)]], device=device)
             loss = model(input_ids=torch.tensor([ids], device=device), labels=labels, use_cache=False).loss
             labelled = int((labels[:, 1:] != -100).sum())

@@ -10,20 +10,21 @@ one paragraph naming it). The manifest comes from the function the train step
 itself calls (``components.training.stage.render_job``). Review it before a run,
 diff it between two parameter sets, or attach it to a support request.
 
-Four things only a run knows are filled in with what the options here say: the
+Five things only a run knows are filled in with what the options here say: the
 run id (which names the job), the namespace, the workspace PVC (a created one is
-named per run) and the ownerReference to the run's Argo Workflow, which the
-train step adds. The YAML's leading comment says which values stand in.
+named per run), the token-cache entry (named by the data) and the ownerReference
+to the run's Argo Workflow, which the train step adds. The YAML's leading comment says which values stand in.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from common.errors import UserError, exit_on_user_error
 from common.kube import default_namespace
-from common.run_layout import CLUSTER_WORKSPACE, stage_dir
+from common.run_layout import CLUSTER_WORKSPACE, TOKEN_CACHE, stage_dir
 from components.base_model import LOCAL_BACKEND, resolve_base_model
 from components.parameters import PIPELINE_NAME, RUN_PARAMETERS, arguments_for
 from components.run_params import checked_overrides
@@ -37,6 +38,7 @@ from trainer.config import TrainConfig
 
 EXAMPLE_RUN_ID = "example-run"
 CREATED_PVC = "<created-per-run>-llm-finetune-workspace"
+TOKENS_KEY = "<key-of-the-tokenised-data>"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,7 +78,7 @@ def render(pairs: list[str], *, namespace: str, run_id: str, image: str) -> str:
         )
     config = TrainConfig(
         model=resolve_base_model(values["base_model"], launch.backend),
-        data_dir=stage_dir(CLUSTER_WORKSPACE, run_id, "data"),
+        tokens_dir=Path(CLUSTER_WORKSPACE) / TOKEN_CACHE / TOKENS_KEY,
         output_dir=stage_dir(CLUSTER_WORKSPACE, run_id, "train"),
         **arguments_for(TrainConfig, values),
     )
@@ -95,7 +97,7 @@ def render(pairs: list[str], *, namespace: str, run_id: str, image: str) -> str:
         f"# The {manifest['kind']} the train step creates for these run parameters "
         "(python -m components.train_model render).\n"
         f"# Stand-ins for what only a run knows: run id {run_id!r} (it names the job), namespace {namespace!r}, "
-        f"workspace PVC {pvc_name!r}.\n"
+        f"workspace PVC {pvc_name!r}, token-cache entry {TOKENS_KEY!r} (named by the data the tokenise step read).\n"
         "# A run also adds an ownerReference to its Argo Workflow, so deleting the run deletes the job.\n"
         + "".join(
             f"# {line}\n"

@@ -416,19 +416,19 @@ def test_a_job_being_deleted_is_waited_for_and_created_anew(fake):
 
 
 def workspace_with_data(tmp_path) -> tuple[Path, Path, Path]:
-    """A workspace root with the data stage's output, and the run's (not yet written) train directory."""
+    """A workspace root with the tokenise step's output, and the run's (not yet written) train directory."""
     workspace = tmp_path / "workspace"
-    data = workspace / "runs" / RUN_ID / "data"
-    data.mkdir(parents=True)
-    (data / "train.parquet").write_bytes(b"")  # the launcher only checks it is there; the pods read it
-    return workspace, data, workspace / "runs" / RUN_ID / "train"
+    tokens = workspace / "token-cache" / "0123abcd"
+    tokens.mkdir(parents=True)
+    (tokens / "manifest.json").write_text("{}")  # the launcher only checks it is there; the pods read it
+    return workspace, tokens, workspace / "runs" / RUN_ID / "train"
 
 
 def step_arguments(workspace: Path, data: Path, tmp_path: Path, **launch) -> dict:
     return dict(
         workspace_root=str(workspace),
         run_id=RUN_ID,
-        data_dir=str(data),
+        tokens_dir=str(data),
         base_model="",
         training={"epochs": 1.0},
         launch={"backend": "pytorchjob", "nodes": 2, "gpus_per_node": 1, **launch},

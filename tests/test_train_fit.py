@@ -49,7 +49,7 @@ def test_parameter_counts_are_the_published_ones():
 
 
 def train_config(model: Path, **settings) -> TrainConfig:
-    return TrainConfig(model=str(model), data_dir=Path("d"), output_dir=Path("o"), **settings)
+    return TrainConfig(model=str(model), tokens_dir=Path("d"), output_dir=Path("o"), **settings)
 
 
 def test_seed_003_llama_3_8b_full_on_2x8_80gb_needs_fsdp(model_dir):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import tokenised
 from train_jobs import stand_in_artifacts
 
 from common.errors import UserError
@@ -36,16 +37,16 @@ FAST = dict(
     lora_r=4,
     lora_alpha=8,
 )
-SET_BY_THE_STEP = {"model", "data_dir", "output_dir", "require_cuda", "expected_world_size"}
+SET_BY_THE_STEP = {"model", "tokens_dir", "output_dir", "require_cuda", "expected_world_size"}
 
 
-def local_run(tmp_path: Path, data_dir: Path, base_model: Path, training: dict, **launch) -> tuple[str, dict]:
+def local_run(tmp_path: Path, tokens_dir: Path, base_model: Path, training: dict, **launch) -> tuple[str, dict]:
     workspace = tmp_path / "workspace"
     artifacts = stand_in_artifacts(tmp_path / "artifacts")
     train_dir, resolved_base_model = run_in_pipeline(
         workspace_root=str(workspace),
         run_id="run-1",
-        data_dir=str(data_dir),
+        tokens_dir=str(tokens_dir),
         base_model=str(base_model),
         training=training,
         launch={"backend": "local", "nodes": 2, "gpus_per_node": 0, **launch},
@@ -62,7 +63,7 @@ def local_run(tmp_path: Path, data_dir: Path, base_model: Path, training: dict, 
 def test_local_backend_trains_with_two_processes_and_records_the_outputs(
     tiny_model_dir, prepared_data_dir, tmp_path, capsys
 ):
-    train_dir, artifacts = local_run(tmp_path, prepared_data_dir, tiny_model_dir, FAST)
+    train_dir, artifacts = local_run(tmp_path, tokenised(tiny_model_dir, prepared_data_dir), tiny_model_dir, FAST)
 
     assert train_dir == str(tmp_path / "workspace" / "runs" / "run-1" / "train")
     summary = json.loads((Path(train_dir) / "training_summary.json").read_text())
@@ -93,7 +94,7 @@ def test_local_training_failure_fails_the_step_with_the_last_lines(prepared_data
     shutil.copytree(tiny_model_dir, broken)
     (broken / "config.json").write_text('{"model_type": "no-such-architecture"}')
     with pytest.raises(SystemExit) as exit_info:
-        local_run(tmp_path, prepared_data_dir, broken, FAST)
+        local_run(tmp_path, tokenised(tiny_model_dir, prepared_data_dir), broken, FAST)
     assert exit_info.value.code == 1
     err = capsys.readouterr().err
     assert "error: training failed." in err
@@ -127,7 +128,7 @@ def test_bad_parameters_are_all_named_before_anything_runs(prepared_data_dir, tm
 def test_missing_data_is_named(tmp_path, capsys):
     with pytest.raises(SystemExit):
         local_run(tmp_path, tmp_path / "no-data", Path("unused"), FAST)
-    assert "no-data/train.parquet does not exist" in " ".join(capsys.readouterr().err.split())
+    assert "no-data holds no manifest.json" in " ".join(capsys.readouterr().err.split())
 
 
 def test_cluster_backends_need_the_pvc_and_the_image(prepared_data_dir, tmp_path, capsys):
@@ -135,7 +136,7 @@ def test_cluster_backends_need_the_pvc_and_the_image(prepared_data_dir, tmp_path
         run_in_pipeline(
             workspace_root=str(tmp_path),
             run_id="r",
-            data_dir=str(prepared_data_dir),
+            tokens_dir=str(prepared_data_dir),
             base_model="m",
             training={},
             launch={"backend": "pytorchjob"},

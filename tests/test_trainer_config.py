@@ -12,7 +12,7 @@ from trainer.config import TrainConfig, option_problems, parse_config, to_args
 
 REQUIRED = dict(
     model="HuggingFaceTB/SmolLM3-3B",
-    data_dir=Path("/mnt/workspace/runs/r1/data"),
+    tokens_dir=Path("/mnt/workspace/token-cache/0123abcd"),
     output_dir=Path("/mnt/workspace/runs/r1/train"),
 )
 
@@ -147,7 +147,7 @@ def test_a_lost_peer_fails_the_collective_after_the_configured_timeout(tmp_path)
     from trainer.train import sft_config
 
     single = Topology(rank=0, local_rank=0, world_size=1)
-    config = TrainConfig(model="m", data_dir=tmp_path, output_dir=tmp_path / "out")
+    config = TrainConfig(model="m", tokens_dir=tmp_path, output_dir=tmp_path / "out")
     assert config.collective_timeout_minutes == 10.0
     assert sft_config(config, single, has_eval=False).ddp_timeout == 600
     quick = dataclasses.replace(config, collective_timeout_minutes=0.5)

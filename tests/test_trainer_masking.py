@@ -6,14 +6,18 @@ import random
 
 import pytest
 import torch
+from conftest import tokenised
+from todays_path import tokenise_split
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import SFTTrainer
 
+from common.run_layout import EVAL_CONVERSATIONS, EVAL_ROWS, TRAIN_ROWS
 from tests import masking_reference
 from trainer import data
 from trainer.config import TrainConfig
 from trainer.distributed import Topology
 from trainer.masking import TemplateError, tokenise_conversation, tokenise_conversations
+from trainer.token_cache import open_rows
 from trainer.train import sft_config
 
 CONVERSATION = [
@@ -55,18 +59,20 @@ def test_only_each_reply_and_its_end_token_are_trained(tokenizer):
     assert tokenizer.decode(encoded.input_ids) == tokenizer.apply_chat_template(CONVERSATION, tokenize=False)
 
 
-def test_prompt_tokens_carry_no_loss_after_trl_packs_them(tokenizer, tiny_model_dir, prepared_data_dir, tmp_path):
-    """Through TRL's own preparation and packing, every labelled token is an assistant token and vice versa."""
-    config = TrainConfig(model=str(tiny_model_dir), data_dir=prepared_data_dir, output_dir=tmp_path, max_length=256)
-    split = data.tokenise(data.load_split(prepared_data_dir, "train"), tokenizer, "assistant")
+def test_prompt_tokens_carry_no_loss_in_the_packed_rows(tokenizer, tiny_model_dir, prepared_data_dir, tmp_path):
+    """In the rows the tokenise step packs, every labelled token is an assistant token and vice versa, and TRL's
+    collator (which the trainer gets them through) keeps sequence boundaries out of the loss."""
+    tokens_dir = tokenised(tiny_model_dir, prepared_data_dir, max_length=256)
+    config = TrainConfig(model=str(tiny_model_dir), tokens_dir=tokens_dir, output_dir=tmp_path, max_length=256)
+    split = tokenise_split(data.load_split(prepared_data_dir, "train"), tokenizer, "assistant")
     expected_labelled = sum(sum(row) for row in split["assistant_masks"])
+    _, packed, _ = data.token_rows(config, tiny_model_dir, tokenizer)
     trainer = SFTTrainer(
         model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
         args=sft_config(config, Topology(rank=0, local_rank=0, world_size=1), has_eval=False),
-        train_dataset=split,
+        train_dataset=packed,
         processing_class=tokenizer,
     )
-    packed = trainer.train_dataset
     assert len(packed) < len(split)  # conversations really were packed together
     labelled = [
         (token, label) for row in packed for token, label in zip(row["input_ids"], row["labels"]) if label != -100
@@ -123,22 +129,28 @@ def test_batched_tokenisation_gives_the_per_conversation_ids_and_masks(tokenizer
 
 
 @pytest.mark.parametrize("loss_on", ["assistant", "all"])
-def test_the_tokenised_split_is_the_per_conversation_reference(tokenizer, prepared_data_dir, loss_on):
-    """What the trainer gets from a split, conversation by conversation, with ``--loss-on`` either way."""
-    split = data.load_split(prepared_data_dir, "train")
-    tokenised = data.tokenise(split, tokenizer, loss_on)
-    reference = [masking_reference.tokenise_conversation(tokenizer, messages) for messages in split["messages"]]
-    assert tokenised["input_ids"] == [encoded.input_ids for encoded in reference]
-    if loss_on == "assistant":
-        assert tokenised["assistant_masks"] == [encoded.assistant_masks for encoded in reference]
-    else:
-        assert tokenised.column_names == ["input_ids"]
-
-
-def test_loss_on_all_tokens_keeps_no_mask(tokenizer, prepared_data_dir):
-    """--loss-on all: TRL then trains on every token, prompts included."""
-    split = data.tokenise(data.load_split(prepared_data_dir, "eval"), tokenizer, "all")
-    assert split.column_names == ["input_ids"]
+def test_the_tokenise_steps_rows_are_the_per_conversation_reference(
+    tokenizer, tiny_model_dir, prepared_data_dir, loss_on
+):
+    """What the trainer gets from a split, conversation by conversation (unpacked, nothing truncated), with
+    ``--loss-on`` either way; and the evaluation stage's eval conversations, whose masks it always needs."""
+    tokens_dir = tokenised(tiny_model_dir, prepared_data_dir, max_length=4096, loss_on=loss_on, packing=False)
+    for split, rows in (("train", TRAIN_ROWS), ("eval", EVAL_ROWS)):
+        reference = [
+            masking_reference.tokenise_conversation(tokenizer, messages)
+            for messages in data.load_split(prepared_data_dir, split)["messages"]
+        ]
+        tokenised_rows = open_rows(tokens_dir, rows)
+        assert tokenised_rows["input_ids"] == [encoded.input_ids for encoded in reference]
+        assert tokenised_rows["labels"] == [
+            [
+                token if bit or loss_on == "all" else -100
+                for token, bit in zip(encoded.input_ids, encoded.assistant_masks)
+            ]
+            for encoded in reference
+        ]
+    conversations = open_rows(tokens_dir, EVAL_CONVERSATIONS)
+    assert conversations["assistant_masks"] == [encoded.assistant_masks for encoded in reference]
 
 
 def test_template_that_rewrites_history_is_refused(tokenizer):

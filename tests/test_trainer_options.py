@@ -8,6 +8,8 @@ import math
 import pyarrow.parquet as pq
 import pytest
 import torch
+from conftest import tokenised
+from todays_path import tokenise_split
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import SFTTrainer
 
@@ -22,18 +24,23 @@ SINGLE = Topology(rank=0, local_rank=0, world_size=1)
 def train_steps(tiny_model_dir, prepared_data_dir, output_dir, **options) -> SFTTrainer:
     """Three LoRA steps (unless ``options`` say otherwise) on the tiny model with the trainer's own SFT and LoRA
     settings."""
-    settings = dict(max_length=128, per_device_batch_size=2, max_steps=3, logging_steps=1, learning_rate=1e-2)
-    config = TrainConfig(
-        model=str(tiny_model_dir), data_dir=prepared_data_dir, output_dir=output_dir, **{**settings, **options}
+    settings = {
+        **dict(max_length=128, per_device_batch_size=2, max_steps=3, logging_steps=1, learning_rate=1e-2),
+        **options,
+    }
+    tokens = tokenised(
+        tiny_model_dir, prepared_data_dir, max_length=settings["max_length"], packing=settings.get("packing", True)
     )
+    config = TrainConfig(model=str(tiny_model_dir), tokens_dir=tokens, output_dir=output_dir, **settings)
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    _, train_rows, _ = data.token_rows(config, tiny_model_dir, tokenizer)
     args = sft_config(config, SINGLE, has_eval=False)
     args.report_to = []
     torch.manual_seed(0)
     trainer = SFTTrainer(
         model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
         args=args,
-        train_dataset=data.tokenise(data.load_split(prepared_data_dir, "train"), tokenizer, config.loss_on),
+        train_dataset=train_rows,
         processing_class=tokenizer,
         peft_config=lora_config(config),
     )
@@ -73,9 +80,10 @@ def test_tokens_seen_counts_every_real_token_once(packing, tiny_model_dir, prepa
     subset = tmp_path / "data"
     subset.mkdir()
     pq.write_table(pq.read_table(prepared_data_dir / "train.parquet").slice(0, 6), subset / "train.parquet")
+    pq.write_table(pq.read_table(prepared_data_dir / "eval.parquet"), subset / "eval.parquet")
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     expected = sum(
-        len(ids) for ids in data.tokenise(data.load_split(subset, "train"), tokenizer, "assistant")["input_ids"]
+        len(ids) for ids in tokenise_split(data.load_split(subset, "train"), tokenizer, "assistant")["input_ids"]
     )
 
     trained = train_steps(
@@ -96,7 +104,7 @@ def test_tokens_seen_counts_every_real_token_once(packing, tiny_model_dir, prepa
 def test_bf16_training_keeps_full_fine_tuning_weights_in_fp32(method, held_in, tiny_model_dir, tmp_path):
     """Under bf16 compute, a full fine-tune's weights (and so AdamW's state) stay fp32 master weights; LoRA's frozen
     base is held in bf16 while PEFT keeps the adapters it trains in fp32, which the summary then reports."""
-    config = TrainConfig(model=str(tiny_model_dir), data_dir=tmp_path, output_dir=tmp_path, method=method)
+    config = TrainConfig(model=str(tiny_model_dir), output_dir=tmp_path, method=method)
     model = load_model(config, tiny_model_dir, bf16=True)
     assert {parameter.dtype for parameter in model.parameters()} == {held_in}
     if method == "lora":

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO_ROOT, run_module
+from conftest import REPO_ROOT, run_module, tokenised
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from trainer import checkpoints
@@ -47,12 +47,15 @@ if _directory and "RANK" in os.environ:
 """
 
 
-def trainer_args(model: Path, data: Path, output: Path, *extra) -> list[str]:
+def trainer_args(model: Path | str, data: Path, output: Path, *extra, tokenizer: Path | None = None) -> list[str]:
+    """The trainer's command line on ``data`` (the data stage's output), tokenised first as the pipeline's tokenise
+    step does, with the model's tokenizer (or ``tokenizer``'s, for a Hub id)."""
+    packing = "--no-packing" not in map(str, extra)
     return [
         "--model",
         str(model),
-        "--data-dir",
-        str(data),
+        "--tokens-dir",
+        str(tokenised(Path(tokenizer or model), data, packing=packing)),
         "--output-dir",
         str(output),
         "--max-length",
@@ -66,14 +69,20 @@ def trainer_args(model: Path, data: Path, output: Path, *extra) -> list[str]:
 
 
 def torchrun(
-    args: list[str], env: dict[str, str] | None = None, log: Path | None = None, ranks: int = 2, *torchrun_flags: str
+    args: list[str],
+    env: dict[str, str] | None = None,
+    log: Path | None = None,
+    ranks: int = 2,
+    *torchrun_flags: str,
+    entry: tuple[str, ...] = ("-m", "trainer"),
 ) -> subprocess.Popen:
-    """Start ``torchrun --standalone --nproc_per_node=<ranks> -m trainer args`` with output going to ``log``."""
+    """Start ``torchrun --standalone --nproc_per_node=<ranks> -m trainer args`` (or another ``entry``) with output
+    going to ``log``."""
     handle = open(log, "w") if log else subprocess.DEVNULL
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"]
     command += torchrun_flags
     return subprocess.Popen(
-        [*command, "-m", "trainer", *args],
+        [*command, *entry, *args],
         cwd=REPO_ROOT,
         env={**os.environ, **(env or {})},
         stdout=handle,
@@ -183,27 +192,41 @@ def test_two_ranks_split_the_data_agree_on_weights_and_only_rank_0_writes(tiny_m
     assert list((output / "tensorboard").rglob("events.out.tfevents.*"))
 
 
+def test_two_ranks_reading_the_cache_log_todays_loss_curve(tiny_model_dir, prepared_data_dir, tmp_path):
+    """The tokenise step moves tokenisation out of the ranks without changing what they train on: two ranks reading
+    its rows log the same training and eval losses as two ranks that each tokenised the splits themselves and let
+    TRL prepare them (the path before it, ``tests/todays_path.py``)."""
+    histories = {}
+    for name, entry in (("cache", ("-m", "trainer")), ("today", (str(REPO_ROOT / "tests" / "todays_path.py"),))):
+        output = tmp_path / name
+        args = trainer_args(tiny_model_dir, prepared_data_dir, output, "--max-steps", "4", "--save-steps", "10")
+        env = {"TODAYS_DATA_DIR": str(prepared_data_dir), "PYTHONPATH": f"{REPO_ROOT}:{REPO_ROOT / 'tests'}"}
+        process = torchrun(
+            [*args, "--eval-steps", "2", "--learning-rate", "1e-3"], env, tmp_path / f"{name}.log", entry=entry
+        )
+        assert finish(process) == 0, (tmp_path / f"{name}.log").read_text()[-3000:]
+        histories[name] = json.loads((output / "training_history.json").read_text())
+    for key in ("loss", "eval_loss"):
+        curves = {name: [entry[key] for entry in history if key in entry] for name, history in histories.items()}
+        assert len(curves["cache"]) >= 2 and curves["cache"] == pytest.approx(curves["today"], rel=1e-5), key
+    assert summary(tmp_path / "cache")["train_examples"] == summary(tmp_path / "today")["train_examples"]
+
+
 def single_process_eval_loss(model_dir: Path, data_dir: Path, scratch: Path, packing: bool) -> float:
-    """The eval loss of ``model_dir`` on ``data_dir``'s eval split, by the trainer's own settings, in one process."""
+    """The eval loss of ``model_dir`` on ``data_dir``'s eval split, by the trainer's own settings, in one process,
+    on the rows today's data path gives (per-conversation tokenisation, then TRL's own preparation)."""
+    from todays_path import tokenise_split, trl_arguments
     from trl import SFTTrainer
 
     from trainer import data
     from trainer.config import TrainConfig
-    from trainer.distributed import Topology
-    from trainer.train import sft_config
 
     config = TrainConfig(
-        model=str(model_dir),
-        data_dir=data_dir,
-        output_dir=scratch,
-        max_length=128,
-        per_device_batch_size=2,
-        packing=packing,
+        model=str(model_dir), output_dir=scratch, max_length=128, per_device_batch_size=2, packing=packing
     )
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    eval_split = data.tokenise(data.load_split(data_dir, "eval"), tokenizer, config.loss_on)
-    args = sft_config(config, Topology(rank=0, local_rank=0, world_size=1), has_eval=True)
-    args.report_to = []  # a TensorBoard writer would log into ./runs of the working directory
+    eval_split = tokenise_split(data.load_split(data_dir, "eval"), tokenizer, config.loss_on)
+    args = trl_arguments(config, has_eval=True)
     trainer = SFTTrainer(
         model=AutoModelForCausalLM.from_pretrained(model_dir),
         args=args,
@@ -372,7 +395,7 @@ def test_a_pod_given_gpus_without_usable_cuda_stops_instead_of_training_on_the_c
     assert not torch.cuda.is_available()
     spec = example_spec(nodes=1, gpus=1)
     spec = dataclasses.replace(
-        spec, train=dataclasses.replace(spec.train, model=str(tiny_model_dir), data_dir=prepared_data_dir)
+        spec, train=dataclasses.replace(spec.train, model=str(tiny_model_dir), tokens_dir=prepared_data_dir)
     )
     output = tmp_path / "out"
     command = spec.trainer_command()
@@ -406,7 +429,16 @@ def test_two_ranks_download_a_hub_model_once_at_the_pinned_revision(tiny_model_d
     with FakeHub(set()) as hub:
         repo = hub_serving(hub, tiny_model_dir, "test-org/tiny-chat")
         env = hub.client_env(tmp_path / "hf-home")  # on the workspace PVC in a job: one cache for every pod
-        args = trainer_args("test-org/tiny-chat", prepared_data_dir, output, "--max-steps", "1", "--save-steps", "5")
+        args = trainer_args(
+            "test-org/tiny-chat",
+            prepared_data_dir,
+            output,
+            "--max-steps",
+            "1",
+            "--save-steps",
+            "5",
+            tokenizer=tiny_model_dir,
+        )
         process = torchrun([*args, "--base-model-revision", repo.head], env, tmp_path / "log")
         assert finish(process) == 0, (tmp_path / "log").read_text()[-3000:]
         requests = [(method, path) for method, path, _ in hub.requests_to("/test-org/tiny-chat/")]
@@ -428,7 +460,14 @@ def test_an_unknown_base_model_revision_is_a_clear_error(tiny_model_dir, prepare
     with FakeHub(set()) as hub:
         hub_serving(hub, tiny_model_dir, "test-org/tiny-chat")
         env = hub.client_env(tmp_path / "hf")
-        args = trainer_args("test-org/tiny-chat", prepared_data_dir, tmp_path / "out", "--base-model-revision", "v9")
+        args = trainer_args(
+            "test-org/tiny-chat",
+            prepared_data_dir,
+            tmp_path / "out",
+            "--base-model-revision",
+            "v9",
+            tokenizer=tiny_model_dir,
+        )
         result = subprocess.run(
             [sys.executable, "-m", "trainer", *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True
         )

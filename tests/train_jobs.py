@@ -34,7 +34,7 @@ def example_spec(
         image="quay.io/example/llm-finetune-pipeline:0.1.0",
         train=TrainConfig(
             model="HuggingFaceTB/SmolLM3-3B",
-            data_dir=Path(f"{root}/runs/{RUN_ID}/data"),
+            tokens_dir=Path(f"{root}/token-cache/0123abcd"),
             output_dir=Path(f"{root}/runs/{RUN_ID}/train"),
             epochs=2.0,
         ),

@@ -38,7 +38,12 @@ class TrainConfig:
     """What one run of ``python -m trainer`` does."""
 
     model: str = option("", "Base model: a local checkpoint directory or a Hugging Face Hub id.", required=True)
-    data_dir: Path = option(Path(), "Directory holding the data stage's train.parquet and eval.parquet.", required=True)
+    tokens_dir: Path = option(
+        Path(),
+        "Directory the tokenise step wrote (python -m components.tokenise.stage): the token rows this run trains "
+        "and evaluates on, memory-mapped by every rank.",
+        required=True,
+    )
     output_dir: Path = option(
         Path(), "Where checkpoints, adapter/, merged/ and the summaries go (shared storage).", required=True
     )
@@ -146,7 +151,7 @@ class TrainConfig:
 
 # Fields the pipeline's train step fills in itself (paths, the resolved model, the job's size); the others
 # are run parameters.
-SET_BY_THE_LAUNCHER = ("model", "data_dir", "output_dir", "require_cuda", "expected_world_size")
+SET_BY_THE_LAUNCHER = ("model", "tokens_dir", "output_dir", "require_cuda", "expected_world_size")
 POSITIVE_FIELDS = (
     "lora_r",
     "lora_alpha",

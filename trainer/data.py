@@ -1,21 +1,22 @@
-"""The data stage's Parquet splits as token ids with assistant masks, ready for TRL.
+"""What the trainer and the stages read: the data stage's Parquet splits, and the tokenise step's rows.
 
-Tokenising here (instead of letting TRL render the chat template) is what makes
-assistant-only loss work for templates without ``{% generation %}`` markers:
-TRL turns the ``assistant_masks`` column into labels and then packs. With
-``loss_on="all"`` the mask column is left out, so every token carries loss.
+The ranks never tokenise: they memory-map the rows the tokenise step wrote
+(``trainer.token_cache``), after checking that those were made for this run.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 from datasets import Dataset
 from transformers import PreTrainedTokenizerBase
 
 from common.errors import UserError
-from trainer.masking import TemplateError, tokenise_conversations
+from common.run_layout import EVAL_ROWS, TRAIN_ROWS
+from trainer import token_cache
+from trainer.config import TrainConfig
 
 SPLITS = ("train", "eval")
 
@@ -42,17 +43,21 @@ def load_split(data_dir: Path, split: str) -> Dataset:
     return Dataset(table.select(["messages"]))
 
 
-def tokenise(dataset: Dataset, tokenizer: PreTrainedTokenizerBase, loss_on: str) -> Dataset:
-    """Token ids (and assistant masks unless ``loss_on == "all"``) for every conversation, a batch at a time."""
-
-    def encode(batch: dict) -> dict:
-        try:
-            encoded = tokenise_conversations(tokenizer, batch["messages"])
-        except TemplateError as error:
-            raise UserError(str(error)) from None
-        columns = {"input_ids": [conversation.input_ids for conversation in encoded]}
-        if loss_on != "all":
-            columns["assistant_masks"] = [conversation.assistant_masks for conversation in encoded]
-        return columns
-
-    return dataset.map(encode, batched=True, remove_columns=dataset.column_names, desc="Tokenising")
+def token_rows(
+    config: TrainConfig, model_dir: Path, tokenizer: PreTrainedTokenizerBase
+) -> tuple[dict[str, Any], Dataset, Dataset]:
+    """The tokenise step's manifest and its train and eval rows, memory-mapped, once they are known to be this
+    run's: made with its max_length, loss_on and packing, and its model's tokenizer."""
+    manifest = token_cache.read_manifest(config.tokens_dir)
+    wanted = {name: getattr(config, name) for name in token_cache.TRAINING_SETTINGS}
+    token_cache.check_matches(
+        config.tokens_dir, manifest, wanted, token_cache.tokenizer_fingerprint(model_dir, tokenizer)
+    )
+    train = token_cache.open_rows(config.tokens_dir, TRAIN_ROWS)
+    if not len(train):
+        raise UserError(
+            f"{config.tokens_dir} holds no training rows: none of the {manifest['train']['conversations']} train "
+            f"conversations has an assistant token within its first {config.max_length} tokens. Raise max_length, "
+            "or shorten the system and user turns."
+        )
+    return manifest, train, token_cache.open_rows(config.tokens_dir, EVAL_ROWS)

@@ -156,6 +156,9 @@ def sft_config(config: TrainConfig, topology: Topology, has_eval: bool) -> SFTCo
         seed=config.seed,
         data_seed=config.seed,
         use_cpu=not torch.cuda.is_available(),
+        # The tokenise step wrote the rows TRL's preparation would make (labels, truncation or packing): TRL must
+        # not map over the whole data set again in every rank.
+        dataset_kwargs={"skip_prepare_dataset": True},
         **precision(device_capability(topology) if config.mixed_precision else None),
         **sharding.trainer_arguments(config),
     )
@@ -304,8 +307,7 @@ def run(config: TrainConfig) -> int:
     tokenizer = AutoTokenizer.from_pretrained(source)
     if tokenizer.chat_template is None:
         raise UserError(f"the tokenizer of {config.model} has no chat template; fine-tune an instruct/chat model.")
-    train_split = data.tokenise(data.load_split(config.data_dir, "train"), tokenizer, config.loss_on)
-    eval_split = data.tokenise(data.load_split(config.data_dir, "eval"), tokenizer, config.loss_on)
+    manifest, train_split, eval_split = data.token_rows(config, source, tokenizer)
 
     args = sft_config(config, topology, has_eval=len(eval_split) > 0)  # initialises the process group under torchrun
     os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(config.output_dir / "tensorboard"))
@@ -372,8 +374,10 @@ def run(config: TrainConfig) -> int:
                 "resumed_from": str(resume_from) if resume_from else None,
                 "global_step": trainer.state.global_step,
                 "epochs": trainer.state.epoch,
-                "train_examples": len(train_split),
-                "eval_examples": len(eval_split),
+                "train_examples": manifest["train"]["conversations"],
+                "eval_examples": manifest["eval"]["conversations"],
+                "train_rows": len(train_split),
+                "tokens_dir": str(config.tokens_dir),
                 "tokens_seen": tokens,
                 "train_runtime_s": runtime,
                 "non_padding_tokens_per_s": tokens / runtime if runtime else None,

@@ -21,7 +21,7 @@ from typing import Any
 
 from common.atomic import write_json, write_text_atomic
 from common.errors import UserError, exit_on_user_error
-from common.run_layout import TRAINING_FAILURE, TRAINING_SUMMARY, stage_dir
+from common.run_layout import TOKENS_MANIFEST, TRAINING_FAILURE, TRAINING_SUMMARY, stage_dir
 from components.base_model import LOCAL_BACKEND, resolve_base_model
 from components.parameters import parameter_name
 from components.training.fit import check_fit
@@ -74,11 +74,11 @@ def check_parameters(launch: LaunchOptions, config: TrainConfig, pvc_name: str, 
         raise UserError(
             "The train step's parameters are invalid: " + "; ".join(problems) + ". Fix them and start the run again."
         )
-    if not (config.data_dir / "train.parquet").is_file():
+    if not (config.tokens_dir / TOKENS_MANIFEST).is_file():
         raise UserError(
-            f"The data stage's output {config.data_dir / 'train.parquet'} does not exist, "
-            "so there is nothing to train on. "
-            "Pass the data_dir the prepare_dataset step returned "
+            f"The tokenise step's output {config.tokens_dir} holds no {TOKENS_MANIFEST}, so there is nothing to "
+            "train on. "
+            "Pass the tokens_dir the tokenise_data step returned "
             "(and, in a cluster, mount the workspace PVC in this step)."
         )
 
@@ -266,7 +266,7 @@ def run_in_pipeline(
     *,
     workspace_root: str,
     run_id: str,
-    data_dir: str,
+    tokens_dir: str,
     base_model: str,
     training: dict[str, Any],
     launch: dict[str, Any],
@@ -288,7 +288,7 @@ def run_in_pipeline(
     """
     options = LaunchOptions(**launch)
     train_dir = stage_dir(workspace_root, run_id, "train")
-    config = TrainConfig(model=base_model, data_dir=Path(data_dir), output_dir=train_dir, **training)
+    config = TrainConfig(model=base_model, tokens_dir=Path(tokens_dir), output_dir=train_dir, **training)
     check_parameters(options, config, pvc_name, image)
     report_an_earlier_failure(train_dir)
     config = dataclasses.replace(config, model=resolve_base_model(base_model, options.backend))
@@ -339,7 +339,7 @@ def run_step(arguments: dict[str, Any]) -> tuple[str, str]:
     return run_in_pipeline(
         workspace_root=arguments["workspace_root"],
         run_id=arguments["run_id"],
-        data_dir=arguments["data_dir"],
+        tokens_dir=arguments["tokens_dir"],
         base_model=arguments["base_model"],
         training={name: value for name, value in arguments.items() if name in training_fields},
         launch={name: value for name, value in arguments.items() if name in launch_fields},
