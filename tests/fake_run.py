@@ -103,6 +103,7 @@ def make_run(
             "fine_tuned": {"eval_loss": 0.9511, "perplexity": 2.59, "rouge_l": 0.4567, "eval_tokens": 5000},
             "deltas": {"eval_loss": 0.9511 - 2.3456, "perplexity": 2.59 - 10.44, "rouge_l": 0.4567 - 0.1234},
             "scored_rows": 30,
+            "held_out": {"conversations": 40, "tokenised": 40, "split_conversations": 40, "eval_max_rows": 1000},
             "gate": {
                 "passed": gate_passed,
                 "min_eval_loss_improvement": 0.0,

@@ -21,7 +21,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT, run_module
+from conftest import REPO_ROOT, run_module, tokenised
 from fake_hub import FakeHub
 from huggingface_hub import ModelCard
 
@@ -55,8 +55,8 @@ def trained_run(workspace: Path, run_id: str, base: Path, rows: int, *training: 
         "trainer",
         "--model",
         base,
-        "--data-dir",
-        data,
+        "--tokens-dir",
+        tokenised(base, data),
         "--output-dir",
         stage_dir(workspace, run_id, "train"),
         "--max-length",

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from conftest import tokenised
 from transformers import AutoModelForCausalLM, GenerationConfig
 
 from common.errors import UserError
@@ -24,7 +25,7 @@ from components.evaluation.models import load_model, load_tokenizer
 from components.evaluation.options import DEFAULT_QUESTIONS, EvaluateOptions, build_parser, parse_options
 from components.evaluation.reference import reference_rows, rouge_l
 from components.evaluation.report import render_html, render_markdown
-from trainer.data import load_split, split_path
+from trainer.data import split_path
 
 
 @pytest.fixture(scope="module")
@@ -37,16 +38,19 @@ def tiny_model(tiny_model_dir):
     return AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
 
 
-def held_out(data_dir, tokenizer, max_length):
-    return usable_conversations(load_split(data_dir, "eval"), split_path(data_dir, "eval"), tokenizer, max_length)
+def held_out(model_dir, data_dir, max_length):
+    """The evaluation's held-out conversations, from the tokenise step's entry for ``data_dir``."""
+    if not split_path(data_dir, "train").is_file():
+        pq.write_table(OUTPUT_SCHEMA.empty_table(), split_path(data_dir, "train"))
+    return usable_conversations(tokenised(model_dir, data_dir), max_length)
 
 
 def test_held_out_loss_is_the_training_loss_averaged_over_every_assistant_token(
-    tiny_model, tokenizer, prepared_data_dir
+    tiny_model, tiny_model_dir, tokenizer, prepared_data_dir
 ):
     """Each conversation scored alone, as the model scores labels that are -100 outside the assistant turns,
     then token-weighted."""
-    conversations = held_out(prepared_data_dir, tokenizer, max_length=96)
+    conversations = held_out(tiny_model_dir, prepared_data_dir, max_length=96)
     total_nll, total_tokens = 0.0, 0
     with torch.no_grad():
         for conversation in conversations:
@@ -70,24 +74,25 @@ def write_eval_split(data_dir, rows):
     pq.write_table(pa.Table.from_pylist(rows, schema=OUTPUT_SCHEMA), split_path(data_dir, "eval"))
 
 
-def test_an_empty_eval_split_names_the_file_and_the_eval_fraction(tokenizer, tmp_path):
-    write_eval_split(tmp_path, [])
-    with pytest.raises(UserError, match=r"eval\.parquet has no rows.*eval_fraction above 0"):
-        held_out(tmp_path, tokenizer, max_length=1024)
+def test_an_empty_eval_split_names_the_file_and_the_eval_fraction(tiny_model_dir, tmp_path):
+    write_eval_split(tmp_path / "data", [])
+    with pytest.raises(UserError, match=r"eval_conversations\.arrow has no rows.*eval_fraction above 0"):
+        held_out(tiny_model_dir, tmp_path / "data", max_length=1024)
 
 
-def test_conversations_truncated_before_the_answer_are_not_usable(tokenizer, tmp_path):
+def test_conversations_truncated_before_the_answer_are_not_usable(tiny_model_dir, tmp_path):
     """The default system prompt and a long question fill max_length: no assistant token is left to score."""
     long_question = {"role": "user", "content": "Tell me about knots. " * 20}
     write_eval_split(
-        tmp_path, [{"id": 1, "messages": [long_question, {"role": "assistant", "content": "Use a bowline."}]}]
+        tmp_path / "data",
+        [{"id": 1, "messages": [long_question, {"role": "assistant", "content": "Use a bowline."}]}],
     )
-    assert held_out(tmp_path, tokenizer, max_length=1024)
+    assert held_out(tiny_model_dir, tmp_path / "data", max_length=1024)
     with pytest.raises(
         UserError,
-        match=r"none of the 1 rows of .*eval\.parquet has an assistant token within the first 64 tokens.*--max-length",
+        match=r"none of the 1 eval conversations in .* has an assistant token within the first 64 tokens.*--max-length",
     ):
-        held_out(tmp_path, tokenizer, max_length=64)
+        held_out(tiny_model_dir, tmp_path / "data", max_length=64)
 
 
 @pytest.mark.slow
@@ -236,6 +241,7 @@ def evaluation_for(passed: bool) -> dict:
         "fine_tuned": {**entry, "eval_loss": 1.5, "perplexity": math.exp(1.5)},
         "deltas": {"eval_loss": -0.5, "perplexity": math.exp(1.5) - math.exp(2.0), "rouge_l": 0.0},
         "scored_rows": 3,
+        "held_out": {"conversations": 998, "tokenised": 1000, "split_conversations": 4000, "eval_max_rows": 1000},
         "gate": {
             "passed": passed,
             "min_eval_loss_improvement": 0.0,
@@ -255,6 +261,10 @@ def test_reports_escape_model_output_and_show_the_gate_first():
         assert "Is &lt;b&gt;bold&lt;/b&gt; &amp; safe?" in text
         assert "Quality gate failed" in text and "got worse by 0.5000" in text
         assert "-0.5000" in text and "training_summary.json was not found" in text
+        assert (
+            "998 held-out conversations: a fixed sample of 1000 of the 4000 in the split (eval_max_rows 1000); "
+            "2 have no assistant token within max_length" in text
+        )
     assert html.index("Quality gate failed") < html.index("<table>")
     assert "> line one\n> line two" in markdown
     assert 'src="data:image/png;base64,iVBORw' in html
@@ -344,7 +354,7 @@ def test_the_step_given_a_gpu_stops_when_cuda_does_not_work(capsys):
     assert not torch.cuda.is_available()
     with pytest.raises(SystemExit) as exited:
         run_in_pipeline(
-            "base", "train", "data", "eval", [], 8, 1, 0.0, 0.0, 1, None, None, None, None, require_cuda=True
+            "base", "train", "data", "tokens", "eval", [], 8, 1, 0.0, 0.0, 1, None, None, None, None, require_cuda=True
         )
     assert exited.value.code == 2
     error = " ".join(capsys.readouterr().err.split())

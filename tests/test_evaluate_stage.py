@@ -18,7 +18,7 @@ from html import escape
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT, run_module
+from conftest import REPO_ROOT, run_module, tokenised
 from kfp import dsl
 from markupsafe import escape as escape_html
 
@@ -76,8 +76,8 @@ def train_dir(smollm2_dir, data_dir, tmp_path_factory) -> Path:
         "trainer",
         "--model",
         smollm2_dir,
-        "--data-dir",
-        data_dir,
+        "--tokens-dir",
+        tokenised(smollm2_dir, data_dir, max_length=64),
         "--output-dir",
         output,
         "--max-steps",
@@ -236,6 +236,7 @@ def test_failed_gate_is_a_result_not_an_error_and_fills_the_kfp_artifacts(
         base_model=str(smollm2_dir),
         train_dir=str(train_dir),
         data_dir=str(data_dir),
+        tokens_dir=str(tokenised(smollm2_dir, data_dir, max_length=64)),
         extra_questions=[],
         max_new_tokens=8,
         score_rows=1,
@@ -285,21 +286,24 @@ def test_failed_gate_is_a_result_not_an_error_and_fills_the_kfp_artifacts(
 @pytest.mark.parametrize(
     ("eval_fraction", "extra", "message"),
     [
-        (0.0, [], r"eval\.parquet has no rows, so there is nothing to compare .* with an eval_fraction above 0"),
+        (0.0, [], r"eval_conversations\.arrow has no rows: the data stage held no rows out, .* eval_fraction above 0"),
         (
             0.25,
             ["--max-length", 16],
-            r"none of the \d+ rows of .*eval\.parquet has an assistant token within the first 16 tokens",
+            r"none of the \d+ eval conversations in .* has an assistant token within the first 16 tokens",
         ),
     ],
 )
 def test_no_usable_eval_rows_is_a_clear_error(smollm2_dir, bundled_records, tmp_path, eval_fraction, extra, message):
     """Nothing to evaluate on must stop the stage with one readable paragraph before any model is loaded."""
     data = prepared(bundled_records[:40], tmp_path / "data", eval_fraction)
-    result = evaluate_cli(smollm2_dir, smollm2_dir, data, tmp_path / "no-training-run", tmp_path / "out", *extra)
+    tokens = tokenised(smollm2_dir, data)
+    result = evaluate_cli(
+        smollm2_dir, smollm2_dir, data, tmp_path / "no-training-run", tmp_path / "out", "--tokens-dir", tokens, *extra
+    )
     assert result.returncode == 2, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
     error = " ".join(result.stderr.split("error: ", 1)[1].split())
-    assert str(data / "eval.parquet") in error
+    assert str(tokens) in error
     assert re.search(message, error), error
     assert not (tmp_path / "out").exists()

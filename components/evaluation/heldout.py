@@ -1,8 +1,8 @@
 """Held-out loss and perplexity, computed the way training computes its loss.
 
-Conversations are rendered and masked by the trainer's own code
-(``trainer.data``: chat template, assistant-token masks), truncated to the
-first ``max_length`` tokens as TRL does, and the loss is the cross-entropy of
+Conversations come tokenised and masked by the tokenise step, with the trainer's
+own code (``trainer.masking``: chat template, assistant-token masks), and are
+truncated to the first ``max_length`` tokens as TRL does, and the loss is the cross-entropy of
 each assistant token given everything before it. Unlike the Trainer's mean of
 per-batch means, the mean here is over all assistant tokens of the split, so the
 number does not depend on the batch size or on how conversations are grouped;
@@ -18,12 +18,12 @@ from typing import Sequence
 
 import torch
 import torch.nn.functional as F
-from datasets import Dataset
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedModel
 
 from common.errors import UserError
-from trainer.data import tokenise
+from common.run_layout import EVAL_CONVERSATIONS
 from trainer.masking import TokenisedConversation
+from trainer.token_cache import open_rows
 
 
 @dataclass(frozen=True)
@@ -33,33 +33,33 @@ class HeldOutLoss:
     eval_tokens: int
 
 
-def usable_conversations(
-    split: Dataset, path: Path, tokenizer: PreTrainedTokenizerBase, max_length: int
-) -> list[TokenisedConversation]:
-    """The eval split (read from ``path``) tokenised and truncated, keeping conversations with an assistant
-    token left to predict.
+def usable_conversations(tokens_dir: Path, max_length: int) -> list[TokenisedConversation]:
+    """The eval conversations the tokenise step wrote (capped by its eval_max_rows), truncated, keeping those with
+    an assistant token left to predict.
 
     The first token is never predicted (nothing precedes it), so a
     conversation whose only assistant tokens were cut off, or sit at position 0,
     carries no loss, as in TRL, which drops such rows.
     """
-    rows = tokenise(split, tokenizer, loss_on="assistant")
+    rows = open_rows(tokens_dir, EVAL_CONVERSATIONS)
     conversations = [
-        TokenisedConversation(row["input_ids"][:max_length], row["assistant_masks"][:max_length]) for row in rows
+        TokenisedConversation(ids[:max_length], masks[:max_length])
+        for ids, masks in zip(rows["input_ids"], rows["assistant_masks"])
     ]
     usable = [conversation for conversation in conversations if any(conversation.assistant_masks[1:])]
     if usable:
         return usable
     if not conversations:
         raise UserError(
-            f"{path} has no rows, so there is nothing to compare the base and fine-tuned models on. Re-run the data "
-            "preparation stage with an eval_fraction above 0 (for example 0.1; --eval-fraction on the command line) "
-            "so it holds rows out for evaluation."
+            f"{tokens_dir / EVAL_CONVERSATIONS} has no rows: the data stage held no rows out, so there is nothing to "
+            "compare the base and fine-tuned models on. Re-run the data preparation stage with an eval_fraction "
+            "above 0 (for example 0.1; --eval-fraction on the command line) so it holds rows out for evaluation, "
+            "then the tokenise step."
         )
     raise UserError(
-        f"none of the {len(conversations)} rows of {path} has an assistant token within the first {max_length} tokens, "
-        "so no loss can be computed. Raise max_length (--max-length; 0 uses the training run's) or shorten the "
-        "conversations' system and user turns."
+        f"none of the {len(conversations)} eval conversations in {tokens_dir} has an assistant token within the "
+        f"first {max_length} tokens, so no loss can be computed. Raise max_length (--max-length; 0 uses the "
+        "training run's) or shorten the conversations' system and user turns."
     )
 
 

@@ -38,7 +38,12 @@ class EvaluateOptions:
         Path(), "The fine-tuned checkpoint: the training stage's merged/ directory.", required=True
     )
     data_dir: Path = option(
-        Path(), "The data stage's output directory; its eval.parquet is the held-out split.", required=True
+        Path(), "The data stage's output directory; its eval.parquet holds the rows the models answer.", required=True
+    )
+    tokens_dir: str = option(
+        "",
+        "The tokenise step's output; its eval conversations (at most eval_max_rows of the split) give the held-out "
+        "loss. Empty: the tokens_dir the training run read (training_summary.json).",
     )
     train_dir: Path = option(
         Path(), "The training stage's output directory (training_summary.json, loss_curve.png).", required=True

@@ -80,6 +80,18 @@ def metric_rows(evaluation: Evaluation) -> list[tuple[str, list[str], list[str]]
     return rows
 
 
+def held_out_note(held_out: dict[str, Any]) -> str:
+    """The held-out conversations in words: a sample or the whole split, and any left without a loss."""
+    used, kept, split = held_out["conversations"], held_out["tokenised"], held_out["split_conversations"]
+    drawn = (
+        f"a fixed sample of {kept} of the {split} in the split (eval_max_rows {held_out['eval_max_rows']})"
+        if kept < split
+        else f"all {split} in the split"
+    )
+    unused = f"; {kept - used} have no assistant token within max_length" if used < kept else ""
+    return f"{used} held-out conversations: {drawn}{unused}"
+
+
 def notes(evaluation: Evaluation) -> str:
     published = evaluation.get("published_model")
     published_note = (
@@ -90,7 +102,8 @@ def notes(evaluation: Evaluation) -> str:
         else ""
     )
     return (
-        f"Loss over {evaluation['fine_tuned']['eval_tokens']} held-out assistant tokens; "
+        f"Loss over {evaluation['fine_tuned']['eval_tokens']} held-out assistant tokens of "
+        f"{held_out_note(evaluation['held_out'])}; "
         f"ROUGE-L over {evaluation['scored_rows']} held-out rows answered greedily. "
         f"Base model: {evaluation['base_model']}. Fine-tuned model: {evaluation['fine_tuned_model']}." + published_note
     )

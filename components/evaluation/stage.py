@@ -1,10 +1,10 @@
 """Evaluation stage: the CLI, and what its KFP component runs.
 
     python -m components.evaluation.stage --base-model BASE --fine-tuned-model TRAIN/merged \\
-        --data-dir DATA --train-dir TRAIN --output-dir EVAL [--extra-questions "Q1" "Q2"] \\
+        --data-dir DATA --tokens-dir TOKENS --train-dir TRAIN --output-dir EVAL [--extra-questions "Q1" "Q2"] \\
         [--workspace-root WORKSPACE [--repo-id OWNER/NAME] [--force]]
 
-One path: options → the held-out split tokenised as in training → the published
+One path: options → the tokenise step's eval conversations (the held-out split) → the published
 model, when one is found (``--workspace-root``: see ``champion``) → for the base
 model, the published one and the fine-tuned one (each loaded once and freed
 before the next): held-out loss, answers to the sample questions and to the
@@ -26,7 +26,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from common.atomic import link_or_copy, staging_dir
 from common.cli_options import options_from
-from common.errors import exit_on_user_error
+from common.errors import UserError, exit_on_user_error
 from common.run_layout import (
     EVALUATION,
     EVALUATION_HTML,
@@ -57,13 +57,14 @@ from components.evaluation.models import (
 )
 from components.evaluation.options import EvaluateOptions, build_parser
 from components.evaluation.reference import ReferenceRow, reference_rows, rouge_l
-from components.evaluation.report import png_data_uri, render_html, render_markdown
+from components.evaluation.report import held_out_note, png_data_uri, render_html, render_markdown
 from components.hub_auth import hub_token
 from components.publish.published import PublishedModel, find_published
 from trainer.config import TrainConfig
 from trainer.cuda import check_cuda_usable
-from trainer.data import load_split, split_path
+from trainer.data import load_split
 from trainer.masking import Message, TokenisedConversation
+from trainer.token_cache import read_manifest
 
 COMPARED = ("eval_loss", "perplexity", "rouge_l")
 
@@ -96,6 +97,18 @@ def resolve_max_length(options: EvaluateOptions, training: dict[str, Any] | None
     if options.max_length:
         return options.max_length
     return int((training or {}).get("config", {}).get("max_length") or TrainConfig.max_length)
+
+
+def resolve_tokens_dir(options: EvaluateOptions, training: dict[str, Any] | None) -> Path:
+    """The option when set, else the tokenised data the training run read."""
+    recorded = options.tokens_dir or (training or {}).get("tokens_dir")
+    if not recorded:
+        raise UserError(
+            f"no tokenised data to compute the held-out loss on: --tokens-dir is empty and {options.train_dir} has no "
+            "training_summary.json naming the one training read. Pass --tokens-dir, the directory the tokenise step "
+            "(python -m components.tokenise.stage) printed."
+        )
+    return Path(recorded)
 
 
 def run_model(
@@ -154,12 +167,14 @@ def evaluate(options: EvaluateOptions, target: PublishedTarget | None = None) ->
     check_same_vocabulary(load_tokenizer(options.base_model, base_revision), tokenizer, options.base_model)
     split = load_split(options.data_dir, "eval")
     max_length = resolve_max_length(options, training)
-    conversations = usable_conversations(split, split_path(options.data_dir, "eval"), tokenizer, max_length)
+    tokens_dir = resolve_tokens_dir(options, training)
+    conversations = usable_conversations(tokens_dir, max_length)
+    held_out = held_out_counts(tokens_dir, len(conversations))
     rows = reference_rows(split["messages"], options.score_rows)
     questions = options.questions
     prompts = [[{"role": "user", "content": question}] for question in questions] + [row.prompt for row in rows]
     print(
-        f"{len(conversations)} held-out conversations (max_length {max_length}), {len(questions)} sample questions, "
+        f"{held_out_note(held_out)} (max_length {max_length}), {len(questions)} sample questions, "
         f"{len(rows)} scored rows",
         flush=True,
     )
@@ -211,6 +226,7 @@ def evaluate(options: EvaluateOptions, target: PublishedTarget | None = None) ->
         "fine_tuned": tuned,
         "deltas": {key: tuned[key] - base[key] for key in COMPARED},
         "scored_rows": len(rows),
+        "held_out": held_out,
         "gate": {
             "passed": gate.passed,
             "min_eval_loss_improvement": gate.min_eval_loss_improvement,
@@ -240,6 +256,17 @@ def evaluate(options: EvaluateOptions, target: PublishedTarget | None = None) ->
     )
     write_outputs(evaluated)
     return evaluated
+
+
+def held_out_counts(tokens_dir: Path, usable: int) -> dict[str, int]:
+    """How many eval conversations the held-out loss covers, of how many the tokenise step kept and the split has."""
+    kept = read_manifest(tokens_dir)["eval"]
+    return {
+        "conversations": usable,
+        "tokenised": kept["conversations"],
+        "split_conversations": kept["split_conversations"],
+        "eval_max_rows": kept["eval_max_rows"],
+    }
 
 
 def gate_decision(
@@ -362,6 +389,7 @@ def run_in_pipeline(
     base_model: str,
     train_dir: str,
     data_dir: str,
+    tokens_dir: str,
     eval_dir: str,
     extra_questions: Sequence[str],
     max_new_tokens: int,
@@ -389,6 +417,7 @@ def run_in_pipeline(
         base_model=base_model,
         fine_tuned_model=Path(train_dir) / MERGED,
         data_dir=Path(data_dir),
+        tokens_dir=tokens_dir,
         train_dir=Path(train_dir),
         output_dir=Path(eval_dir),
         extra_questions=tuple(extra_questions),
