@@ -43,6 +43,8 @@ from components.run_options import (
     resources_problems,
     workspace_problems,
 )
+from components.tokenise.options import TokeniseOptions
+from components.tokenise.options import option_problems as tokenise_problems
 from components.training.options import (
     LaunchOptions,
     launch_problems,
@@ -148,6 +150,10 @@ RUN_PARAMETERS: tuple[RunParameter, ...] = (
         eval_max_new_tokens="max_new_tokens",
         eval_score_rows="score_rows",
         eval_batch_size="batch_size",
+    ),
+    *_options_of(TokeniseOptions, eval_max_rows="eval_max_rows"),
+    *_options_of(
+        EvaluateOptions,
         min_eval_loss_improvement="min_eval_loss_improvement",
         min_improvement_over_published="min_improvement_over_published",
     ),
@@ -183,6 +189,7 @@ VALIDATION: dict[type, Callable[[Any], dict[str, str]]] = {
     PrepareOptions: prepare_problems,
     TrainConfig: training_problems,
     LaunchOptions: launch_problems,
+    TokeniseOptions: tokenise_problems,
     EvaluateOptions: evaluate_problems,
     ExportStageOptions: export_problems,
     PublishOptions: publish_problems,

@@ -101,10 +101,46 @@ def publish_model(
 
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
+def tokenise_data(
+    workspace_root: str,
+    data_dir: str,
+    base_model: str,
+    backend: str,
+    base_model_revision: str,
+    max_length: int,
+    loss_on: str,
+    packing: bool,
+    eval_max_rows: int,
+    metrics: dsl.Output[dsl.Metrics],
+) -> NamedTuple("TokeniseOutputs", [("tokens_dir", str)]):
+    """Tokenise the prepared splits once, on this step's CPUs, into the workspace's token cache; returns the entry
+    that the training ranks memory-map and the evaluation reads (an existing entry for the same data, tokenizer and
+    settings is reused).
+
+    HF_TOKEN, when the task gets it from the hf-token Secret, lets it fetch a gated model's tokenizer.
+    """
+    from collections import namedtuple
+
+    from components.tokenise.stage import run_in_pipeline
+
+    training = {"base_model_revision": base_model_revision, "max_length": max_length, "loss_on": loss_on}
+    tokens_dir = run_in_pipeline(
+        workspace_root=workspace_root,
+        data_dir=data_dir,
+        base_model=base_model,
+        backend=backend,
+        training={**training, "packing": packing},
+        eval_max_rows=eval_max_rows,
+        metrics=metrics,
+    )
+    return namedtuple("TokeniseOutputs", ["tokens_dir"])(tokens_dir)
+
+
+@dsl.component(base_image=runtime_image(), install_kfp_package=False)
 def train_model(
     workspace_root: str,
     run_id: str,
-    data_dir: str,
+    tokens_dir: str,
     pvc_name: str,
     pvc_size: str,
     image: str,
@@ -187,6 +223,7 @@ def evaluate_model(
     base_model: str,
     train_dir: str,
     data_dir: str,
+    tokens_dir: str,
     extra_questions: List[str],
     max_new_tokens: int,
     score_rows: int,
@@ -219,6 +256,7 @@ def evaluate_model(
         base_model,
         train_dir,
         data_dir,
+        tokens_dir,
         eval_dir,
         extra_questions,
         max_new_tokens,

@@ -1,6 +1,6 @@
 """The fine-tuning pipeline DAG.
 
-prepare → has the data changed since the last published model? → train →
+prepare → has the data changed since the last published model? → tokenise → train →
 evaluate against the base and the published model → (quality gate) → export
 GGUF → publish. Each arrow only runs when
 the step before succeeded; the two questions are ``dsl.If`` branches, so a
@@ -35,8 +35,10 @@ from components.steps import (
     prepare_dataset,
     publish_model,
     report_skipped,
+    tokenise_data,
     train_model,
 )
+from components.tokenise.options import TokeniseOptions
 from components.training.options import LaunchOptions
 from pipelines.tasks import consumes, sized, small, validate_parameters
 from pipelines.workspace import ClusterWorkspace, Workspace
@@ -48,6 +50,7 @@ PREPARE = PrepareOptions()
 TRAIN = TrainConfig()
 LAUNCH = LaunchOptions()
 EVALUATE = EvaluateOptions()
+TOKENISE = TokeniseOptions()
 EXPORT = ExportStageOptions()
 PUBLISH = PublishOptions()
 WORKSPACE = WorkspaceOptions()
@@ -153,6 +156,7 @@ def build_pipeline(workspace: Workspace):
         eval_max_new_tokens: int = EVALUATE.max_new_tokens,
         eval_score_rows: int = EVALUATE.score_rows,
         eval_batch_size: int = EVALUATE.batch_size,
+        eval_max_rows: int = TOKENISE.eval_max_rows,
         min_eval_loss_improvement: float = EVALUATE.min_eval_loss_improvement,
         min_improvement_over_published: float = EVALUATE.min_improvement_over_published,
         model_name: str = EXPORT.model_name,
@@ -170,6 +174,8 @@ def build_pipeline(workspace: Workspace):
         keep_pvc: bool = WORKSPACE.keep_pvc,
         prepare_cpu: str = RESOURCES.prepare_cpu,
         prepare_memory: str = RESOURCES.prepare_memory,
+        tokenise_cpu: str = RESOURCES.tokenise_cpu,
+        tokenise_memory: str = RESOURCES.tokenise_memory,
         train_launcher_cpu: str = RESOURCES.train_launcher_cpu,
         train_launcher_memory: str = RESOURCES.train_launcher_memory,
         evaluate_cpu: str = RESOURCES.evaluate_cpu,
@@ -203,11 +209,26 @@ def build_pipeline(workspace: Workspace):
         with_hub_token(small(changed))
 
         with dsl.If(changed.outputs["changed"] == True, name="data-changed"):  # noqa: E712 (a KFP condition)
+            backend = workspace.training_backend(training_backend)
+            tokenised = workspace.mount(
+                tokenise_data(
+                    workspace_root=workspace.root,
+                    data_dir=prepared.outputs["data_dir"],
+                    base_model=base_model,
+                    backend=backend,
+                    base_model_revision=base_model_revision,
+                    max_length=max_length,
+                    loss_on=loss_on,
+                    packing=packing,
+                    eval_max_rows=eval_max_rows,
+                )
+            )
+            with_hub_token(sized(tokenised, tokenise_cpu, tokenise_memory))
             trained = workspace.mount(
                 train_model(
                     workspace_root=workspace.root,
                     run_id=run_id,
-                    data_dir=prepared.outputs["data_dir"],
+                    tokens_dir=tokenised.outputs["tokens_dir"],
                     pvc_name=workspace.pvc(),
                     pvc_size=pvc_size,
                     image=runtime_image(),
@@ -215,7 +236,7 @@ def build_pipeline(workspace: Workspace):
                     pipeline_name=PIPELINE_NAME,
                     hf_token_secret=SECRET_NAME,
                     **arguments_for(TrainConfig, run),
-                    **{**arguments_for(LaunchOptions, run), "backend": workspace.training_backend(training_backend)},
+                    **{**arguments_for(LaunchOptions, run), "backend": backend},
                 )
             )
             sized(trained, train_launcher_cpu, train_launcher_memory).set_retry(
@@ -228,6 +249,7 @@ def build_pipeline(workspace: Workspace):
                     base_model=trained.outputs["base_model"],
                     train_dir=trained.outputs["train_dir"],
                     data_dir=prepared.outputs["data_dir"],
+                    tokens_dir=tokenised.outputs["tokens_dir"],
                     repo_id=hub_repo_id,
                     force=force,
                     gpus=validated.outputs["evaluate_gpus"] if workspace.gpus else 0,

@@ -293,7 +293,13 @@ def test_hub_token_comes_only_from_the_secret(tmp_path, platform):
         ("train-model", ("constant", "hf-token"))  # the Secret's name, for the training pods
     ]
     assert not [e for e in pipeline["deploymentSpec"]["executors"].values() if "env" in e.get("container", {})]
-    for label in ("exec-prepare-dataset", "exec-check-data-changed", "exec-evaluate-model", "exec-publish-model"):
+    for label in (
+        "exec-prepare-dataset",
+        "exec-check-data-changed",
+        "exec-tokenise-data",
+        "exec-evaluate-model",
+        "exec-publish-model",
+    ):
         secrets = platform["deploymentSpec"]["executors"][label]["secretAsEnv"]
         hub = [secret for secret in secrets if secret.get("secretName") == "hf-token"]
         assert hub == [{**hub[0], "keyToEnv": [{"envVar": "HF_TOKEN", "secretKey": "HF_TOKEN"}], "optional": True}], (
@@ -359,6 +365,7 @@ def test_every_parameter_has_default_and_description(spec):
         "eval_max_new_tokens",
         "eval_score_rows",
         "eval_batch_size",
+        "eval_max_rows",
         "min_eval_loss_improvement",
         "min_improvement_over_published",
         "model_name",
@@ -381,6 +388,8 @@ def test_every_parameter_has_default_and_description(spec):
         "priority_class",
         "prepare_cpu",
         "prepare_memory",
+        "tokenise_cpu",
+        "tokenise_memory",
         "train_launcher_cpu",
         "train_launcher_memory",
         "evaluate_cpu",
@@ -539,6 +548,7 @@ RESOURCE_CHANNEL = re.compile(r"^\{\{\$\.inputs\.parameters\['([^']+)'\]\}\}$")
 # Each stage step's pod size comes from its run parameters (request = limit); the rest have fixed small sizes.
 STEP_RESOURCES = {
     "prepare-dataset": ("prepare_cpu", "prepare_memory"),
+    "tokenise-data": ("tokenise_cpu", "tokenise_memory"),
     "train-model": ("train_launcher_cpu", "train_launcher_memory"),
     "evaluate-model": ("evaluate_cpu", "evaluate_memory"),
     "export-gguf": ("export_cpu", "export_memory"),

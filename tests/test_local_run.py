@@ -121,6 +121,7 @@ def test_whole_pipeline_runs_locally_and_says_where_outputs_went(runs):
         "validate-parameters",
         "prepare-dataset",
         "check-data-changed",
+        "tokenise-data",
         "train-model",
         "evaluate-model",
         "export-gguf",
@@ -132,7 +133,13 @@ def test_whole_pipeline_runs_locally_and_says_where_outputs_went(runs):
     for task in executed(result):
         assert re.search(rf"^  {task} \.\.\. done \(\d+(m \d+)?s\)$", result.stdout, re.MULTILINE), task
     assert "Streamed logs" not in result.stdout and "Streamed logs" in result.log
+    # The tokenise step wrote an entry of the workspace's token cache, which training read.
+    (tokens_dir,) = re.findall(r"^\s*tokens -> (\S+)$", result.log, re.MULTILINE)
+    assert "tokenised now" in result.log and Path(tokens_dir).parent == output_dir / "workspace" / "token-cache"
+    training = json.loads((run_dir / "train" / "training_summary.json").read_text())
+    assert training["tokens_dir"] == tokens_dir and (Path(tokens_dir) / "manifest.json").is_file()
     evaluation = json.loads((run_dir / "evaluate" / "evaluation.json").read_text())
+    assert evaluation["held_out"]["tokenised"] == evaluation["held_out"]["split_conversations"] > 0
     base, tuned = evaluation["base"]["eval_loss"], evaluation["fine_tuned"]["eval_loss"]
     (gguf,) = (run_dir / "export").glob("*.gguf")
     for fact in (
@@ -240,11 +247,15 @@ def test_force_trains_again_and_a_failed_gate_skips_export_and_publish(runs):
         "validate-parameters",
         "prepare-dataset",
         "check-data-changed",
+        "tokenise-data",
         "train-model",
         "evaluate-model",
         "report-skipped",
     ]
     assert "force is set" in third.log
+    # The same data, tokenizer (the tiny model's is SmolLM2's) and settings: the first run's tokens are reused.
+    assert "reused from the cache" in third.log
+    assert not list((output_dir / "workspace" / "token-cache").glob(".building-*"))
     gate = json.loads((third_dir / "evaluate" / "evaluation.json").read_text())["gate"]
     assert squash(f"skipped: export and publish. Why: {gate['reason']}") in squash(third.log)
     assert "gate:       FAILED" in third.stdout and "export:     not run: the quality gate failed" in third.stdout
