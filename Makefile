@@ -88,6 +88,7 @@ compile: install
 
 bench: install
 	$(PY) benchmarks/prep_bench.py
+	$(PY) benchmarks/tokenise_bench.py
 	$(PY) benchmarks/train_bench.py
 	$(PY) benchmarks/fit_bench.py
 	$(PY) benchmarks/gguf_bench.py
