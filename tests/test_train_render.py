@@ -18,8 +18,8 @@ from test_train_cluster import Scenario, start_replicas, step_arguments, succeed
 from train_jobs import JOB_OWNER, LAUNCHER_POD, RUN_ID, WORKFLOW
 
 from common.errors import UserError
-from common.run_layout import CLUSTER_WORKSPACE
-from components.train_model import CREATED_PVC, render
+from common.run_layout import CLUSTER_WORKSPACE, TOKEN_CACHE
+from components.train_model import CREATED_PVC, TOKENS_KEY, render
 from components.training.kinds import PRIORITY_LABEL, PYTORCHJOB, QUEUE_LABEL
 from components.training.owner import POD_NAME_ENV
 from components.training.stage import run_in_pipeline
@@ -165,8 +165,12 @@ def test_render_shows_exactly_what_the_train_step_creates(fake, tmp_path, monkey
     run_in_pipeline(**arguments)
     scenario.check()
 
+    # The step reads the token-cache entry it was given; the render stands in for its key (named by the data).
     created = yaml.safe_load(
-        Path(arguments["manifest_artifact"].path).read_text().replace(str(workspace), CLUSTER_WORKSPACE)
+        Path(arguments["manifest_artifact"].path)
+        .read_text()
+        .replace(str(workspace), CLUSTER_WORKSPACE)
+        .replace(str(data.relative_to(workspace)), f"{TOKEN_CACHE}/{TOKENS_KEY}")
     )
     expected = rendered("epochs=1", "training_nodes=2", "gpus_per_node=1", "pvc_name=ws-pvc", "queue_name=team-a")
     expected["metadata"]["ownerReferences"] = [JOB_OWNER]
