@@ -86,11 +86,11 @@ class StepResources:
     prepare_memory: str = option("4Gi", "Memory of the prepare step.")
     tokenise_cpu: str = option(
         "4",
-        "CPU of the tokenise step: it runs one tokenising process per CPU (about 1 GiB each), so the step's time "
-        "falls with its CPUs.",
+        "CPU of the tokenise step: it runs one tokenising process per CPU (about 1.5 GiB each), so the step's "
+        "time falls with its CPUs.",
     )
     tokenise_memory: str = option(
-        "8Gi", "Memory of the tokenise step: about 1 GiB per CPU plus 1 GiB, whatever the data size."
+        "8Gi", "Memory of the tokenise step: about 1.5 GiB per CPU plus 1 GiB, whatever the data size."
     )
     train_launcher_cpu: str = option(
         "500m", "CPU of the train step's launcher pod, which starts the training job and streams its logs."

@@ -235,12 +235,12 @@ def test_a_worker_killed_under_the_step_is_named_with_the_memory_fix():
 
 def test_too_little_memory_for_the_workers_is_named_before_any_work():
     check_memory(workers=2, limit=None)
-    check_memory(workers=2, limit=3 << 30)
+    check_memory(workers=2, limit=4 << 30)
     with pytest.raises(UserError) as refused:
         check_memory(workers=8, limit=4 << 30)
     message = str(refused.value)
-    assert "needs about 9.0 GiB for its 8 worker processes" in message and "memory limit is 4.0 GiB" in message
-    assert "Raise tokenise_memory to at least 9Gi, or lower tokenise_cpu" in message
+    assert "needs about 13.0 GiB for its 8 worker processes" in message and "memory limit is 4.0 GiB" in message
+    assert "Raise tokenise_memory to at least 13Gi, or lower tokenise_cpu" in message
 
 
 @pytest.mark.parametrize("version", [1, 2])

@@ -221,9 +221,12 @@ class Builder:
         self.workers = workers
         self.executor: Executor | None = None
         if workers > 1:
+            # Forked workers start in a fraction of a second with every module already imported (spawned ones took
+            # 5-10 s each importing transformers, TRL and torch). The parent has not used the tokenizer's thread
+            # pool before forking, which is what makes forking it unsafe; datasets' own map(num_proc) forks too.
             self.executor = ProcessPoolExecutor(
                 workers,
-                mp_context=get_context("spawn"),
+                mp_context=get_context("fork"),
                 initializer=start_worker,
                 initargs=(str(tokenizer_dir), settings),
             )
