@@ -25,8 +25,8 @@ from pipelines.run_summary import summary_lines
 
 DEFAULT_OUTPUT_DIR = Path("local-run")
 LOG = "run.log"
-# Where a local run's defaults differ from the run form's (which are the cluster's), to keep `make run` near ten
-# minutes on two CPU cores while still clearing the quality gate (measured in the README's Quick start): one epoch
+# Where a local run's defaults differ from the run form's (which are the cluster's), to keep `make run` short on
+# two CPU cores while still clearing the quality gate (measured in the README's Quick start): one epoch
 # instead of three, and a bounded evaluation: generating answers on the CPU is what its time goes on (each scored
 # row and sample question is answered by every model, up to eval_max_new_tokens each), while the held-out loss,
 # which decides the gate, still covers every eval conversation. --param sets them like any other parameter.
