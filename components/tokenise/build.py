@@ -122,16 +122,10 @@ def tokenise_chunk(messages: pa.Table, keep_conversations: bool) -> Chunk:
     masks = np.fromiter((m for conversation in encoded for m in conversation.assistant_masks), np.int8, ids.size)
     # TRL: with an assistant mask, labels are the ids where the mask is set and -100 elsewhere; without, the ids.
     labels = ids if settings.loss_on == "all" else np.where(masks == 1, ids, np.int32(-100)).astype(np.int32)
-    rows = pa.table(
-        {"input_ids": pa.ListArray.from_arrays(offsets, ids), "labels": pa.ListArray.from_arrays(offsets, labels)}
-    )
+    input_ids = pa.ListArray.from_arrays(offsets, ids)
+    rows = pa.table({"input_ids": input_ids, "labels": pa.ListArray.from_arrays(offsets, labels)})
     conversations = (
-        pa.table(
-            {
-                "input_ids": pa.ListArray.from_arrays(offsets, ids),
-                "assistant_masks": pa.ListArray.from_arrays(offsets, masks),
-            }
-        )
+        pa.table({"input_ids": input_ids, "assistant_masks": pa.ListArray.from_arrays(offsets, masks)})
         if keep_conversations
         else None
     )

@@ -87,8 +87,7 @@ def tokenise(options: TokeniseOptions, training: TrainConfig, hub_cache: Path | 
     return build(options.data_dir, source, settings, options.cache_dir, workers)
 
 
-def summary(tokens_dir: Path, built: bool) -> str:
-    manifest = read_manifest(tokens_dir)
+def summary(tokens_dir: Path, manifest: dict, built: bool) -> str:
     train, evaluation = manifest["train"], manifest["eval"]
     return "\n".join(
         [
@@ -112,7 +111,8 @@ def training_options(values: dict) -> TrainConfig:
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     args = build_parser().parse_args(argv)
-    print(summary(*tokenise(options_from(args, TokeniseOptions), training_options(vars(args)))), flush=True)
+    tokens_dir, built = tokenise(options_from(args, TokeniseOptions), training_options(vars(args)))
+    print(summary(tokens_dir, read_manifest(tokens_dir), built), flush=True)
 
 
 @exit_on_user_error
@@ -128,8 +128,8 @@ def run_in_pipeline(
         eval_max_rows=eval_max_rows,
     )
     tokens_dir, built = tokenise(options, training_options(training), Path(workspace_root) / HF_HOME / "hub")
-    print(summary(tokens_dir, built), flush=True)
     manifest = read_manifest(tokens_dir)
+    print(summary(tokens_dir, manifest, built), flush=True)
     for split in ("train", "eval"):
         for name in ("conversations", "tokens", "rows"):
             metrics.log_metric(f"{split}_{name}", manifest[split][name])
