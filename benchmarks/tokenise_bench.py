@@ -151,6 +151,7 @@ def throughput(data_dir: Path, model: Path, cache: Path, workers: int) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTConfig, SFTTrainer
 
+    from common.run_layout import TOKENS_MANIFEST
     from components.tokenise.build import build
     from trainer import data
     from trainer.config import TrainConfig
@@ -182,14 +183,18 @@ def throughput(data_dir: Path, model: Path, cache: Path, workers: int) -> dict:
     )
     trl = time.monotonic() - started
 
+    # The step also tokenises the whole eval split (eval_max_rows 0), so its rate counts those conversations too.
     settings = TokenSettings(config.max_length, config.loss_on, config.packing, eval_max_rows=0)
     started = time.monotonic()
-    build(data_dir, model, settings, cache / "ours", workers)
+    tokens_dir, _ = build(data_dir, model, settings, cache / "ours", workers)
     ours = time.monotonic() - started
+    manifest = json.loads((tokens_dir / TOKENS_MANIFEST).read_text())
+    tokenised = manifest["train"]["conversations"] + manifest["eval"]["conversations"]
     return {
         "conversations": count,
+        "conversations_tokenised_by_ours": tokenised,
         "workers": workers,
-        "per_second": {"today": count / today, "trl": count / trl, "ours": count / ours},
+        "per_second": {"today": count / today, "trl": count / trl, "ours": tokenised / ours},
     }
 
 
