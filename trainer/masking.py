@@ -18,6 +18,7 @@ training on the wrong tokens.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any, Sequence
 
 import numpy as np
@@ -100,6 +101,15 @@ def assistant_char_spans(
     return list(zip(texts, spans))
 
 
+@dataclass(frozen=True)
+class TokenisedBatch:
+    """Many conversations' token ids and assistant masks laid end to end, with each conversation's length."""
+
+    input_ids: np.ndarray  # int32
+    assistant_masks: np.ndarray  # int8, 1 where the assistant wrote the token
+    lengths: np.ndarray  # int64, tokens per conversation
+
+
 def tokenise_conversation(tokenizer: PreTrainedTokenizerBase, messages: Sequence[Message]) -> TokenisedConversation:
     """Token ids of ``messages`` rendered by the chat template, with the assistant mask."""
     (tokenised,) = tokenise_conversations(tokenizer, [messages])
@@ -109,35 +119,56 @@ def tokenise_conversation(tokenizer: PreTrainedTokenizerBase, messages: Sequence
 def tokenise_conversations(
     tokenizer: PreTrainedTokenizerBase, conversations: Sequence[Sequence[Message]]
 ) -> list[TokenisedConversation]:
-    """Token ids of each conversation rendered by the chat template, with its assistant mask.
-
-    The template already inserts any BOS token, so the tokenizer adds no special
-    tokens of its own. A token belongs to the assistant when its first character
-    lies inside an assistant span. The texts go to the tokenizer in one call (a
-    fast tokenizer encodes a batch in parallel, in Rust) and each mask comes from
-    the offsets in numpy rather than a Python loop per token.
-    """
-    rendered = assistant_char_spans(tokenizer, conversations)
-    encodings: Any = tokenizer([text for text, _ in rendered], add_special_tokens=False, return_offsets_mapping=True)
+    """Token ids of each conversation rendered by the chat template, with its assistant mask."""
+    if not conversations:
+        return []
+    batch = tokenise_batch(tokenizer, conversations)
+    bounds = np.cumsum(batch.lengths)[:-1]
     return [
-        TokenisedConversation(input_ids=list(input_ids), assistant_masks=_mask(offsets, spans))
-        for (_, spans), input_ids, offsets in zip(rendered, encodings["input_ids"], encodings["offset_mapping"])
+        TokenisedConversation(input_ids=ids.tolist(), assistant_masks=masks.tolist())
+        for ids, masks in zip(np.split(batch.input_ids, bounds), np.split(batch.assistant_masks, bounds))
     ]
 
 
-def _mask(offsets: Sequence[tuple[int, int]], spans: list[tuple[int, int]]) -> list[int]:
-    """Per token, 1 when its first character lies inside an assistant span.
+def tokenise_batch(tokenizer: PreTrainedTokenizerBase, conversations: Sequence[Sequence[Message]]) -> TokenisedBatch:
+    """Every conversation rendered by the chat template and tokenised, with the assistant masks, as flat arrays.
+
+    The template already inserts any BOS token, so the tokenizer adds no special tokens of its own. A token belongs
+    to the assistant when its first character lies inside an assistant span. The texts go to the tokenizer in one
+    call (a fast tokenizer encodes in Rust) and the masks of all the conversations come from one numpy pass over
+    their offsets: each conversation's characters are numbered after the previous one's, so its tokens and spans
+    never meet another's.
+    """
+    if not conversations:
+        return TokenisedBatch(np.zeros(0, np.int32), np.zeros(0, np.int8), np.zeros(0, np.int64))
+    rendered = assistant_char_spans(tokenizer, conversations)
+    texts = [text for text, _ in rendered]
+    encodings: Any = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+    lengths = np.fromiter(map(len, encodings["input_ids"]), np.int64, len(texts))
+    tokens = int(lengths.sum())
+    input_ids = np.fromiter(chain.from_iterable(encodings["input_ids"]), np.int32, tokens)
+    offsets = chain.from_iterable(chain.from_iterable(encodings["offset_mapping"]))
+    token_chars = np.fromiter(offsets, np.int64, 2 * tokens).reshape(-1, 2)
+    first_char = np.cumsum([0] + [len(text) + 1 for text in texts[:-1]], dtype=np.int64)
+    token_chars += np.repeat(first_char, lengths)[:, None]
+    spans = np.array(
+        [(start + first, end + first) for (_, own), first in zip(rendered, first_char.tolist()) for start, end in own],
+        dtype=np.int64,
+    ).reshape(-1, 2)
+    return TokenisedBatch(input_ids, _mask(token_chars, spans), lengths)
+
+
+def _mask(token_chars: np.ndarray, spans: np.ndarray) -> np.ndarray:
+    """Per token (``[start, end)`` characters), 1 when its first character lies inside an assistant span.
 
     The spans are in order and disjoint. For each token, the candidate span is the first one ending after the
     furthest token start seen so far (a pointer that only moves forward, as a scan over the tokens would have).
     """
-    token = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
-    starts, ends = token[:, 0], token[:, 1]
-    if not spans:
-        return [0] * len(starts)
-    span = np.asarray(spans, dtype=np.int64)
-    current = np.searchsorted(span[:, 1], np.maximum.accumulate(starts), side="right")
-    valid = current < len(span)
-    current = np.minimum(current, len(span) - 1)
-    inside = valid & (span[current, 0] <= starts) & (starts < span[current, 1]) & (ends > starts)
-    return inside.astype(np.int64).tolist()
+    starts, ends = token_chars[:, 0], token_chars[:, 1]
+    if not len(spans):
+        return np.zeros(len(starts), np.int8)
+    current = np.searchsorted(spans[:, 1], np.maximum.accumulate(starts), side="right")
+    valid = current < len(spans)
+    current = np.minimum(current, len(spans) - 1)
+    inside = valid & (spans[current, 0] <= starts) & (starts < spans[current, 1]) & (ends > starts)
+    return inside.astype(np.int8)

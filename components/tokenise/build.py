@@ -42,7 +42,7 @@ from common.errors import UserError
 from common.run_layout import EVAL_CONVERSATIONS, EVAL_ROWS, TOKENS_MANIFEST, TRAIN_ROWS
 from trainer import token_cache
 from trainer.data import SPLITS, split_path
-from trainer.masking import TemplateError, tokenise_conversations
+from trainer.masking import TemplateError, tokenise_batch
 from trainer.token_cache import TokenSettings
 
 log = logging.getLogger(__name__)
@@ -118,11 +118,9 @@ def tokenise_chunk(messages: pa.Table, keep_conversations: bool) -> Chunk:
     """Tokenise, mask, label and prepare (truncate or pack) one chunk, in a worker."""
     tokenizer: PreTrainedTokenizerBase = _worker["tokenizer"]
     settings: TokenSettings = _worker["settings"]
-    encoded = tokenise_conversations(tokenizer, messages.column("messages").to_pylist())
-    lengths = np.fromiter((len(conversation.input_ids) for conversation in encoded), np.int64, len(encoded))
+    encoded = tokenise_batch(tokenizer, messages.column("messages").to_pylist())
+    lengths, ids, masks = encoded.lengths, encoded.input_ids, encoded.assistant_masks
     offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]), pa.int32())
-    ids = np.fromiter((i for conversation in encoded for i in conversation.input_ids), np.int32, int(lengths.sum()))
-    masks = np.fromiter((m for conversation in encoded for m in conversation.assistant_masks), np.int8, ids.size)
     # TRL: with an assistant mask, labels are the ids where the mask is set and -100 elsewhere; without, the ids.
     labels = ids if settings.loss_on == "all" else np.where(masks == 1, ids, np.int32(-100)).astype(np.int32)
     input_ids = pa.ListArray.from_arrays(offsets, ids)
