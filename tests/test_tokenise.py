@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import random
 import shutil
 import signal
@@ -24,7 +25,14 @@ import components.tokenise.build as build_module
 from common.errors import UserError
 from common.run_layout import EVAL_CONVERSATIONS, EVAL_ROWS, TOKENS_MANIFEST, TRAIN_ROWS
 from components.dataprep.schema import OUTPUT_SCHEMA
-from components.tokenise.build import STALE_BUILD_SECONDS, build, clear_stale_builds, eval_sample, in_order
+from components.tokenise.build import (
+    STALE_BUILD_SECONDS,
+    build,
+    clear_stale_builds,
+    conversation_chunks,
+    eval_sample,
+    in_order,
+)
 from components.tokenise.stage import check_memory
 from trainer import data, token_cache
 from trainer.config import TrainConfig
@@ -171,6 +179,21 @@ def test_a_build_killed_mid_write_leaves_nothing_a_later_run_reads(tiny_model_di
     assert time.time() > STALE_BUILD_SECONDS
     clear_stale_builds(cache, tokens_dir.name)
     assert sorted(cache.iterdir()) == [tokens_dir]
+
+
+def test_each_chunk_sent_to_a_worker_carries_only_its_own_rows(many):
+    """The chunks of a split stored as one 5,000-row group: together the split's rows, in order, each pickling
+    (which is how it reaches a worker) to about a fifth of the whole, not to the batch it was cut from."""
+    split = pq.read_table(data.split_path(many, "train"), columns=["messages"])
+    assert pq.ParquetFile(data.split_path(many, "train")).metadata.num_row_groups == 1
+    chunks = list(conversation_chunks(pq.ParquetFile(data.split_path(many, "train")), None, 1_000))
+    assert [chunk.num_rows for chunk in chunks] == [1_000] * 5
+    assert pa.concat_tables(chunks).column("messages").to_pylist() == split.column("messages").to_pylist()
+    whole = len(pickle.dumps(split))
+    assert all(len(pickle.dumps(chunk)) < whole / 4 for chunk in chunks)
+    kept = list(conversation_chunks(pq.ParquetFile(data.split_path(many, "train")), eval_sample(5_000, 1_500), 1_000))
+    assert [chunk.num_rows for chunk in kept] == [1_000, 500]
+    assert all(len(pickle.dumps(chunk)) < whole / 4 for chunk in kept)
 
 
 def test_the_eval_cap_is_a_fixed_sample_and_the_manifest_says_so(tiny_model_dir, tmp_path):

@@ -151,8 +151,15 @@ def packed(rows: pa.Table, max_length: int) -> pa.Table:
     return result.data.table.cast(PACKED_SCHEMA)
 
 
+def conversation_chunks(parquet: pq.ParquetFile, keep: np.ndarray | None, size: int) -> Iterator[pa.Table]:
+    """The split's ``messages`` (only the rows in ``keep``, when given) in tables of ``size`` rows."""
+    return exact_chunks(selected(parquet.iter_batches(batch_size=size, columns=["messages"]), keep), size)
+
+
 def exact_chunks(batches: Iterable[pa.RecordBatch], size: int) -> Iterator[pa.Table]:
-    """The rows of ``batches`` regrouped into tables of exactly ``size`` rows (the last may be shorter)."""
+    """The rows of ``batches`` regrouped into tables of exactly ``size`` rows (the last may be shorter), each a
+    copy holding only its own rows: a table is pickled to a worker with every buffer it references, so a slice
+    of a larger batch would carry the whole batch (a 1,000-row slice of a 65,536-row batch pickled to 27 MB)."""
     pending: list[pa.RecordBatch] = []
     held = 0
     for batch in batches:
@@ -160,11 +167,12 @@ def exact_chunks(batches: Iterable[pa.RecordBatch], size: int) -> Iterator[pa.Ta
         held += batch.num_rows
         while held >= size:
             table = pa.Table.from_batches(pending)
-            yield table.slice(0, size)
+            yield table.take(np.arange(size))
             rest = table.slice(size).to_batches()
             pending, held = list(rest), held - size
     if held:
-        yield pa.Table.from_batches(pending)
+        table = pa.Table.from_batches(pending)
+        yield table.take(np.arange(held))
 
 
 def eval_sample(total: int, cap: int) -> np.ndarray | None:
@@ -253,7 +261,7 @@ class Builder:
                 if conversations_name
                 else None
             )
-            chunks = exact_chunks(selected(parquet.iter_batches(columns=["messages"]), keep), CHUNK_ROWS)
+            chunks = conversation_chunks(parquet, keep, CHUNK_ROWS)
             run = _ChunkJob(keep_conversations=conversations_name is not None)
             for number, result in enumerate(in_order(run, self.executor, chunks, 2 * self.workers)):
                 first_row = number * CHUNK_ROWS
