@@ -27,6 +27,7 @@ from conftest import REPO_ROOT, read_split, read_stats, run_module, write_jsonl
 
 from common.run_layout import PUBLISHED
 from components.publish.record import DRY_RUN_NAME
+from pipelines.run import LOCAL_DEFAULTS
 
 pytestmark = pytest.mark.slow
 
@@ -128,7 +129,7 @@ def test_whole_pipeline_runs_locally_and_says_where_outputs_went(runs):
         "publish-model",
     ]
     assert f"running pipeline locally; outputs go to {output_dir}" in result.stdout
-    assert "local defaults: epochs=1.0" in result.stdout
+    assert f"local defaults: epochs={LOCAL_DEFAULTS['epochs']}" in result.stdout
     # The terminal shows a line per stage and the summary; the steps' own output is in run.log.
     for task in executed(result):
         assert re.search(rf"^  {task} \.\.\. done \(\d+(m \d+)?s\)$", result.stdout, re.MULTILINE), task
