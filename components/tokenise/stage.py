@@ -25,9 +25,10 @@ from trainer.base_model import tokenizer_dir
 from trainer.config import TrainConfig
 from trainer.token_cache import TokenSettings, read_manifest
 
-# benchmarks/tokenise_bench.py measured 3.8 GiB for the step with 2 workers (SmolLM2's tokenizer, the main
-# process and its workers' resident memory summed, which counts the pages forked workers share with it twice):
-# 1 GiB for the main process and 1.5 GiB per worker keeps that with room for larger vocabularies.
+# benchmarks/tokenise_bench.py, 2 workers, SmolLM2's tokenizer, resident memory summed over the main process and
+# its workers (pages the forked workers share with it counted in each): 1.58 GiB at 60k conversations (0.56 GiB
+# main, 0.53 each worker); 4.07 GiB at 1M before chunks were compacted (2.15 main, 1.5 each worker). 1 GiB for the
+# main process and 1.5 GiB per worker covers the larger figure, with room for larger vocabularies.
 MAIN_MEMORY = 1 << 30
 WORKER_MEMORY = 3 << 29
 
