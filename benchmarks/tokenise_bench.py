@@ -189,7 +189,6 @@ def throughput(data_dir: Path, model: Path, cache: Path, workers: int, repeats: 
     taken in turn, so a burst of load on a shared host does not decide the ratios."""
     import pyarrow.parquet as pq
     from datasets import Dataset
-    from todays_path import tokenise_split, trl_prepared
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTConfig, SFTTrainer
 
@@ -203,28 +202,24 @@ def throughput(data_dir: Path, model: Path, cache: Path, workers: int, repeats: 
     count = pq.ParquetFile(data.split_path(data_dir, "train")).metadata.num_rows
     config = TrainConfig(model=str(model))
     messages = Dataset.from_dict({"messages": data.load_split(data_dir, "train")["messages"]})
+    arguments = SFTConfig(
+        output_dir=str(cache / "trl"),
+        max_length=config.max_length,
+        packing=True,
+        padding_free=True,
+        dataset_num_proc=workers,
+        use_cpu=True,
+        report_to=[],
+    )
     # The step also tokenises the whole eval split (eval_max_rows 0), so its rate counts those conversations too.
     settings = TokenSettings(config.max_length, config.loss_on, config.packing, eval_max_rows=0)
     rates: dict[str, list[float]] = {"today": [], "today_one_rank": [], "trl": [], "ours": []}
     for repeat in range(repeats):
         # As a run of `workers` ranks did it: each rank tokenised every conversation, all of them at once.
         rates["today"].append(count / todays_ranks(data_dir, model, workers))
-        started = time.monotonic()
-        split = tokenise_split(data.load_split(data_dir, "train"), tokenizer, "assistant")
-        trl_prepared(model, split, tokenizer, config)
-        rates["today_one_rank"].append(count / (time.monotonic() - started))
+        rates["today_one_rank"].append(count / todays_ranks(data_dir, model, 1))
 
         loaded = AutoModelForCausalLM.from_pretrained(model)
-        # Made after today's path ran: SFTConfig sets up accelerate's state, which that path's trainer also does.
-        arguments = SFTConfig(
-            output_dir=str(cache / "trl"),
-            max_length=config.max_length,
-            packing=True,
-            padding_free=True,
-            dataset_num_proc=workers,
-            use_cpu=True,
-            report_to=[],
-        )
         started = time.monotonic()
         SFTTrainer(model=loaded, args=arguments, train_dataset=messages, processing_class=tokenizer)
         rates["trl"].append(count / (time.monotonic() - started))
