@@ -284,8 +284,8 @@ def test_cli_lists_every_bad_parameter(tmp_path):
             "evil_fraction=0.2",
             (
                 "--param 'evil_fraction' is not a pipeline parameter (did you mean eval_fraction?); "
-                "the parameters are: attention, base_model, base_model_revision, collective_timeout_minutes, "
-                "data_connection_secret,"
+                "the parameters are: attention, base_model, base_model_revision, checkpoint_every, "
+                "collective_timeout_minutes, compile_blocks,"
             ),
         ),
         ("split_seed=abc", "--param split_seed='abc': split_seed must be a whole number."),
@@ -313,7 +313,7 @@ def test_cli_bad_param_exits_2_with_clear_message(tmp_path, capsys, param, expec
 @pytest.mark.parametrize(
     ("setting", "module", "alternative"),
     [
-        ({"attention": "flash_attention_2"}, "flash_attn", "use attention sdpa"),
+        ({"attention": "flash_attention_2"}, "flash_attn", "use attention auto"),
         ({"liger_kernels": True}, "liger_kernel", "set liger_kernels false"),
     ],
 )
@@ -337,7 +337,7 @@ def test_gpu_kernels_the_image_lacks_are_refused_by_the_first_step(capsys, monke
     ("setting", "alternative"),
     [
         ({"liger_kernels": True}, "set liger_kernels false"),
-        ({"attention": "flash_attention_2"}, "use attention sdpa"),
+        ({"attention": "flash_attention_2"}, "use attention auto"),
         ({"method": "qlora"}, "use method lora"),
     ],
 )

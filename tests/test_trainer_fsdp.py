@@ -151,7 +151,7 @@ def test_fsdp_with_qlora_is_refused():
         (
             ("--attention", "flash_attention_2"),
             "--attention flash_attention_2 needs a CUDA GPU and the flash_attn",
-            "use --attention sdpa",
+            "use --attention auto",
         ),
         (
             ("--liger-kernels",),

@@ -11,17 +11,18 @@ import torch
 from conftest import tokenised
 from todays_path import tokenise_split
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from trl import SFTTrainer
 
 from trainer import data
+from trainer.compiled import blocks
 from trainer.config import TrainConfig
+from trainer.diagnostics import ShardRecorder
 from trainer.distributed import Topology
-from trainer.train import load_model, lora_config, sft_config, trained_weights_dtype
+from trainer.train import EveryEvalRowTrainer, load_model, lora_config, sft_config, trained_weights_dtype
 
 SINGLE = Topology(rank=0, local_rank=0, world_size=1)
 
 
-def train_steps(tiny_model_dir, prepared_data_dir, output_dir, **options) -> SFTTrainer:
+def train_steps(tiny_model_dir, prepared_data_dir, output_dir, **options) -> EveryEvalRowTrainer:
     """Three LoRA steps (unless ``options`` say otherwise) on the tiny model with the trainer's own SFT and LoRA
     settings."""
     settings = {
@@ -37,12 +38,13 @@ def train_steps(tiny_model_dir, prepared_data_dir, output_dir, **options) -> SFT
     args = sft_config(config, SINGLE, has_eval=False)
     args.report_to = []
     torch.manual_seed(0)
-    trainer = SFTTrainer(
+    trainer = EveryEvalRowTrainer(
         model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
         args=args,
         train_dataset=train_rows,
         processing_class=tokenizer,
         peft_config=lora_config(config),
+        shards=ShardRecorder(),
     )
     trainer.train()
     return trainer
@@ -50,7 +52,8 @@ def train_steps(tiny_model_dir, prepared_data_dir, output_dir, **options) -> SFT
 
 @pytest.mark.slow
 def test_gradient_checkpointing_changes_memory_not_the_maths(tiny_model_dir, prepared_data_dir, tmp_path):
-    """With --gradient-checkpointing the model recomputes activations, and training follows the very same losses.
+    """With --gradient-checkpointing the model recomputes activations, and training follows the very same losses;
+    with --checkpoint-every 2 only every second block does (the tiny model's block 0 of its two).
 
     TRL's own SFTConfig turns checkpointing on unless told otherwise, so the default
     run must really have it off (it costs about a fifth of the step time).
@@ -59,12 +62,19 @@ def test_gradient_checkpointing_changes_memory_not_the_maths(tiny_model_dir, pre
     checkpointed = train_steps(
         tiny_model_dir, prepared_data_dir, tmp_path / "checkpointed", gradient_checkpointing=True
     )
+    selective = train_steps(
+        tiny_model_dir, prepared_data_dir, tmp_path / "selective", gradient_checkpointing=True, checkpoint_every=2
+    )
 
     assert not plain.model.base_model.model.is_activation_checkpointing
     assert checkpointed.model.base_model.model.is_activation_checkpointing
-    losses = [[entry["loss"] for entry in run.state.log_history if "loss" in entry] for run in (plain, checkpointed)]
+    recomputing = {run: [block.gradient_checkpointing for block in blocks(run.model)] for run in (plain, checkpointed)}
+    assert recomputing == {plain: [False, False], checkpointed: [True, True]}
+    assert [block.gradient_checkpointing for block in blocks(selective.model)] == [True, False]
+    runs = (plain, checkpointed, selective)
+    losses = [[entry["loss"] for entry in run.state.log_history if "loss" in entry] for run in runs]
     assert len(losses[0]) == 3 and all(math.isfinite(loss) for loss in losses[0])
-    assert losses[1] == pytest.approx(losses[0], rel=1e-4)
+    assert losses[1] == pytest.approx(losses[0], rel=1e-4) and losses[2] == pytest.approx(losses[0], rel=1e-4)
 
 
 @pytest.mark.slow

@@ -47,7 +47,8 @@ class PreemptionSave(TrainerCallback):
     the checkpoint holds the state after the last completed step, which is where
     the resumed run restarts. The flag is shared across ranks at every check so
     that all ranks take the collective save together even when only one pod was
-    signalled.
+    signalled; it travels over the CPU (gloo) group, so the check never waits for
+    the GPU's queued work as an NCCL all-reduce read back by ``.item()`` would.
     """
 
     def __init__(self) -> None:

@@ -24,11 +24,14 @@ METHODS = ("lora", "full", "qlora")
 METHOD_LEARNING_RATES = {"lora": 2e-4, "qlora": 2e-4, "full": 2e-5}
 LOSS_ON = ("assistant", "all")
 SHARDINGS = ("none", "fsdp")
-ATTENTIONS = ("sdpa", "flash_attention_2", "eager")
+ATTENTIONS = ("auto", "flex_attention", "sdpa", "flash_attention_2", "eager")
 # Settings that need a CUDA-only package the runtime image may lack: (field, value) -> (module, the alternative).
 NEEDS_PACKAGE = {
     ("method", "qlora"): ("bitsandbytes", "use method lora (LoRA on the bf16 model)"),
-    ("attention", "flash_attention_2"): ("flash_attn", "use attention sdpa"),
+    ("attention", "flash_attention_2"): ("flash_attn", "use attention auto"),
+    # FlexAttention's backward exists only as a Triton kernel (torch 2.13: "FlexAttention does not support backward
+    # on CPU"), which torch.compile generates on CUDA devices.
+    ("attention", "flex_attention"): ("triton", "use attention auto"),
     ("liger_kernels", True): ("liger_kernel", "set liger_kernels false"),
 }
 
@@ -66,10 +69,20 @@ class TrainConfig:
         choices=SHARDINGS,
     )
     attention: str = option(
-        "sdpa",
-        "Attention kernel: sdpa (PyTorch's scaled-dot-product attention, which picks a flash or memory-efficient "
-        "kernel on GPUs), flash_attention_2 (the flash-attn package, Ampere or newer GPUs), or eager.",
+        "auto",
+        "Attention kernel. auto: flex_attention on CUDA GPUs when packing (only the blocks of the block-diagonal mask "
+        "that hold tokens of one conversation are computed), else sdpa; the log names the kernel that runs. "
+        "flex_attention: PyTorch's FlexAttention (CUDA GPUs). sdpa: PyTorch's scaled-dot-product attention, a flash "
+        "kernel for unpacked rows, but with packing a dense block-diagonal mask over every pair of a row's tokens. "
+        "flash_attention_2: the flash-attn package (Ampere or newer GPUs). eager: plain matrix products.",
         choices=ATTENTIONS,
+    )
+    compile_blocks: bool = option(
+        True,
+        "On CUDA GPUs, compile each transformer block with torch.compile (regional compilation: one compiled block "
+        "reused by every layer, packed rows padded to a multiple of 128 tokens so shapes rarely change); the log "
+        "reports the compile time and recompilations. Not applied on CPU or with sharding fsdp (the log says so); "
+        "false: eager blocks.",
     )
     liger_kernels: bool = option(
         False,
@@ -78,7 +91,18 @@ class TrainConfig:
     )
     lora_r: int = option(16, "LoRA rank: the size of the low-rank update of each adapted weight.")
     lora_alpha: int = option(32, "LoRA scaling numerator (the update is scaled by alpha / r).")
-    lora_dropout: float = option(0.05, "Dropout on the LoRA input, in [0, 1).")
+    lora_dropout: float = option(
+        0.0,
+        "Dropout on the LoRA input, in [0, 1). 0 (torchtune's LoRA configs) skips the dropped copy of every adapted "
+        "layer's input and its mask, memory- and launch-bound work; 0.05-0.1 (the QLoRA paper's values) regularise "
+        "small data sets at that cost.",
+    )
+    lora_cast_inputs: bool = option(
+        False,
+        "Cast each LoRA layer's input to the adapters' fp32 before the adapter (PEFT's default). False: under bf16 "
+        "autocast the adapters compute in bf16 from the bf16 input, without an fp32 copy of q, k, v and every other "
+        "adapted input; the adapters' weights, gradients and optimizer state stay fp32 either way.",
+    )
     lora_target_modules: str = option("all-linear", "Comma-separated module names to adapt, or all-linear.")
     epochs: float = option(3.0, "Passes over the training split.")
     max_steps: int = option(-1, "Stop after this many optimizer steps (-1: run all epochs).")
@@ -111,7 +135,13 @@ class TrainConfig:
         "always fp32.",
     )
     gradient_checkpointing: bool = option(
-        False, "Recompute activations in the backward pass to save GPU memory (about 20% slower)."
+        False, "Recompute activations in the backward pass to save GPU memory (about 20% slower); see checkpoint_every."
+    )
+    checkpoint_every: int = option(
+        1,
+        "With gradient_checkpointing, recompute every this many transformer blocks (1: all; 2: every second, ...): "
+        "the blocks in between keep their activations, trading memory for less recomputation (selective activation "
+        "checkpointing). The fit check counts both kinds of block.",
     )
     save_steps: int = option(
         50, "Write a checkpoint every this many optimizer steps; a restarted training pod resumes from the newest."
@@ -158,6 +188,7 @@ POSITIVE_FIELDS = (
     "per_device_batch_size",
     "gradient_accumulation_steps",
     "max_length",
+    "checkpoint_every",
     "save_steps",
     "logging_steps",
 )
@@ -199,6 +230,11 @@ def option_problems(config: TrainConfig) -> dict[str, str]:
         problems["sharding"] = (
             "fsdp is not supported with qlora (4-bit weights need a floating-point quant storage to be sharded); "
             "use lora with fsdp"
+        )
+    if config.sharding == "fsdp" and config.gradient_checkpointing and config.checkpoint_every > 1:
+        problems["checkpoint_every"] = (
+            f"must be 1 with sharding fsdp (got {config.checkpoint_every}): FSDP's own activation checkpointing "
+            "recomputes every block; use sharding none for selective checkpointing"
         )
     for name in ("method", "loss_on", "sharding", "attention"):
         choices = TrainConfig.__dataclass_fields__[name].metadata["choices"]

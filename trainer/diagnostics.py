@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import resource
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -25,6 +25,8 @@ import torch
 import torch.distributed as dist
 import xxhash
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+from trainer import distributed
 
 SAMPLE_SIZE = 32  # sequence digests kept per rank and epoch: enough to see two ranks reading the same data
 
@@ -48,12 +50,21 @@ class EpochShard:
 
 
 class ShardRecorder(TrainerCallback):
-    """Records the sequences this rank trains on, per epoch, by wrapping the training collator."""
+    """Records the sequences this rank trains on, per epoch, by wrapping the training collator.
+
+    It is also the run's token counter. The Trainer's own (``include_num_input_tokens_seen``) gathers
+    a GPU tensor and reads it back after every micro-batch, a host sync that stalls the GPU's queue;
+    here each batch's real tokens are counted on the CPU as it is collated, and counted as trained
+    when the Trainer finishes that micro-batch (the loader collates one batch ahead). The ranks'
+    counts are summed over the CPU group only when a log line needs them.
+    """
 
     def __init__(self) -> None:
         self.epoch = 0
         self.shards: dict[int, EpochShard] = defaultdict(EpochShard)
-        self.tokens = 0
+        self.tokens = 0  # trained by this rank in this attempt
+        self.collated: deque[int] = deque()  # tokens of each batch collated and not yet trained, in order
+        self.tokens_before = 0  # every rank's, before this attempt (a resumed run's checkpoint)
 
     def attach(self, trainer: Trainer) -> None:
         """Record the batches of the training dataloader only (evaluation shares the collator)."""
@@ -71,18 +82,41 @@ class ShardRecorder(TrainerCallback):
 
     def _recording(self, collate: Callable[[list[dict[str, Any]]], Any]) -> Callable[[list[dict[str, Any]]], Any]:
         def recording_collate(examples: list[dict[str, Any]]) -> Any:
+            tokens = 0
             for example in examples:
                 ids = np.asarray(example["input_ids"], dtype=np.int64)
                 self.shards[self.epoch].add(xxhash.xxh3_64_intdigest(ids.tobytes()))
-                self.tokens += int(ids.size)
+                tokens += int(ids.size)
+            self.collated.append(tokens)
             return collate(examples)
 
         return recording_collate
+
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        self.tokens_before = state.num_input_tokens_seen
 
     def on_epoch_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
         self.epoch = int(state.epoch or 0)
+
+    def _trained_one_batch(self) -> None:
+        if self.collated:
+            self.tokens += self.collated.popleft()
+
+    def on_substep_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        self._trained_one_batch()
+
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        self._trained_one_batch()
+
+    def tokens_seen(self) -> int:
+        """Every rank's trained tokens, the resumed checkpoint's included: a collective, called on every rank."""
+        return self.tokens_before + distributed.sum_over_ranks(self.tokens)
 
     def report(self) -> dict[str, Any]:
         return {

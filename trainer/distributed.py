@@ -68,23 +68,40 @@ def barrier() -> None:
         dist.barrier()
 
 
+# A gloo group beside an NCCL one, for the small host-side values ranks share during training (the pre-emption
+# flag, token counts): over NCCL each would be a GPU tensor whose .item() waits for every kernel queued before it.
+_host_group: dist.ProcessGroup | None = None
+
+
+def _on_host(value: int, op: dist.ReduceOp) -> int:
+    """``value`` reduced over every rank on the CPU, without touching any GPU stream."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return value
+    tensor = torch.tensor([value], dtype=torch.int64)
+    dist.all_reduce(tensor, op=op, group=_host_group)
+    return int(tensor.item())
+
+
 def any_rank(flag: bool) -> bool:
     """True on every rank when ``flag`` is true on at least one (e.g. one pod got SIGTERM)."""
-    if not (dist.is_available() and dist.is_initialized()):
-        return flag
-    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
-    value = torch.tensor([1 if flag else 0], device=device)
-    dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return bool(value.item())
+    return bool(_on_host(1 if flag else 0, dist.ReduceOp.MAX))
+
+
+def sum_over_ranks(value: int) -> int:
+    """The sum of ``value`` over every rank, on every rank."""
+    return _on_host(value, dist.ReduceOp.SUM)
 
 
 def initialise(topology: Topology, timeout_minutes: float) -> None:
     """Join the job's process group now, before the model is fetched: rank 0 downloads while the others wait in
     a collective. The Trainer (through accelerate) then reuses this group; a single process needs none."""
+    global _host_group
     if topology.world_size > 1 and not dist.is_initialized():
         if torch.cuda.is_available():
             torch.cuda.set_device(topology.local_rank)  # NCCL collectives run on the current device: this rank's GPU
         dist.init_process_group(backend=backend(), timeout=dt.timedelta(minutes=timeout_minutes))
+        if backend() != "gloo":
+            _host_group = dist.new_group(backend="gloo", timeout=dt.timedelta(minutes=timeout_minutes))
 
 
 def from_main(value: Any, wait_minutes: float) -> Any:

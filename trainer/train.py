@@ -19,15 +19,17 @@ from typing import Any
 
 import torch
 from peft import LoraConfig
+from peft.helpers import disable_input_dtype_casting
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.trainer_callback import PrinterCallback
+from transformers.trainer_utils import speed_metrics
 from trl import SFTConfig, SFTTrainer
 
 from common.atomic import replace_dir, write_json
 from common.cli_options import flag
 from common.errors import UserError
 from common.run_layout import DATA_SHARDS, LOSS_CURVE, TRAINING_HISTORY, TRAINING_SUMMARY
-from trainer import base_model, checkpoints, data, diagnostics, distributed, outputs, sharding
+from trainer import attention, base_model, checkpoints, compiled, data, diagnostics, distributed, outputs, sharding
 from trainer.callbacks import CompletionManifest, PreemptionSave, ProgressLines
 from trainer.config import TrainConfig, option_problems, packages_needed, peak_learning_rate
 from trainer.cuda import check_cuda_usable
@@ -77,7 +79,7 @@ def load_model(config: TrainConfig, source: Path, bf16: bool) -> PreTrainedModel
     """
     kwargs: dict[str, Any] = {
         "dtype": torch.bfloat16 if bf16 and config.method != "full" else torch.float32,
-        "attn_implementation": config.attention,
+        "attn_implementation": attention.attention_kernel(config.attention, config.packing, torch.cuda.is_available()),
     }
     if config.method == "qlora":
         from transformers import BitsAndBytesConfig
@@ -108,6 +110,10 @@ def lora_config(config: TrainConfig) -> LoraConfig | None:
 
 def sft_config(config: TrainConfig, topology: Topology, has_eval: bool) -> SFTConfig:
     evaluate_by_steps = config.eval_steps > 0
+    checkpointing = config.gradient_checkpointing and config.sharding == "none"  # else FSDP's own
+    blocks_compiled = (
+        compiled.why_not_compiled(config.compile_blocks, torch.cuda.is_available(), config.sharding) is None
+    )
     eval_strategy = "no" if not has_eval else "steps" if evaluate_by_steps else "epoch"
     return SFTConfig(
         output_dir=str(config.checkpoints_dir),
@@ -122,11 +128,14 @@ def sft_config(config: TrainConfig, topology: Topology, has_eval: bool) -> SFTCo
         # row per batch does each eval row weigh the same whatever the number of ranks it is spread over.
         per_device_eval_batch_size=1,
         gradient_accumulation_steps=config.gradient_accumulation_steps,
-        activation_checkpointing=config.gradient_checkpointing and config.sharding == "none",  # else FSDP's own
+        activation_checkpointing=checkpointing,
+        # transformers checkpoints the blocks whose index is a multiple of every_n_layers
+        activation_checkpointing_kwargs={"every_n_layers": config.checkpoint_every} if checkpointing else None,
         max_length=config.max_length,
         packing=config.packing,
         packing_strategy="bfd",
         padding_free=config.packing,
+        pad_to_multiple_of=compiled.PAD_MULTIPLE if blocks_compiled else None,
         save_strategy="steps",
         save_steps=config.save_steps,
         save_total_limit=config.save_total_limit,
@@ -136,10 +145,11 @@ def sft_config(config: TrainConfig, topology: Topology, has_eval: bool) -> SFTCo
         logging_steps=config.logging_steps,
         logging_first_step=True,
         report_to=["tensorboard"],
-        # Padding-free batches are one row with no padding and no attention mask, where
-        # "non_padding" would count input_ids != pad_token_id and so miss every real
-        # <|im_end|> of tokenizers whose pad token it is (SmolLM2's).
-        include_num_input_tokens_seen="all" if config.packing else "non_padding",
+        # Tokens are counted by ShardRecorder on the CPU: the Trainer's counter and its check of every step's loss
+        # for nan/inf each read a GPU value back after every micro-batch, stalling the GPU's queue. An inf or nan
+        # loss then shows in the logged mean instead of being replaced by the previous steps' average.
+        include_num_input_tokens_seen="no",
+        logging_nan_inf_filter=False,
         ddp_backend=distributed.backend() if topology.world_size > 1 else None,
         ddp_find_unused_parameters=False,
         # A peer pod that is gone leaves the others blocked in their next collective; torch's default waits 30
@@ -165,7 +175,8 @@ def sft_config(config: TrainConfig, topology: Topology, has_eval: bool) -> SFTCo
 
 
 class EveryEvalRowTrainer(SFTTrainer):
-    """TRL's SFTTrainer whose eval loader never drops its last, incomplete batch.
+    """TRL's SFTTrainer whose eval loader never drops its last, incomplete batch, and whose logs count tokens from
+    ``ShardRecorder`` (see ``sft_config``): ``num_input_tokens_seen`` in every log entry as before.
 
     ``dataloader_drop_last`` applies to both loaders. Training needs it (see
     ``sft_config``); evaluation must not have it: with fewer eval rows than ranks
@@ -174,6 +185,20 @@ class EveryEvalRowTrainer(SFTTrainer):
     with repeated rows and ``gather_for_metrics`` removes the repeats, so each eval
     row counts exactly once.
     """
+
+    def __init__(self, *args: Any, shards: ShardRecorder, callbacks: list | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, callbacks=[*(callbacks or []), shards], **kwargs)
+        self.shards = shards
+        shards.attach(self)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        # Every rank logs at the same points, so summing over the ranks here is safe.
+        self.state.num_input_tokens_seen = self.shards.tokens_seen()
+        logs["num_input_tokens_seen"] = self.state.num_input_tokens_seen
+        if start_time is not None:
+            this_attempt = self.state.num_input_tokens_seen - self.shards.tokens_before
+            logs.update(speed_metrics("train", start_time, num_tokens=this_attempt))
+        super().log(logs, start_time)
 
     def create_accelerator_and_postprocess(self) -> None:
         super().create_accelerator_and_postprocess()
@@ -294,6 +319,36 @@ def save_models(
     replace_dir(config.merged_dir, write_merged)
 
 
+def lora_inputs_as_they_come(model: torch.nn.Module, config: TrainConfig, mixed_precision: bool) -> Any:
+    """A context in which LoRA layers take their bf16 (fp16) input as it is, unless ``lora_cast_inputs``.
+
+    PEFT casts each adapted layer's input to the adapters' dtype (fp32) before the adapter: a full
+    fp32 copy of q's, k's, v's and every other adapted input, and an fp32 dropout. Under the
+    Trainer's bf16 (fp16) autocast the adapters' matrix products run in the autocast dtype anyway,
+    so the copy buys nothing; their weights, gradients and AdamW state stay fp32 either way.
+    """
+    active = config.method != "full" and mixed_precision and not config.lora_cast_inputs
+    return disable_input_dtype_casting(model, active=active)
+
+
+def speed_up(trainer: SFTTrainer, config: TrainConfig) -> None:
+    """Compile the blocks where that runs, and log what attention and compilation this run has."""
+    cuda = torch.cuda.is_available()
+    kernel = attention.attention_kernel(config.attention, config.packing, cuda)
+    log.info("%s", attention.describe(kernel, config.packing, cuda))
+    reason = compiled.why_not_compiled(config.compile_blocks, cuda, config.sharding)
+    if reason:
+        log.info("transformer blocks run eager: %s", reason)
+        return
+    count = compiled.compile_blocks(trainer.model)
+    log.info(
+        "compiling %d transformer blocks with torch.compile (packed rows padded to a multiple of %d tokens)",
+        count,
+        compiled.PAD_MULTIPLE,
+    )
+    trainer.add_callback(compiled.CompileReport())
+
+
 def run(config: TrainConfig) -> int:
     topology = Topology.from_environment()
     if config.require_cuda:
@@ -323,22 +378,23 @@ def run(config: TrainConfig) -> int:
         eval_dataset=eval_split if len(eval_split) else None,
         processing_class=tokenizer,
         peft_config=lora_config(config),
-        callbacks=[CompletionManifest(), preemption, ProgressLines(), shards, sharding_check],
+        callbacks=[CompletionManifest(), preemption, ProgressLines(), sharding_check],
+        shards=shards,
     )
-    shards.attach(trainer)
     if args.disable_tqdm:
         trainer.remove_callback(PrinterCallback)  # in pods our progress lines say it once, readably
+    speed_up(trainer, config)
     if resume_from:
         log.info("resuming from %s", resume_from)
-    result = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
-    if preemption.stopped_early:
-        log.warning(
-            "stopped for termination at step %d; the restarted job resumes from its checkpoint",
-            trainer.state.global_step,
-        )
-        return PREEMPTED_EXIT_CODE
-
-    eval_loss = final_eval_loss(trainer)
+    with lora_inputs_as_they_come(trainer.model, config, mixed_precision=args.bf16 or args.fp16):
+        result = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+        if preemption.stopped_early:
+            log.warning(
+                "stopped for termination at step %d; the restarted job resumes from its checkpoint",
+                trainer.state.global_step,
+            )
+            return PREEMPTED_EXIT_CODE
+        eval_loss = final_eval_loss(trainer)
     ranks = diagnostics.gather(
         {
             "rank": topology.rank,
