@@ -100,6 +100,38 @@ def test_the_parts_follow_the_formula():
     assert "bf16 copies" in checkpointed.parts and "ddp buckets" in checkpointed.parts  # DDP's own extras
 
 
+def test_checkpointing_every_nth_block_keeps_the_others_activations_whole():
+    """Llama-3-8B's 32 blocks checkpointed every 3rd: blocks 0, 3, ..., 30 (11) keep their input, the 21 others
+    keep everything, plus one block being recomputed; every 1 is plain checkpointing."""
+    llama = shape("Meta-Llama-3-8B")
+    h, per_layer = 4096, 2 * 4096 * 4 + 2 * (5 * 4096 + 3 * 1024 + 4 * 14336)
+    config = train_config(Path("m"), method="full", gradient_checkpointing=True, max_length=1024)
+    every_third = estimate(llama, replace(config, checkpoint_every=3), 1, True).parts["activations"]
+    assert every_third == 1024 * (11 * h * 4 + 21 * per_layer + per_layer)
+    every_one = estimate(llama, config, 1, True).parts["activations"]
+    assert every_one == 1024 * (32 * h * 4 + per_layer)
+    assert estimate(llama, replace(config, checkpoint_every=32), 1, True).parts["activations"] == 1024 * (
+        h * 4 + 32 * per_layer
+    )
+
+
+def test_a_fitting_job_is_told_the_least_checkpointing_and_largest_micro_batch_that_also_fit(model_dir):
+    """SmolLM3-3B full fine-tuning with checkpointing, 8k-token rows, on one 80 GiB GPU fits with room to spare (an
+    estimated 60 GiB): the check names the largest checkpoint_every and per_device_batch_size that still fit, each
+    checked here against the estimate."""
+    config = train_config(model_dir("SmolLM3-3B"), method="full", gradient_checkpointing=True, max_length=8192)
+    lines = check_fit(config, nodes=1, gpus_per_node=1, gpu_memory="80Gi")
+    assert "1 x 8192 = 8,192 tokens per micro-batch" in lines[0]
+    assert "faster settings that also fit: checkpoint_every " in lines[-1]
+    every = int(lines[-1].split("checkpoint_every ")[1].split(";")[0])
+    batch = int(lines[-1].split("per_device_batch_size ")[1].split(" ")[0])
+    smollm3, budget = shape("SmolLM3-3B"), 80 * GIB
+    assert estimate(smollm3, replace(config, checkpoint_every=every), 1, True).total <= budget
+    assert estimate(smollm3, replace(config, checkpoint_every=every + 1), 1, True).total > budget
+    assert estimate(smollm3, replace(config, per_device_batch_size=batch), 1, True).total <= budget
+    assert estimate(smollm3, replace(config, per_device_batch_size=batch + 1), 1, True).total > budget
+
+
 def test_on_gpus_the_gradients_and_the_forward_pass_memory_are_not_counted_together():
     """The caching allocator reuses what the backward pass frees for the gradients it makes, so the GPU peak is the
     held state plus the larger of the two (an H100 run of SmolLM3-3B, full with checkpointing, 1 x 4096: 46.9 GiB

@@ -15,7 +15,9 @@ processes the state is sharded over: the world size under FSDP, 1 under DDP):
   (2h x 2 with a bf16 LoRA base), and in the compute dtype the q/k/v projections before and after
   rotary, the attention output and the MLP's gate, up, activation and product, (5h + 3kv + 4i)
   values; LoRA with dropout adds each adapted projection's dropped input and its mask, (6h + i) x 3
-  bytes. With gradient checkpointing only each layer's input is kept, plus one layer recomputed;
+  bytes. With gradient checkpointing a checkpointed layer keeps only its input, plus one layer
+  recomputed at a time; with ``checkpoint_every`` n only the layers whose index is a multiple of n
+  are checkpointed (transformers' ``every_n_layers``) and the others keep everything;
 - logits for the loss: the projection's output, its fp32 copy and its gradient, 10 bytes per token
   and vocabulary entry (12 in fp32), none with Liger's fused linear cross-entropy;
 - on CPU only (the fit benchmark's runs), the attention weights SDPA's math path keeps, heads x
@@ -191,7 +193,7 @@ def estimate(shape: ModelShape, config: TrainConfig, processes: int, on_gpu: boo
     if not on_gpu:
         # On CPU, SDPA takes its math path, which keeps each head's max_length² attention weights for the backward
         # pass (measured in benchmarks/fit_bench.py); on GPUs its fused kernels keep none.
-        layers_kept = 1 if config.gradient_checkpointing else shape.layers
+        layers_kept = shape.layers - checkpointed_layers(shape, config) + (1 if config.gradient_checkpointing else 0)
         parts["attention"] = layers_kept * config.per_device_batch_size * shape.heads * config.max_length**2 * compute
     tokens = config.per_device_batch_size * config.max_length
     # Liger's fused linear cross-entropy computes the loss chunk by chunk and never holds the logits.
@@ -209,9 +211,16 @@ def activation_bytes(shape: ModelShape, config: TrainConfig, compute: int) -> in
     if config.method != "full" and config.lora_dropout > 0:
         per_layer += (6 * h + i) * (compute + 1)
     tokens = config.per_device_batch_size * config.max_length
-    if config.gradient_checkpointing:
-        return tokens * (shape.layers * h * residual + per_layer)
-    return tokens * shape.layers * per_layer
+    checkpointed = checkpointed_layers(shape, config)
+    recomputed = per_layer if checkpointed else 0  # the one checkpointed layer being recomputed
+    return tokens * (checkpointed * h * residual + (shape.layers - checkpointed) * per_layer + recomputed)
+
+
+def checkpointed_layers(shape: ModelShape, config: TrainConfig) -> int:
+    """How many layers recompute their activations: those whose index is a multiple of ``checkpoint_every``."""
+    if not config.gradient_checkpointing:
+        return 0
+    return -(-shape.layers // config.checkpoint_every)
 
 
 def storage_bytes(shape: ModelShape, config: TrainConfig) -> dict[str, int]:
@@ -268,6 +277,43 @@ def _parsed(path: Path) -> dict[str, Any]:
         raise UserError(f"could not read {path} ({error})") from None
 
 
+MOST_SEQUENCES_SUGGESTED = 64
+
+
+def headroom(shape: ModelShape, config: TrainConfig, processes: int, budget: int) -> list[str]:
+    """What a job that fits could spend its spare memory on: less recomputation, then more tokens per micro-batch.
+
+    Each is the largest single change that still fits: the fewest checkpointed blocks, and the most
+    packed sequences per micro-batch (padding-free batches are one row of per_device_batch_size x
+    max_length tokens, and a GPU reaches its speed on large ones).
+    """
+
+    def fits(changed: TrainConfig) -> bool:
+        return estimate(shape, changed, processes, on_gpu=True).total <= budget
+
+    found = []
+    if config.gradient_checkpointing:
+        if fits(replace(config, gradient_checkpointing=False)):
+            found.append("gradient_checkpointing false")
+        else:
+            every = next(
+                (
+                    n
+                    for n in range(shape.layers, config.checkpoint_every, -1)
+                    if fits(replace(config, checkpoint_every=n))
+                ),
+                None,
+            )
+            if every:
+                found.append(f"checkpoint_every {every}")
+    batch = config.per_device_batch_size
+    while batch < MOST_SEQUENCES_SUGGESTED and fits(replace(config, per_device_batch_size=batch + 1)):
+        batch += 1
+    if batch > config.per_device_batch_size:
+        found.append(f"per_device_batch_size {batch} ({batch * config.max_length:,} tokens per micro-batch)")
+    return found
+
+
 def fixes(shape: ModelShape, config: TrainConfig, nodes: int, procs_per_node: int, budget: int) -> list[str]:
     """Changes of one setting that make the estimate fit ``budget``, cheapest first."""
 
@@ -275,8 +321,22 @@ def fixes(shape: ModelShape, config: TrainConfig, nodes: int, procs_per_node: in
         return estimate(shape, changed, job_nodes * procs_per_node, on_gpu=True).total <= budget
 
     found = []
-    if not config.gradient_checkpointing and fits(replace(config, gradient_checkpointing=True)):
-        found.append("gradient_checkpointing true")
+    if not config.gradient_checkpointing or config.checkpoint_every > 1:
+        # the least recomputation that fits: checkpointing every n-th block, n as large as fits
+        every = next(
+            (
+                n
+                for n in range(config.checkpoint_every - 1 if config.gradient_checkpointing else shape.layers, 0, -1)
+                if fits(replace(config, gradient_checkpointing=True, checkpoint_every=n))
+            ),
+            None,
+        )
+        if every == 1:
+            found.append(
+                "gradient_checkpointing true" + (", checkpoint_every 1" if config.checkpoint_every > 1 else "")
+            )
+        elif every:
+            found.append(f"gradient_checkpointing true, checkpoint_every {every}")
     if config.sharding == "none" and fits(replace(config, sharding="fsdp")) and nodes * procs_per_node > 1:
         found.append("sharding fsdp")
     if config.method == "full" and fits(replace(config, method="lora")):
@@ -290,6 +350,12 @@ def fixes(shape: ModelShape, config: TrainConfig, nodes: int, procs_per_node: in
     if config.per_device_batch_size > 1 and fits(replace(config, per_device_batch_size=1)):
         found.append("per_device_batch_size 1")
     return found
+
+
+def checkpointing_words(config: TrainConfig) -> str:
+    if not config.gradient_checkpointing:
+        return "off"
+    return "on" if config.checkpoint_every == 1 else f"every {config.checkpoint_every} blocks"
 
 
 def check_fit(config: TrainConfig, nodes: int, gpus_per_node: int, gpu_memory: str, pvc_size: str = "") -> list[str]:
@@ -315,8 +381,9 @@ def check_fit(config: TrainConfig, nodes: int, gpus_per_node: int, gpu_memory: s
     result = estimate(shape, config, processes, on_gpu=True)
     lines = [
         f"fit check: {shape.parameters / 1e9:.2f}B parameters ({source}), {config.method}, sharding {config.sharding}, "
-        f"{nodes} x {gpus_per_node} GPUs, {config.per_device_batch_size} x {config.max_length} tokens per micro-batch, "
-        f"gradient checkpointing {'on' if config.gradient_checkpointing else 'off'}, "
+        f"{nodes} x {gpus_per_node} GPUs, {config.per_device_batch_size} x {config.max_length} = "
+        f"{config.per_device_batch_size * config.max_length:,} tokens per micro-batch, "
+        f"gradient checkpointing {checkpointing_words(config)}, "
         f"{'bf16 mixed' if config.mixed_precision else 'fp32'} precision",
         *result.lines(),
         *storage_lines(shape, config, pvc_size),
@@ -325,7 +392,12 @@ def check_fit(config: TrainConfig, nodes: int, gpus_per_node: int, gpu_memory: s
         return [*lines, "  (gpu_memory is empty: set it, e.g. 80Gi, to refuse a job that cannot fit before it starts)"]
     budget = int(parse_quantity(gpu_memory))
     if result.total <= budget:
-        return [*lines, f"  fits gpu_memory {gpu_memory} ({gib(budget)})"]
+        faster = headroom(shape, config, nodes * gpus_per_node, budget)
+        return [
+            *lines,
+            f"  fits gpu_memory {gpu_memory} ({gib(budget)})"
+            + (f"; faster settings that also fit: {'; '.join(faster)}" if faster else ""),
+        ]
     options = fixes(shape, config, nodes, gpus_per_node, budget)
     raise UserError(
         "\n".join(lines)
