@@ -1,7 +1,7 @@
 """Training throughput and quality: TRL as its users run it, against ``python -m trainer``, in one run.
 
-Contenders, all LoRA (r 16, alpha 32, dropout 0.05, all-linear) on the same model, data, learning
-rate, epochs, max_length and precision (fp32 on CPU, bf16 on GPU):
+Contenders, all LoRA (r 16, alpha 32, all-linear, the same ``--lora-dropout``) on the same model, data,
+learning rate, epochs, max_length and precision (fp32 on CPU, bf16 on GPU):
 
 (a) TRL defaults: ``SFTTrainer`` on the chat ``messages`` with ``SFTConfig``'s own defaults for
     everything else: 8 conversations per batch padded to the longest, no packing, loss on every
@@ -10,11 +10,22 @@ rate, epochs, max_length and precision (fp32 on CPU, bf16 on GPU):
     checkpointing off, as a user with memory to spare runs it. (TRL's ``assistant_only_loss`` needs
     ``{% generation %}`` markers that SmolLM2's template lacks, so TRL trains on every token.)
 (c) ours: ``python -m trainer`` with its defaults (assistant-only loss, packing, padding-free,
-    one packed sequence per step).
+    one packed sequence per step; attention auto, which is sdpa on a CPU and flex_attention on a
+    CUDA GPU; transformer blocks compiled on a CUDA GPU only; the adapters' inputs not cast to fp32,
+    which changes nothing in fp32 on a CPU) except the LoRA dropout.
 and, in a second table, ours on two ranks with ``--sharding none`` (DDP) against ``--sharding fsdp``.
 
+The dropout is 0.05 for all three by default, TRL's own (``ModelConfig.lora_dropout``, its LoRA
+examples). Ours defaults to 0, which skips a dropped copy of every adapted layer's input, but a TRL
+user gets that by setting one LoraConfig field, and dropout is a regulariser that moves the eval loss
+too: with the same value, the tokens/s ratios and the eval losses measure the trainers, not a
+hyperparameter. ``--lora-dropout 0`` runs ours at its default against TRL users who set 0 as well.
+
 Each contender trains in its own process and, as all three do by default, ends training with a
-checkpoint (adapter and optimizer state; the timed run includes it). Throughput counts non-padding
+checkpoint (adapter and optimizer state; the timed run includes it). The timed run is the Trainer's
+``train_runtime``, training alone: no contender evaluates during it (the training directory's eval
+split is empty and TRL's trainers get no eval set; ``check_no_evaluation`` refuses a history with an
+``eval_loss``), and the merge and the scoring below come after it. Throughput counts non-padding
 tokens: the training split's tokens (truncated at max_length) times the epochs, the same number for
 every contender.
 The parent scores every final model the same way: mean cross-entropy over the assistant tokens of
@@ -77,15 +88,23 @@ def run_trl(args: argparse.Namespace, output: Path, packed: bool) -> dict:
         train_dataset=Dataset.from_dict({"messages": data.load_split(args.data_dir, "train")["messages"]}),
         processing_class=tokenizer,
         peft_config=LoraConfig(
-            r=16, lora_alpha=32, lora_dropout=0.05, target_modules="all-linear", task_type="CAUSAL_LM"
+            r=16, lora_alpha=32, lora_dropout=args.lora_dropout, target_modules="all-linear", task_type="CAUSAL_LM"
         ),
     )
     seconds = trainer.train().metrics["train_runtime"]
+    check_no_evaluation(trainer.state.log_history)
     steps = trainer.state.global_step
     peak = peak_memory_mb()
     trainer.model.merge_and_unload().save_pretrained(output / "merged")
     tokenizer.save_pretrained(output / "merged")
     return {"seconds": seconds, "steps": steps, "peak_mb": [peak]}
+
+
+def check_no_evaluation(history: list[dict]) -> None:
+    """Refuse a run that evaluated while training: its time would count as training time."""
+    evaluated = [entry.get("step") for entry in history if "eval_loss" in entry]
+    if evaluated:
+        raise RuntimeError(f"the timed training run evaluated at step(s) {evaluated}")
 
 
 def run_ours(args: argparse.Namespace, output: Path, ranks: int, sharding: str) -> dict:
@@ -102,6 +121,7 @@ def run_ours(args: argparse.Namespace, output: Path, ranks: int, sharding: str) 
         epochs=args.epochs,
         learning_rate=args.learning_rate,
         max_length=args.max_length,
+        lora_dropout=args.lora_dropout,
         sharding=sharding,
         save_steps=100000,
     )
@@ -111,6 +131,7 @@ def run_ours(args: argparse.Namespace, output: Path, ranks: int, sharding: str) 
     command = local_command(config, ranks) if ranks > 1 else [sys.executable, "-m", "trainer", *to_args(config)]
     subprocess.run(command, check=True, cwd=REPO_ROOT, stdout=subprocess.DEVNULL)
     summary = json.loads((output / "training_summary.json").read_text())
+    check_no_evaluation(json.loads((output / "training_history.json").read_text()))
     return {
         "seconds": summary["train_runtime_s"],
         "steps": summary["global_step"],
@@ -178,6 +199,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--epochs", type=float, default=1.0)
     parser.add_argument("--learning-rate", type=float, default=2e-4)
     parser.add_argument("--max-length", type=int, default=512)
+    parser.add_argument("--lora-dropout", type=float, default=0.05, help="every contender's (see the docstring)")
     parser.add_argument("--skip-fsdp", action="store_true", help="leave out the two-rank DDP and FSDP rows")
     parser.add_argument("--run-trl", choices=("defaults", "packed"), help=argparse.SUPPRESS)
     parser.add_argument("--data-dir", type=Path, help=argparse.SUPPRESS)
@@ -225,6 +247,7 @@ def main(argv: list[str] | None = None) -> None:
             command = [sys.executable, __file__, "--run-trl", name.removeprefix("trl-"), "--model", args.model]
             command += ["--data-dir", str(args.data_dir), "--output", str(output), "--epochs", str(args.epochs)]
             command += ["--learning-rate", str(args.learning_rate), "--max-length", str(args.max_length)]
+            command += ["--lora-dropout", str(args.lora_dropout)]
             subprocess.run(command, check=True, cwd=REPO_ROOT, env=env)
             results[name] = json.loads((output / "result.json").read_text())
         else:
@@ -236,7 +259,7 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"\nmodel {args.model}; {args.train_examples or 'all'} train / {args.eval_examples or 'all'} eval "
         f"conversations ({tokens:,} training tokens); {args.epochs} epoch(s), lr {args.learning_rate}, "
-        f"max_length {args.max_length}\n"
+        f"max_length {args.max_length}, LoRA dropout {args.lora_dropout}\n"
     )
     table({name: results[name] for name in ("trl-defaults", "trl-packed", "ours")}, tokens, None)
     ours = tokens / results["ours"]["seconds"]
