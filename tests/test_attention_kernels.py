@@ -193,3 +193,14 @@ def test_lora_layers_take_bf16_inputs_as_they_come_unless_asked(cast_inputs, tin
     assert seen == {torch.float32}
     assert {adapter.weight.dtype for adapter in adapters} == {torch.float32}
     torch.testing.assert_close(loss, peft_default, rtol=1e-2, atol=0)
+
+
+def test_a_compile_failure_ends_the_run_naming_the_switches_that_avoid_compiling(caplog):
+    def broken_backend(graph, inputs):
+        raise RuntimeError("no compiler for this GPU")
+
+    with pytest.raises(UserError) as error, compiled.compile_failures_explained():
+        torch.compile(lambda x: x + 1, backend=broken_backend)(torch.ones(2))
+    assert "no compiler for this GPU" in str(error.value)
+    assert "compile_blocks false and attention sdpa" in str(error.value)
+    assert "Traceback" not in str(error.value) and "torch.compile failed" in caplog.text

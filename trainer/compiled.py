@@ -11,14 +11,18 @@ stops there. The log says what was compiled, how long compiling took and how oft
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from typing import Any
+from typing import Any, Iterator
 
 import torch
+import torch._dynamo.exc
 import torch._dynamo.utils
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.modeling_layers import GradientCheckpointingLayer
+
+from common.errors import UserError, one_line
 
 log = logging.getLogger("trainer")
 
@@ -47,6 +51,25 @@ def compile_blocks(model: torch.nn.Module) -> int:
     for block in found:
         block.compile()
     return len(found)
+
+
+@contextlib.contextmanager
+def compile_failures_explained() -> Iterator[None]:
+    """A torch.compile failure (of the blocks, or of FlexAttention's kernel) as the way to train without it.
+
+    These are library or driver failures, not the user's: the traceback goes to the log for a bug
+    report, and the run ends with the two switches that avoid compiling.
+    """
+    try:
+        yield
+    except torch._dynamo.exc.TorchDynamoException as error:
+        log.error("torch.compile failed", exc_info=error)
+        raise UserError(
+            f"torch.compile failed ({one_line(error, 300)}). This run compiles its transformer blocks "
+            "(compile_blocks) and, with attention flex_attention (what auto picks for packed rows on GPUs), the "
+            "attention kernel. To train without compiling, rerun with compile_blocks false and attention sdpa (the "
+            "settings before issue 25; slower); the traceback above is what to report."
+        ) from None
 
 
 def compile_stats() -> dict[str, float]:

@@ -386,7 +386,10 @@ def run(config: TrainConfig) -> int:
     speed_up(trainer, config)
     if resume_from:
         log.info("resuming from %s", resume_from)
-    with lora_inputs_as_they_come(trainer.model, config, mixed_precision=args.bf16 or args.fp16):
+    with (
+        lora_inputs_as_they_come(trainer.model, config, mixed_precision=args.bf16 or args.fp16),
+        compiled.compile_failures_explained(),
+    ):
         result = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
         if preemption.stopped_early:
             log.warning(
