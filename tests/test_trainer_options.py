@@ -3,6 +3,7 @@ and packing's token count."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pyarrow.parquet as pq
@@ -122,3 +123,18 @@ def test_bf16_training_keeps_full_fine_tuning_weights_in_fp32(method, held_in, t
 
         model = get_peft_model(model, lora_config(config))
     assert trained_weights_dtype(model) == "float32"
+
+
+@pytest.mark.slow
+def test_each_checkpoint_holds_the_tokens_trained_up_to_it(tiny_model_dir, prepared_data_dir, tmp_path):
+    """A resumed run continues from the checkpoint's token count, so it must be exact at every save, not the count
+    of the last logged step (here only step 1 and the end are logged)."""
+    trained = train_steps(
+        tiny_model_dir, prepared_data_dir, tmp_path / "out", logging_steps=10, save_steps=1, save_total_limit=3
+    )
+    saved = [
+        json.loads((tmp_path / "out" / "checkpoints" / f"checkpoint-{step}" / "trainer_state.json").read_text())
+        for step in (1, 2, 3)
+    ]
+    counts = [state["num_input_tokens_seen"] for state in saved]
+    assert 0 < counts[0] < counts[1] < counts[2] == trained.state.num_input_tokens_seen

@@ -46,8 +46,7 @@ def describe(kernel: str, packing: bool, cuda: bool) -> str:
     if kernel == "flash_attention_2":
         return "attention: flash_attention_2, variable-length kernel over each conversation"
     if not packing:
-        where = "a flash kernel on GPUs" if kernel == "sdpa" and cuda else "every pair of tokens"
-        return f"attention: {kernel}, causal over each padded row ({where})"
+        return f"attention: {kernel}, causal over each padded row"
     dense = (
         f"attention: {kernel} with packed rows: a DENSE block-diagonal mask, every pair of a row's tokens is "
         "computed and most are masked out"

@@ -23,10 +23,11 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from transformers.modeling_layers import GradientCheckpointingLayer
 
 from common.errors import UserError, one_line
+from trainer.attention import FLEX_BLOCK
 
 log = logging.getLogger("trainer")
 
-PAD_MULTIPLE = 128  # FlexAttention's block: a padded row fills its last block
+PAD_MULTIPLE = FLEX_BLOCK  # a padded row fills FlexAttention's last block
 
 
 def blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -46,7 +47,21 @@ def why_not_compiled(asked: bool, cuda: bool, sharding: str) -> str | None:
 
 
 def compile_blocks(model: torch.nn.Module) -> int:
-    """Compile every block in place (``nn.Module.compile``: the module objects, their hooks and names stay)."""
+    """Compile every block in place (``nn.Module.compile``: the module objects, their hooks and names stay).
+
+    Two of torch.compile's defaults are changed for the whole process:
+
+    - ``optimize_ddp`` off: inside DDP's forward, dynamo would split each block's graph at DDP's
+      bucket boundaries (DDPOptimizer), losing fusion, and that splitting has failed with
+      checkpointed regions (pytorch/pytorch#104674, #119440). A compiled block's backward is one
+      autograd node, so DDP still overlaps its gradient all-reduce block by block.
+    - ``fail_on_recompile_limit_hit``: all blocks share one code object and its variants
+      (checkpointed or not, training or evaluation, static then dynamic shapes) count against
+      dynamo's recompile limit; past it dynamo would run the blocks eager with only a warning.
+      Failing instead ends the run with ``compile_failures_explained``'s advice.
+    """
+    torch._dynamo.config.optimize_ddp = False
+    torch._dynamo.config.fail_on_recompile_limit_hit = True
     found = blocks(model)
     for block in found:
         block.compile()
@@ -65,10 +80,11 @@ def compile_failures_explained() -> Iterator[None]:
     except torch._dynamo.exc.TorchDynamoException as error:
         log.error("torch.compile failed", exc_info=error)
         raise UserError(
-            f"torch.compile failed ({one_line(error, 300)}). This run compiles its transformer blocks "
-            "(compile_blocks) and, with attention flex_attention (what auto picks for packed rows on GPUs), the "
-            "attention kernel. To train without compiling, rerun with compile_blocks false and attention sdpa (the "
-            "settings before issue 25; slower); the traceback above is what to report."
+            f"torch.compile failed ({one_line(error, 300)}). What a run compiles: its transformer blocks when "
+            "compile_blocks is true (on CUDA, without sharding fsdp) and the attention kernel when it is "
+            "flex_attention (what attention auto picks for packed rows on GPUs). To train without compiling, rerun "
+            "with compile_blocks false and attention sdpa (slower: packed rows then get a dense mask); the "
+            "traceback above is what to report."
         ) from None
 
 
@@ -82,8 +98,12 @@ def compile_stats() -> dict[str, float]:
 
 
 class CompileReport(TrainerCallback):
-    """Logs what compiling cost: in the first step (every block shape traced once), and after it (recompilations:
-    a new shape, at most once more when torch.compile switches to a shape-generic graph; more means trouble)."""
+    """Logs what compiling cost: in the first step (every block traced once), and in all after it.
+
+    Later compilations are expected a few times (the evaluation's no-gradient variant, the switch to a
+    shape-generic graph at the first new shape); a number that keeps growing from run to run of the same
+    data means shapes or guards keep changing, which ``TORCH_LOGS=recompiles`` explains.
+    """
 
     def __init__(self) -> None:
         self.started = 0.0
@@ -111,12 +131,9 @@ class CompileReport(TrainerCallback):
         if self.after_first_step is None:
             return
         stats = compile_stats()
-        recompiled = int(stats["graphs"] - self.after_first_step["graphs"])
         log.info(
-            "compiled blocks: %d recompilation(s) after the first step, %.1f s%s",
-            recompiled,
+            "compiled blocks: %d more graph(s) compiled after the first step (evaluation, new shapes), %.1f s; "
+            "TORCH_LOGS=recompiles says why each was needed",
+            stats["graphs"] - self.after_first_step["graphs"],
             stats["seconds"] - self.after_first_step["seconds"],
-            "; more than one means shapes keep changing: rerun with TORCH_LOGS=recompiles to see why"
-            if recompiled > 1
-            else "",
         )

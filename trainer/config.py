@@ -80,7 +80,7 @@ class TrainConfig:
     compile_blocks: bool = option(
         True,
         "On CUDA GPUs, compile each transformer block with torch.compile (regional compilation: one compiled block "
-        "reused by every layer, packed rows padded to a multiple of 128 tokens so shapes rarely change); the log "
+        "reused by every layer, micro-batches padded to a multiple of 128 tokens so shapes rarely change); the log "
         "reports the compile time and recompilations. Not applied on CPU or with sharding fsdp (the log says so); "
         "false: eager blocks.",
     )

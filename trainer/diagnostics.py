@@ -55,14 +55,15 @@ class ShardRecorder(TrainerCallback):
     It is also the run's token counter. The Trainer's own (``include_num_input_tokens_seen``) gathers
     a GPU tensor and reads it back after every micro-batch, a host sync that stalls the GPU's queue;
     here each batch's real tokens are counted on the CPU as it is collated, and counted as trained
-    when the Trainer finishes that micro-batch (the loader collates one batch ahead). The ranks'
-    counts are summed over the CPU group only when a log line needs them.
+    when the optimizer step that used it lands (the loader collates one batch ahead). The ranks'
+    counts are summed over the CPU group only when a log line or a checkpoint needs them.
     """
 
     def __init__(self) -> None:
         self.epoch = 0
         self.shards: dict[int, EpochShard] = defaultdict(EpochShard)
-        self.tokens = 0  # trained by this rank in this attempt
+        self.tokens = 0  # trained by this rank in this attempt, up to its last optimizer step
+        self.accumulating = 0  # in the micro-batches of the optimizer step under way
         self.collated: deque[int] = deque()  # tokens of each batch collated and not yet trained, in order
         self.tokens_before = 0  # every rank's, before this attempt (a resumed run's checkpoint)
 
@@ -102,17 +103,16 @@ class ShardRecorder(TrainerCallback):
     ) -> None:
         self.epoch = int(state.epoch or 0)
 
-    def _trained_one_batch(self) -> None:
-        if self.collated:
-            self.tokens += self.collated.popleft()
-
     def on_substep_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
-        self._trained_one_batch()
+        self.accumulating += self.collated.popleft()
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
-        self._trained_one_batch()
+        # Counted when the optimizer step lands: a run stopped mid-accumulation (pre-emption) trains those
+        # micro-batches again after resuming, and counts them then.
+        self.tokens += self.accumulating + self.collated.popleft()
+        self.accumulating = 0
 
     def tokens_seen(self) -> int:
         """Every rank's trained tokens, the resumed checkpoint's included: a collective, called on every rank."""

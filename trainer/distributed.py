@@ -74,9 +74,13 @@ _host_group: dist.ProcessGroup | None = None
 
 
 def _on_host(value: int, op: dist.ReduceOp) -> int:
-    """``value`` reduced over every rank on the CPU, without touching any GPU stream."""
+    """``value`` reduced over every rank on the CPU, without touching any GPU stream. Every rank calls it at the
+    same point (it is a collective), so the first call may create the gloo group, another collective."""
+    global _host_group
     if not (dist.is_available() and dist.is_initialized()):
         return value
+    if _host_group is None and dist.get_backend() != "gloo":
+        _host_group = dist.new_group(backend="gloo")
     tensor = torch.tensor([value], dtype=torch.int64)
     dist.all_reduce(tensor, op=op, group=_host_group)
     return int(tensor.item())
@@ -95,13 +99,10 @@ def sum_over_ranks(value: int) -> int:
 def initialise(topology: Topology, timeout_minutes: float) -> None:
     """Join the job's process group now, before the model is fetched: rank 0 downloads while the others wait in
     a collective. The Trainer (through accelerate) then reuses this group; a single process needs none."""
-    global _host_group
     if topology.world_size > 1 and not dist.is_initialized():
         if torch.cuda.is_available():
             torch.cuda.set_device(topology.local_rank)  # NCCL collectives run on the current device: this rank's GPU
         dist.init_process_group(backend=backend(), timeout=dt.timedelta(minutes=timeout_minutes))
-        if backend() != "gloo":
-            _host_group = dist.new_group(backend="gloo", timeout=dt.timedelta(minutes=timeout_minutes))
 
 
 def from_main(value: Any, wait_minutes: float) -> Any:

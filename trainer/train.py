@@ -191,6 +191,11 @@ class EveryEvalRowTrainer(SFTTrainer):
         self.shards = shards
         shards.attach(self)
 
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        # The checkpoint's trainer_state.json carries the count a resumed run starts from; every rank saves.
+        self.state.num_input_tokens_seen = self.shards.tokens_seen()
+        super()._save_checkpoint(model, trial)
+
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         # Every rank logs at the same points, so summing over the ranks here is safe.
         self.state.num_input_tokens_seen = self.shards.tokens_seen()
@@ -341,6 +346,11 @@ def speed_up(trainer: SFTTrainer, config: TrainConfig) -> None:
         log.info("transformer blocks run eager: %s", reason)
         return
     count = compiled.compile_blocks(trainer.model)
+    if not count:
+        log.warning(
+            "compile_blocks: %s has no transformer blocks transformers can name; nothing compiled", config.model
+        )
+        return
     log.info(
         "compiling %d transformer blocks with torch.compile (packed rows padded to a multiple of %d tokens)",
         count,
