@@ -208,3 +208,16 @@ def test_the_workspace_space_is_estimated_and_a_too_small_pvc_is_warned_about(mo
     assert any(line.startswith("WARNING: that is more than pvc_size 100Gi") for line in lines)
     lora = check_fit(train_config(model_dir("SmolLM3-3B")), 4, 1, "", pvc_size="100Gi")
     assert not any(line.startswith("WARNING") for line in lora)
+
+
+def test_under_fsdp_no_advice_names_a_checkpoint_every_fsdp_refuses(model_dir):
+    """FSDP's activation checkpointing wraps every block, so checkpoint_every must stay 1 there (option_problems);
+    neither the fixes for a job that does not fit nor the advice for one that does may suggest more."""
+    model = model_dir("SmolLM3-3B")
+    config = train_config(model, method="full", sharding="fsdp", gradient_checkpointing=True, max_length=8192)
+    lines = check_fit(config, nodes=1, gpus_per_node=2, gpu_memory="80Gi")
+    assert "checkpoint_every" not in lines[-1]
+    with pytest.raises(UserError) as refused:
+        check_fit(replace(config, gradient_checkpointing=False), nodes=1, gpus_per_node=2, gpu_memory="48Gi")
+    assert "gradient_checkpointing true" in str(refused.value)
+    assert "checkpoint_every" not in str(refused.value)

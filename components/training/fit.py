@@ -295,7 +295,7 @@ def headroom(shape: ModelShape, config: TrainConfig, processes: int, budget: int
     if config.gradient_checkpointing:
         if fits(replace(config, gradient_checkpointing=False)):
             found.append("gradient_checkpointing false")
-        else:
+        elif config.sharding == "none":  # FSDP checkpoints every block or none
             every = next(
                 (
                     n
@@ -310,7 +310,10 @@ def headroom(shape: ModelShape, config: TrainConfig, processes: int, budget: int
     while batch < MOST_SEQUENCES_SUGGESTED and fits(replace(config, per_device_batch_size=batch + 1)):
         batch += 1
     if batch > config.per_device_batch_size:
-        found.append(f"per_device_batch_size {batch} ({batch * config.max_length:,} tokens per micro-batch)")
+        found.append(
+            f"per_device_batch_size {batch} ({batch * config.max_length:,} tokens per micro-batch; a larger batch per "
+            "optimizer step unless gradient_accumulation_steps shrinks by as much)"
+        )
     return found
 
 
@@ -322,11 +325,12 @@ def fixes(shape: ModelShape, config: TrainConfig, nodes: int, procs_per_node: in
 
     found = []
     if not config.gradient_checkpointing or config.checkpoint_every > 1:
-        # the least recomputation that fits: checkpointing every n-th block, n as large as fits
+        # the least recomputation that fits: checkpointing every n-th block, n as large as fits (FSDP: every block)
+        largest = 1 if config.sharding == "fsdp" else shape.layers
         every = next(
             (
                 n
-                for n in range(config.checkpoint_every - 1 if config.gradient_checkpointing else shape.layers, 0, -1)
+                for n in range(config.checkpoint_every - 1 if config.gradient_checkpointing else largest, 0, -1)
                 if fits(replace(config, gradient_checkpointing=True, checkpoint_every=n))
             ),
             None,
@@ -337,11 +341,12 @@ def fixes(shape: ModelShape, config: TrainConfig, nodes: int, procs_per_node: in
             )
         elif every:
             found.append(f"gradient_checkpointing true, checkpoint_every {every}")
-    if config.sharding == "none" and fits(replace(config, sharding="fsdp")) and nodes * procs_per_node > 1:
-        found.append("sharding fsdp")
+    # FSDP's activation checkpointing covers every block: checkpoint_every must be 1 there
+    sharded = replace(config, sharding="fsdp", checkpoint_every=1)
+    if config.sharding == "none" and fits(sharded) and nodes * procs_per_node > 1:
+        found.append("sharding fsdp" + (", checkpoint_every 1" if config.checkpoint_every > 1 else ""))
     if config.method == "full" and fits(replace(config, method="lora")):
         found.append("method lora")
-    sharded = replace(config, sharding="fsdp")
     more = next((n for n in range(nodes + 1, MOST_NODES_SUGGESTED + 1) if fits(sharded, n)), None)
     if more:
         found.append(
