@@ -290,16 +290,14 @@ def profiled_steps(model_dir: Path, tokens_dir: Path, config: object, steps: int
     """A profiler that recorded ``steps`` steps of forward, backward and AdamW, after ``steps`` unprofiled ones
     (compilation), on the first step's rows as the trainer's collator joins (and, compiled, pads) them, under bf16
     autocast."""
-    import contextlib
-
     import torch
-    from peft.helpers import disable_input_dtype_casting
     from torch.profiler import ProfilerActivity, profile
     from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
     from common.run_layout import TRAIN_ROWS
     from trainer.compiled import PAD_MULTIPLE
     from trainer.token_cache import open_rows
+    from trainer.train import lora_inputs_as_they_come
 
     model = training_model(model_dir, config)
     rows = open_rows(tokens_dir, TRAIN_ROWS)
@@ -321,8 +319,7 @@ def profiled_steps(model_dir: Path, tokens_dir: Path, config: object, steps: int
             optimizer.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
 
-    cast = config.method == "full" or config.lora_cast_inputs
-    with contextlib.nullcontext() if cast else disable_input_dtype_casting(model):
+    with lora_inputs_as_they_come(model, config, mixed_precision=True):
         train_steps()
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
             train_steps()
