@@ -39,7 +39,8 @@ def run(options: ExportOptions, thresholds: Thresholds) -> None:
         print(f"wrote {adapter.path} (LoRA adapter, {adapter.tensor_count} tensors)", flush=True)
     if not options.verify:
         return
-    from gguf_export.verify import TransformersReference, markdown, report_json, verify_adapter, verify_conversion
+    from gguf_export.verification_report import markdown, report_json
+    from gguf_export.verify import TransformersReference, verify_adapter, verify_conversion
 
     reference = TransformersReference(options.model_dir, thresholds.min_positions)
     reports = [verify_conversion(result, reference, thresholds)]

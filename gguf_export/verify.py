@@ -12,18 +12,17 @@ Two levels, both needed before a file is published:
    depend on the output type), and a greedy chat reply that must stop at the
    end-of-turn token where transformers' does.
 
-This module imports torch and transformers (the reference side); the
+This module runs the checks; ``verification_report`` holds their outcome and
+renders it. It imports torch and transformers (the reference side); the
 conversion path does not.
 """
 
 from __future__ import annotations
 
-import json
 import os
-from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -31,6 +30,7 @@ from common.errors import UserError
 from gguf_export.chat_formats import chat_format_of
 from gguf_export.convert import ConversionResult
 from gguf_export.options import Thresholds
+from gguf_export.verification_report import VerificationReport
 
 REPLY_TOKENS = 48
 
@@ -93,34 +93,6 @@ CONVERSATIONS = (
     ],
 )
 REPLY_CONVERSATION = [{"role": "user", "content": "What is the capital of France?"}]
-
-
-@dataclass
-class Check:
-    name: str
-    passed: bool
-    detail: str
-
-
-@dataclass
-class VerificationReport:
-    """The outcome for one GGUF file."""
-
-    gguf: str
-    outtype: str
-    passed: bool = True
-    checks: list[Check] = field(default_factory=list)
-    metrics: dict[str, Any] = field(default_factory=dict)
-
-    def add(self, name: str, passed: bool, detail: str) -> None:
-        self.checks.append(Check(name, bool(passed), detail))
-        self.passed = self.passed and bool(passed)
-
-    def as_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def failures(self) -> list[str]:
-        return [f"{check.name}: {check.detail}" for check in self.checks if not check.passed]
 
 
 class TransformersReference:
@@ -408,6 +380,7 @@ def check_reply(report: VerificationReport, llm, reference: TransformersReferenc
         {
             "reply": reference.tokenizer.decode(reply, skip_special_tokens=False),
             "reply_stopped": stopped,
+            "reply_max_tokens": REPLY_TOKENS,
             "reply_equals_transformers": reply == expected,
         }
     )
@@ -503,58 +476,3 @@ def verify_adapter(
         f"base+adapter vs merged model in llama.cpp: NMSE {nmse:.3g} (threshold {max_nmse:g}), top-1 {top1:.2%}",
     )
     return report
-
-
-def markdown(reports: Sequence[VerificationReport]) -> str:
-    """The reports as a Markdown section (the pipeline's Markdown artifact and verification.md)."""
-    lines = ["# GGUF verification", ""]
-    verdict = all(report.passed for report in reports)
-    lines += [
-        f"**{'PASSED' if verdict else 'FAILED'}**: {len(reports)} file(s) checked against transformers in llama.cpp.",
-        "",
-    ]
-    for report in reports:
-        lines += [f"## `{Path(report.gguf).name}` ({report.outtype}): {'passed' if report.passed else 'FAILED'}", ""]
-        numbers = {
-            k: v
-            for k, v in report.metrics.items()
-            if k in ("positions", "top1_agreement", "nmse", "nmse_max", "nmse_vs_merged", "top1_vs_merged")
-        }
-        if numbers:
-            lines += ["| metric | value |", "| --- | --- |"]
-            lines += [
-                f"| {key} | {value:.4g} |" if isinstance(value, float) else f"| {key} | {value} |"
-                for key, value in numbers.items()
-            ]
-            lines.append("")
-        lines += ["| check | result | detail |", "| --- | --- | --- |"]
-        lines += [
-            f"| {c.name} | {'pass' if c.passed else '**FAIL**'} | {c.detail.replace('|', chr(92) + '|')} |"
-            for c in report.checks
-        ]
-        if "reply" in report.metrics:
-            how = (
-                "ended its turn"
-                if report.metrics["reply_stopped"]
-                else f"did not end its turn within {REPLY_TOKENS} tokens"
-            )
-            same = "same as" if report.metrics["reply_equals_transformers"] else "differs from"
-            lines += [
-                "",
-                f"Free-running greedy chat reply in llama.cpp ({how}; {same} transformers'):",
-                "",
-                "```text",
-                str(report.metrics["reply"]).replace("```", "'''"),
-                "```",
-            ]
-        lines.append("")
-    return "\n".join(lines)
-
-
-def report_json(reports: Sequence[VerificationReport], extra: dict[str, Any] | None = None) -> str:
-    body = {
-        "passed": all(report.passed for report in reports),
-        "files": [report.as_json() for report in reports],
-        **(extra or {}),
-    }
-    return json.dumps(body, indent=2, ensure_ascii=False) + "\n"

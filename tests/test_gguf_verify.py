@@ -15,7 +15,8 @@ import pytest
 from gguf_export.convert import convert
 from gguf_export.metadata import MetadataOptions
 from gguf_export.options import Thresholds
-from gguf_export.verify import TransformersReference, markdown, report_json, verify
+from gguf_export.verification_report import markdown, report_json
+from gguf_export.verify import TransformersReference, verify
 from tests.conftest import GGUF_COMPARED_TYPES
 from tests.gguf_files import read_gguf
 

@@ -77,7 +77,8 @@ def export_stage(
     """Convert, verify, write the Modelfile and the reports; returns the report body and its Markdown.
     Raises on failure.
     """
-    from gguf_export.verify import TransformersReference, markdown, report_json, verify_adapter, verify_conversion
+    from gguf_export.verification_report import markdown, report_json
+    from gguf_export.verify import TransformersReference, verify_adapter, verify_conversion
 
     merged = train_dir / MERGED
     if not (merged / "config.json").is_file():
