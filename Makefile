@@ -83,7 +83,9 @@ test: install
 	$(PY) -m ruff check .
 	$(PY) -m pytest
 
+# After adding or changing a run parameter: the literal signatures KFP reads, then the pipeline YAML.
 compile: install
+	$(PY) -m pipelines.generate
 	$(PY) -m pipelines.compile
 
 bench: install

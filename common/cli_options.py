@@ -27,6 +27,26 @@ def option(default: Any, help: str, **extra: Any) -> Any:
     return field(default=default, metadata=metadata)
 
 
+def run_option(default: Any, help: str, *, name: str = "", **extra: Any) -> Any:
+    """An ``option`` that is also a pipeline run parameter, called ``name`` in the run form (default: the field's name).
+
+    The run form is one flat list, so an option whose field name would not say
+    which stage it sets there (``cpu``) gets a longer ``name`` (``training_cpu``).
+    """
+    return option(default, help, run_form=name or True, **extra)
+
+
+def run_form_name(spec: dataclasses.Field) -> str | None:
+    """The run-form name of a field declared with ``run_option``; None for an option the run form does not set."""
+    name = spec.metadata.get("run_form")
+    return spec.name if name is True else name
+
+
+def run_form_names(options: type) -> dict[str, str]:
+    """Field name -> run-form name of each run parameter ``options`` declares: what a message tells the user to set."""
+    return {spec.name: name for spec in dataclasses.fields(options) if (name := run_form_name(spec)) is not None}
+
+
 def default_of(spec: dataclasses.Field) -> Any:
     """The default value of a field declared with ``option``."""
     return spec.default_factory() if spec.default_factory is not dataclasses.MISSING else spec.default

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from common.errors import exit_on_user_error
 from common.run_layout import RUNS
-from components.run_params import checked_arguments
+from components.run_form.command_line import checked_arguments
 from pipelines.progress import StageProgress
 from pipelines.run_summary import summary_lines
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Iterator
 
 from common.errors import UserError, exit_on_user_error, one_line
-from components.run_params import checked_arguments
+from components.run_form.command_line import checked_arguments
 from pipelines.backend_versions import check_backend
 from pipelines.compile import DEFAULT_OUTPUT as DEFAULT_PACKAGE
 from pipelines.cron import validate_cron

@@ -18,7 +18,7 @@ from typing import Protocol
 from kfp import dsl, kubernetes
 
 from common.run_layout import CLUSTER_WORKSPACE
-from components.base_model import LOCAL_BACKEND
+from components.default_base_model import LOCAL_BACKEND
 from pipelines.tasks import resolve_storage_class, small, use_existing_pvc, workspace_pvc
 
 PVC_NAME_SUFFIX = "-llm-finetune-workspace"

@@ -513,8 +513,8 @@ def test_every_stage_option_defaults_to_its_dataclass(spec):
     options dataclass default, or, where the run form does not show it, as that default itself."""
     from components.evaluation.options import EvaluateOptions
     from components.export.options import ExportStageOptions
-    from components.parameters import RUN_PARAMETERS
     from components.publish.options import PublishOptions
+    from components.run_form.table import RUN_PARAMETERS
     from components.training.options import LaunchOptions
     from trainer.config import TrainConfig
 
@@ -579,7 +579,7 @@ def test_every_step_has_cpu_and_memory_requests_and_limits(spec):
     """Namespaces with a ResourceQuota refuse pods without requests and limits, and a step without a memory
     limit can take a node's memory: every container step has both, for CPU and memory; the five stages take
     theirs from their run parameters, the bookkeeping steps have fixed small ones."""
-    from components.parameters import RUN_PARAMETERS
+    from components.run_form.table import RUN_PARAMETERS
     from pipelines.tasks import SMALL_STEP_CPU, SMALL_STEP_MEMORY
 
     parameters = {parameter.name for parameter in RUN_PARAMETERS}
@@ -662,8 +662,8 @@ def test_evaluation_is_placed_like_the_training_pods(spec, platform):
 )
 def test_the_parameter_check_derives_the_evaluation_placement(gpus_per_node, node_selector, tolerations, expected):
     """What the first step returns for the evaluate step's pod, from the same parsers the training pods use."""
-    from components.parameters import RUN_PARAMETERS
-    from pipelines.tasks import validate_parameters
+    from components.run_form.table import RUN_PARAMETERS
+    from pipelines.first_step import validate_parameters
 
     values = {parameter.name: parameter.default for parameter in RUN_PARAMETERS}
     values.update(gpus_per_node=gpus_per_node, node_selector=node_selector, tolerations=tolerations)

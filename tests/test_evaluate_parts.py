@@ -327,7 +327,7 @@ def test_component_returns_the_gate_as_parameters_the_dag_can_branch_on(tmp_path
     import yaml
     from kfp import compiler
 
-    from components.steps import evaluate_model
+    from components.pipeline_steps.stages import evaluate_model
 
     compiler.Compiler().compile(evaluate_model, str(tmp_path / "component.yaml"))
     spec = yaml.safe_load((tmp_path / "component.yaml").read_text())["components"]["comp-evaluate-model"]

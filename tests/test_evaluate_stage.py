@@ -25,7 +25,7 @@ from markupsafe import escape as escape_html
 from components.dataprep.options import PrepareOptions
 from components.dataprep.prepare import prepare
 from components.evaluation.options import DEFAULT_QUESTIONS
-from components.steps import evaluate_model
+from components.pipeline_steps.stages import evaluate_model
 
 pytestmark = pytest.mark.slow
 

@@ -91,8 +91,8 @@ def test_no_import_cycles_between_modules():
 def test_the_checks_see_imports_inside_functions(tmp_path):
     """The walk must not miss the lazy imports this project uses to keep torch out of light modules."""
     module = tmp_path / "lazy.py"
-    module.write_text("def f():\n    from pipelines.fine_tune import build_pipeline\n    import components.steps\n")
-    assert {"pipelines.fine_tune", "components.steps"} <= project_imports(module)
+    module.write_text("def f():\n    from pipelines.fine_tune import build_pipeline\n    import components.run_form\n")
+    assert {"pipelines.fine_tune", "components.run_form"} <= project_imports(module)
 
 
 def test_gguf_export_and_common_import_without_torch():
@@ -102,3 +102,21 @@ def test_gguf_export_and_common_import_without_torch():
     code += "import gguf_export.__main__, gguf_export.export, gguf_export.lora, gguf_export.modelfile"
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+# What sits above the stages inside ``components``: the run form (it reads every stage's options) and the
+# KFP adapters (they call every stage). A stage that imported them would load every other stage with it.
+ABOVE_THE_STAGES = ("components.run_form", "components.pipeline_steps")
+STAGES = ("dataprep", "tokenise", "training", "evaluation", "export", "publish")
+
+
+def test_no_stage_imports_the_run_form_or_the_kfp_adapters():
+    """The training launcher pod, for one, loads its own stage's modules and no other stage's options."""
+    found = [
+        f"{name} imports {imported}"
+        for name, path in modules().items()
+        if name.split(".")[:2] in [["components", stage] for stage in STAGES]
+        for imported in project_imports(path)
+        if imported.startswith(ABOVE_THE_STAGES)
+    ]
+    assert found == []

@@ -8,11 +8,13 @@ import pytest
 from conftest import run_module
 
 from common.errors import UserError
-from components import run_params
-from components.parameters import check_in_pipeline, problems, validate
+from components.export.options import PIPELINE_OUTTYPES
+from components.run_form import command_line as run_params
+from components.run_form.checks import check_in_pipeline, problems, validate
+from components.run_form.table import RUN_PARAMETERS
 from pipelines import run
 from pipelines.fine_tune import fine_tune_pipeline
-from pipelines.tasks import validate_parameters
+from pipelines.first_step import validate_parameters
 
 GOOD = {
     "eval_fraction": [0.001, 0.1, 0.5, 0.999999],
@@ -363,10 +365,12 @@ def test_local_defaults_are_valid_run_parameters_that_differ_from_the_run_forms(
 @pytest.mark.parametrize(
     ("setting", "refused"),
     [
-        ({"method": "full"}, "method is full, whose only weights are the merged checkpoint"),
-        ({"publish_adapter": False}, "publish_adapter is false too"),
-        ({"method": "full", "publish_merged": True}, None),
-        ({"method": "lora"}, None),
+        ({"method": "full", "publish_merged": "false"}, "method is full, whose only weights are the merged checkpoint"),
+        ({"publish_adapter": False, "publish_merged": "false"}, "publish_adapter is false too"),
+        ({"method": "full", "publish_merged": "true"}, None),
+        ({"method": "full"}, None),  # publish_merged auto follows the method
+        ({"publish_adapter": False}, None),  # and the adapter's absence
+        ({"method": "lora", "publish_merged": "false"}, None),
     ],
 )
 def test_a_publish_the_next_run_could_not_compare_with_is_refused(setting, refused):
@@ -377,4 +381,25 @@ def test_a_publish_the_next_run_could_not_compare_with_is_refused(setting, refus
         assert matching == []
     else:
         (line,) = matching
-        assert refused in line and "Set publish_merged to true" in line
+        assert refused in line and "Set publish_merged to auto or true" in line
+
+
+# Every value of every enumerated run parameter: its choices, each boolean flipped, each GGUF type alone.
+ENUMERATED = {
+    **{p.name: p.declaration.metadata["choices"] for p in RUN_PARAMETERS if "choices" in p.declaration.metadata},
+    **{p.name: (not p.default,) for p in RUN_PARAMETERS if p.type is bool},
+    "gguf_outtype": tuple(PIPELINE_OUTTYPES),
+}
+# What a refusal of one changed value may rest on: the hardware or the backend, named in its message.
+HARDWARE_OR_BACKEND = ("GPU", "CUDA", "gpus_per_node", "package")
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [(name, value) for name, values in ENUMERATED.items() for value in values],
+    ids=lambda value: str(value),
+)
+def test_any_one_choice_with_the_other_defaults_is_a_valid_run(name, value):
+    """A user who picks a method (or any one choice) expects the other defaults to follow it, not to be refused."""
+    found = problems({**run_params.defaults_of(fine_tune_pipeline), name: value})
+    assert [line for line in found if not any(word in line for word in HARDWARE_OR_BACKEND)] == []

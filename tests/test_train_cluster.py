@@ -30,9 +30,9 @@ from train_jobs import JOB_OWNER, LAUNCHER_POD, RUN_ID, WORKFLOW, example_spec, 
 from common.errors import UserError
 from common.run_layout import TRAINING_FAILURE
 from components.local_model import CLUSTER_BASE_MODEL
+from components.training.api_server import connect
 from components.training.follow import run_job
 from components.training.kinds import PYTORCHJOB, TRAINJOB, JobKind
-from components.training.kube import connect
 from components.training.manifests import render_pytorchjob, render_trainjob
 from components.training.owner import POD_NAME_ENV
 from components.training.reports import TrainingFailed

@@ -16,8 +16,8 @@ import yaml
 from conftest import run_module
 
 from common.errors import UserError
-from components.train_model import render
 from components.training.fit import GIB, ModelShape, check_fit, estimate
+from pipelines.training_job import render
 from trainer.config import TrainConfig
 
 pytestmark = pytest.mark.usefixtures("no_hub")
@@ -186,7 +186,7 @@ def test_render_prints_the_estimate_and_refuses_what_cannot_fit(model_dir):
 def test_render_command_exits_2_with_the_estimate_and_the_fixes(model_dir, tmp_path):
     model = model_dir("Meta-Llama-3-8B")
     result = run_module(
-        "components.train_model",
+        "pipelines.training_job",
         "render",
         *("--param", f"base_model={model}", "--param", "method=full", "--param", "publish_merged=true"),
         *("--param", "training_nodes=2"),

@@ -18,9 +18,9 @@ from conftest import tokenised
 from train_jobs import stand_in_artifacts
 
 from common.errors import UserError
-from components.base_model import resolve_base_model
+from components.default_base_model import resolve_base_model
 from components.local_model import CLUSTER_BASE_MODEL, LOCAL_MODEL_NAME
-from components.steps import train_model
+from components.pipeline_steps.train_step import train_model
 from components.training.options import LaunchOptions, parse_node_selector, parse_tolerations
 from components.training.stage import run_in_pipeline
 from trainer.config import TrainConfig

@@ -18,7 +18,7 @@ from fake_kube import SERVED
 from train_jobs import JOB_OWNER, LAUNCHER_POD, WORKFLOW
 
 from common.errors import UserError
-from components.training.kube import connect
+from components.training.api_server import connect
 from components.training.kueue import require_local_queue
 from components.training.owner import POD_NAME_ENV, run_owner
 

@@ -1,4 +1,4 @@
-"""``python -m components.train_model render``: the training job a run would create, shown without a cluster.
+"""``python -m pipelines.training_job render``: the training job a run would create, shown without a cluster.
 
 Each rendered manifest is validated against the published CRD schemas in
 ``../shared/schemas`` (Training Operator v1.9.0, Trainer v2.3.0), for the job
@@ -19,10 +19,10 @@ from train_jobs import JOB_OWNER, LAUNCHER_POD, RUN_ID, WORKFLOW
 
 from common.errors import UserError
 from common.run_layout import CLUSTER_WORKSPACE, TOKEN_CACHE
-from components.train_model import CREATED_PVC, TOKENS_KEY, render
 from components.training.kinds import PRIORITY_LABEL, PYTORCHJOB, QUEUE_LABEL
 from components.training.owner import POD_NAME_ENV
 from components.training.stage import run_in_pipeline
+from pipelines.training_job import CREATED_PVC, TOKENS_KEY, render
 
 pytestmark = pytest.mark.usefixtures("no_hub")
 
@@ -121,7 +121,7 @@ def test_the_command_prints_yaml_or_one_paragraph_and_exit_2(tmp_path):
     """The real command line: YAML on stdout for good parameters; exit 2, one paragraph, no traceback otherwise."""
     env = {"KUBECONFIG": str(tmp_path / "none"), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
     good = run_module(
-        "components.train_model",
+        "pipelines.training_job",
         "render",
         "--param",
         "training_backend=trainjob",
@@ -135,7 +135,7 @@ def test_the_command_prints_yaml_or_one_paragraph_and_exit_2(tmp_path):
     assert manifest["metadata"]["labels"][QUEUE_LABEL] == "team-a"
     # The default base model is on the Hub, which the test machine cannot reach: the estimate is skipped, saying why.
     assert "\n# fit check skipped: could not download config.json of HuggingFaceTB/SmolLM3-3B" in good.stdout
-    bad = run_module("components.train_model", "render", "--param", "training_memory=48GB", env=env)
+    bad = run_module("pipelines.training_job", "render", "--param", "training_memory=48GB", env=env)
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr.startswith("error: The run parameters are invalid: parameter 'training_memory'")
     assert "Traceback" not in bad.stderr

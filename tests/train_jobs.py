@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from components.training.kinds import PYTORCHJOB, JobKind
-from components.training.manifests import JobSpec, job_name, run_labels
+from components.training.manifests import DEADLINE_BACKSTOP_SECONDS, JobSpec, job_name, run_labels
+from components.training.options import LaunchOptions
 from trainer.config import TrainConfig
 
 RUN_ID = "0f6c8a3e-5b1d-4c2a-9e7f-1a2b3c4d5e6f"
@@ -38,20 +40,22 @@ def example_spec(
             output_dir=Path(f"{root}/runs/{RUN_ID}/train"),
             epochs=2.0,
         ),
-        nodes=nodes,
-        gpus_per_node=gpus,
-        cpu="8",
-        memory="64Gi",
-        shm_size="16Gi",
+        launch=LaunchOptions(
+            nodes=nodes,
+            gpus_per_node=gpus,
+            cpu="8",
+            memory="64Gi",
+            shm_size="16Gi",
+            backoff_limit=3,
+            timeout_minutes=(86400 - DEADLINE_BACKSTOP_SECONDS) / 60,
+            termination_grace_seconds=180,
+            hf_token_secret=secret,
+            node_selector=json.dumps(node_selector or {}),
+            tolerations=json.dumps(list(tolerations)),
+        ),
         pvc_name="ws-pvc",
         mount_path=root,
-        backoff_limit=3,
-        active_deadline_seconds=86400,
         ttl_seconds_after_finished=3600,
-        termination_grace_seconds=180,
-        hf_token_secret=secret,
-        node_selector=node_selector or {},
-        tolerations=tuple(tolerations),
         labels=run_labels(RUN_ID, "llm-finetune"),
     )
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from common.cli_options import add_options, flag, option, options_from
+from common.cli_options import add_options, flag, option, options_from, run_option
 from common.run_layout import ADAPTER, CHECKPOINTS, MERGED
 
 METHODS = ("lora", "full", "qlora")
@@ -50,25 +50,25 @@ class TrainConfig:
     output_dir: Path = option(
         Path(), "Where checkpoints, adapter/, merged/ and the summaries go (shared storage).", required=True
     )
-    base_model_revision: str = option(
+    base_model_revision: str = run_option(
         "",
         "Hub revision of the base model (branch, tag or commit) to fine-tune; empty: the default branch. The "
         "commit used is recorded in training_summary.json.",
     )
-    method: str = option(
+    method: str = run_option(
         "lora",
         "lora (default), full fine-tuning, or qlora (4-bit; needs NVIDIA GPUs with CUDA and bitsandbytes, which "
         "the runtime image does not install yet: the first step refuses it).",
         choices=METHODS,
     )
-    sharding: str = option(
+    sharding: str = run_option(
         "none",
         "none: data parallel (DDP), every GPU holds the whole model, its gradients and optimizer state; fsdp: "
         "PyTorch FSDP2, each of those sharded across all GPUs of the job (one transformer block gathered at a "
         "time), for models whose full or LoRA fine-tune does not fit one GPU.",
         choices=SHARDINGS,
     )
-    attention: str = option(
+    attention: str = run_option(
         "auto",
         "Attention kernel. auto: flex_attention on CUDA GPUs when packing (only the blocks of the block-diagonal mask "
         "that hold tokens of one conversation are computed), else sdpa; the log names the kernel that runs. "
@@ -77,80 +77,80 @@ class TrainConfig:
         "flash_attention_2: the flash-attn package (Ampere or newer GPUs). eager: plain matrix products.",
         choices=ATTENTIONS,
     )
-    compile_blocks: bool = option(
+    compile_blocks: bool = run_option(
         True,
         "On CUDA GPUs, compile each transformer block with torch.compile (regional compilation: one compiled block "
         "reused by every layer, micro-batches padded to a multiple of 128 tokens so shapes rarely change); the log "
         "reports the compile time and recompilations. Not applied on CPU or with sharding fsdp (the log says so); "
         "false: eager blocks.",
     )
-    liger_kernels: bool = option(
+    liger_kernels: bool = run_option(
         False,
         "Liger's fused Triton kernels (RMSNorm, RoPE, SwiGLU, fused linear cross-entropy, which never materialises "
         "the logits): less GPU memory and more speed where the liger-kernel package is installed; refused otherwise.",
     )
-    lora_r: int = option(16, "LoRA rank: the size of the low-rank update of each adapted weight.")
-    lora_alpha: int = option(32, "LoRA scaling numerator (the update is scaled by alpha / r).")
-    lora_dropout: float = option(
+    lora_r: int = run_option(16, "LoRA rank: the size of the low-rank update of each adapted weight.")
+    lora_alpha: int = run_option(32, "LoRA scaling numerator (the update is scaled by alpha / r).")
+    lora_dropout: float = run_option(
         0.0,
         "Dropout on the LoRA input, in [0, 1). 0 (torchtune's LoRA configs) skips the dropped copy of every adapted "
         "layer's input and its mask, memory- and launch-bound work; 0.05-0.1 (the QLoRA paper's values) regularise "
         "small data sets at that cost.",
     )
-    lora_cast_inputs: bool = option(
+    lora_cast_inputs: bool = run_option(
         False,
         "Cast each LoRA layer's input to the adapters' fp32 before the adapter (PEFT's default). False: under bf16 "
         "autocast the adapters compute in bf16 from the bf16 input, without an fp32 copy of q, k, v and every other "
         "adapted input; the adapters' weights, gradients and optimizer state stay fp32 either way.",
     )
-    lora_target_modules: str = option("all-linear", "Comma-separated module names to adapt, or all-linear.")
-    epochs: float = option(3.0, "Passes over the training split.")
-    max_steps: int = option(-1, "Stop after this many optimizer steps (-1: run all epochs).")
-    learning_rate: float = option(
+    lora_target_modules: str = run_option("all-linear", "Comma-separated module names to adapt, or all-linear.")
+    epochs: float = run_option(3.0, "Passes over the training split.")
+    max_steps: int = run_option(-1, "Stop after this many optimizer steps (-1: run all epochs).")
+    learning_rate: float = run_option(
         0.0,
         "Peak learning rate, reached after warm-up and followed by a cosine decay (see scale_lr). 0: the method's "
         "usual rate, 2e-4 for lora and qlora, 2e-5 for full (a LoRA rate would wreck a full fine-tune).",
     )
-    scale_lr: bool = option(
+    scale_lr: bool = run_option(
         False,
         "Multiply the learning rate by the number of training processes (linear scaling rule for a larger batch).",
     )
-    warmup_ratio: float = option(0.03, "Share of steps spent warming the learning rate up.")
-    weight_decay: float = option(0.0, "AdamW weight decay (0 for none).")
-    per_device_batch_size: int = option(
+    warmup_ratio: float = run_option(0.03, "Share of steps spent warming the learning rate up.")
+    weight_decay: float = run_option(0.0, "AdamW weight decay (0 for none).")
+    per_device_batch_size: int = run_option(
         1,
         "Sequences per device per step: with packing, each holds up to max_length tokens of several conversations, so "
         "one is a full batch; small data sets need the optimizer steps more than larger batches.",
     )
-    gradient_accumulation_steps: int = option(1, "Micro-batches accumulated per optimizer step.")
-    max_length: int = option(1024, "Tokens per (packed) training sequence; longer conversations are truncated.")
-    packing: bool = option(True, "Pack conversations into max_length sequences without cross-sample attention.")
-    loss_on: str = option(
+    gradient_accumulation_steps: int = run_option(1, "Micro-batches accumulated per optimizer step.")
+    max_length: int = run_option(1024, "Tokens per (packed) training sequence; longer conversations are truncated.")
+    packing: bool = run_option(True, "Pack conversations into max_length sequences without cross-sample attention.")
+    loss_on: str = run_option(
         "assistant", "assistant: loss on the assistant's tokens only; all: every token.", choices=LOSS_ON
     )
-    mixed_precision: bool = option(
+    mixed_precision: bool = run_option(
         True,
         "On GPUs, compute in bf16 (fp16 with loss scaling before Ampere) while full fine-tuning keeps fp32 master "
         "weights and optimizer state; false: fp32 throughout (slower, twice the activation memory). CPU training is "
         "always fp32.",
     )
-    gradient_checkpointing: bool = option(
+    gradient_checkpointing: bool = run_option(
         False, "Recompute activations in the backward pass to save GPU memory (about 20% slower); see checkpoint_every."
     )
-    checkpoint_every: int = option(
+    checkpoint_every: int = run_option(
         1,
         "With gradient_checkpointing, recompute every this many transformer blocks (1: all; 2: every second, ...): "
         "the blocks in between keep their activations, trading memory for less recomputation (selective activation "
         "checkpointing). The fit check counts both kinds of block.",
     )
-    save_steps: int = option(
+    save_steps: int = run_option(
         50, "Write a checkpoint every this many optimizer steps; a restarted training pod resumes from the newest."
     )
-    save_total_limit: int = option(2, "Complete checkpoints kept on disk, at least 2 (older ones are deleted).")
-    logging_steps: int = option(5, "Log loss, tokens/s and ETA every this many steps.")
-    eval_steps: int = option(0, "Evaluate on the held-out split every this many steps (0: once per epoch).")
-    seed: int = option(42, "Seed for shuffling, dropout and LoRA initialisation.")
-    collective_timeout_minutes: float = option(
+    save_total_limit: int = run_option(2, "Complete checkpoints kept on disk, at least 2 (older ones are deleted).")
+    logging_steps: int = run_option(5, "Log loss, tokens/s and ETA every this many steps.")
+    eval_steps: int = run_option(0, "Evaluate on the held-out split every this many steps (0: once per epoch).")
+    seed: int = run_option(42, "Seed for shuffling, dropout and LoRA initialisation.")
+    collective_timeout_minutes: float = run_option(
         10.0,
         "Fail a rank that waits this long in a collective (a lost peer pod): the job restarts and resumes from the "
         "newest checkpoint instead of hanging. Must exceed the longest checkpoint save; raise it for full "
@@ -179,9 +179,6 @@ class TrainConfig:
         }
 
 
-# Fields the pipeline's train step fills in itself (paths, the resolved model, the job's size); the others
-# are run parameters.
-SET_BY_THE_LAUNCHER = ("model", "tokens_dir", "output_dir", "require_cuda", "expected_world_size")
 POSITIVE_FIELDS = (
     "lora_r",
     "lora_alpha",

@@ -2,7 +2,7 @@
 
 ``python -m components.dataprep.stage`` generates its options from these fields
 and the pipeline's run form takes its parameters, defaults and descriptions from
-them (``components.parameters``).
+them (``components/run_form``).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from common.cli_options import option
+from common.cli_options import run_option
 from common.errors import UserError
 from components.dataprep.field_map import field_map_problem
 
@@ -32,24 +32,26 @@ def fraction(text: str) -> float:
 class PrepareOptions:
     """What one run of the data stage does."""
 
-    eval_fraction: float = option(
+    eval_fraction: float = run_option(
         0.1,
         "Share of records held out for evaluation, in [0, 1); a pipeline run needs it above 0, because the "
         "evaluation stage compares the models on these rows. Rows are assigned by a hash of their content, so "
         "appending data never moves existing rows between splits.",
         normalise=fraction,
     )
-    seed: int = option(
-        42, "Salt of the content hash that assigns rows to train or eval. Change it to draw a different split."
+    seed: int = run_option(
+        42,
+        "Salt of the content hash that assigns rows to train or eval. Change it to draw a different split.",
+        name="split_seed",
     )
-    max_reject_fraction: float = option(
+    max_reject_fraction: float = run_option(
         0.05,
         "Fail the run when more than this share of records is invalid, in [0, 1). Rejected records are listed "
         "with file, line and reason in rejects.jsonl.",
         normalise=fraction,
     )
-    system_prompt: str = option("", "System message prepended to conversations that have none. Empty adds none.")
-    field_map: str = option(
+    system_prompt: str = run_option("", "System message prepended to conversations that have none. Empty adds none.")
+    field_map: str = run_option(
         "",
         'JSON object mapping our field names to the file\'s own column names, e.g. {"question": "input", "answer": '
         '"answer"}, so a file with other names reads as one of the accepted shapes. Empty: the names as they are.',

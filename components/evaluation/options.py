@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from common.cli_options import add_options, option, options_from
+from common.cli_options import add_options, option, options_from, run_option
 from common.errors import UserError
 
 # The questions of the original project's demo, asked of both models in every run.
@@ -49,29 +49,35 @@ class EvaluateOptions:
         Path(), "The training stage's output directory (training_summary.json, loss_curve.png).", required=True
     )
     output_dir: Path = option(Path(), "Where evaluation.json, the reports and demo_outputs/ go.", required=True)
-    extra_questions: tuple[str, ...] = option(
+    extra_questions: tuple[str, ...] = run_option(
         (),
         "Questions asked of the base and the fine-tuned model after the five built-in ones "
         "(in the run form, a JSON list of strings).",
     )
-    max_new_tokens: int = option(
-        256, "Most tokens generated per answer in the evaluation (sample questions and scored rows)."
+    max_new_tokens: int = run_option(
+        256,
+        "Most tokens generated per answer in the evaluation (sample questions and scored rows).",
+        name="eval_max_new_tokens",
     )
-    score_rows: int = option(
-        50, "Held-out rows answered by both models and scored with ROUGE-L against the reference answer."
+    score_rows: int = run_option(
+        50,
+        "Held-out rows answered by both models and scored with ROUGE-L against the reference answer.",
+        name="eval_score_rows",
     )
     max_length: int = option(
         0,
         "Tokens per held-out conversation for the loss; longer ones are truncated as in training. "
         "0: the max_length in training_summary.json.",
     )
-    batch_size: int = option(8, "Conversations per forward pass and prompts per generation batch.")
-    min_eval_loss_improvement: float = option(
+    batch_size: int = run_option(
+        8, "Conversations per forward pass and prompts per generation batch.", name="eval_batch_size"
+    )
+    min_eval_loss_improvement: float = run_option(
         0.0,
         "Quality gate: the base model's held-out loss minus the fine-tuned one's must be at least this; otherwise "
         "nothing is exported or published (0: the fine-tune must not make it worse).",
     )
-    min_improvement_over_published: float = option(
+    min_improvement_over_published: float = run_option(
         0.0,
         "Champion gate: when a model was published before (to hub_repo_id, or by an earlier local or dry run), "
         "its held-out loss on this run's split minus the new model's must be at least this; otherwise nothing is "

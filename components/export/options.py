@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, fields
 from typing import Any
 
-from common.cli_options import option
+from common.cli_options import run_option
 from common.errors import UserError
 from gguf_export.options import DEFAULT_OUTTYPE, K_QUANT_TYPES, OUTTYPES, Thresholds, normalise_outtype
 
@@ -25,23 +25,26 @@ PIPELINE_OUTTYPES = [name for name in OUTTYPES if name != "auto"]  # "auto" woul
 class ExportStageOptions:
     """What one run of the export stage writes."""
 
-    model_name: str = option(
+    model_name: str = run_option(
         "", "Name of the GGUF files and of the Ollama model. Empty: the base model's name followed by -ft."
     )
-    outtype: str = option(
+    outtype: str = run_option(
         DEFAULT_OUTTYPE,
         f"GGUF type(s) to export, comma-separated: {', '.join(PIPELINE_OUTTYPES)}. The first is what the "
         f"Modelfile uses. {', '.join(K_QUANT_TYPES)} are quantised by llama.cpp.",
+        name="gguf_outtype",
     )
-    include_lora: bool = option(
+    include_lora: bool = run_option(
         False,
         "Also export the LoRA adapter as a GGUF adapter, to apply on top of the base model's GGUF in llama.cpp.",
+        name="gguf_lora_adapter",
     )
-    thresholds: dict = option(
+    thresholds: dict = run_option(
         {},
         "Verification pass thresholds overriding the defaults, as a JSON object with any of "
         + ", ".join(f"{spec.name} ({spec.default})" for spec in fields(Thresholds))
         + ". A failed verification fails the run before publishing.",
+        name="gguf_thresholds",
     )
 
 

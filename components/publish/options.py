@@ -9,30 +9,42 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from common.cli_options import option
+from common.cli_options import option, run_option
 from common.errors import UserError
+
+MERGED_CHOICES = ("auto", "true", "false")
 
 
 @dataclass(frozen=True)
 class PublishOptions:
     """What one publish does."""
 
-    repo_id: str = option(
+    repo_id: str = run_option(
         "",
         "Hugging Face Hub model repository to publish to, owner/name. Empty: dry run, the folder that would be "
         "uploaded is written to the workspace. The token comes from the Secret 'hf-token' (HF_TOKEN), never "
         "from a parameter.",
+        name="hub_repo_id",
     )
-    private: bool = option(
-        True, "Create the repository private when it does not exist yet (an existing one keeps its visibility)."
+    private: bool = run_option(
+        True,
+        "Create the repository private when it does not exist yet (an existing one keeps its visibility).",
+        name="hub_private",
     )
-    include_merged: bool = option(
-        False, "Also upload the merged safetensors checkpoint, so transformers can load the repository."
+    include_merged: str = run_option(
+        "auto",
+        "Upload the merged safetensors checkpoint, so transformers can load the repository: true, false, or auto "
+        "(when the repository would otherwise hold no weights the next run's evaluation can load: training made "
+        "no LoRA adapter, as with method full, or publish_adapter is false).",
+        name="publish_merged",
+        choices=MERGED_CHOICES,
     )
-    include_adapter: bool = option(
-        True, "Also upload the LoRA adapter (PEFT) under adapter/, when training produced one."
+    include_adapter: bool = run_option(
+        True, "Also upload the LoRA adapter (PEFT) under adapter/, when training produced one.", name="publish_adapter"
     )
-    license: str = option("apache-2.0", "License identifier for the model card metadata; keep the base model's.")
+    license: str = run_option(
+        "apache-2.0", "License identifier for the model card metadata; keep the base model's.", name="model_license"
+    )
     base_model: str = option(
         "", "Hub id of the base model for the model card. Empty: the trainer's --model when it is a Hub id."
     )
@@ -49,6 +61,12 @@ class PublishOptions:
         2.0, "Seconds before the first retry; the wait doubles after each failure, up to a minute."
     )
 
+    def publishes_merged(self, adapter_trained: bool) -> bool:
+        """Whether the merged checkpoint goes up, ``adapter_trained`` saying whether training made an adapter."""
+        if self.include_merged == "auto":
+            return not (self.include_adapter and adapter_trained)
+        return self.include_merged == "true"
+
     def __post_init__(self) -> None:
         found = option_problems(self)
         if found:
@@ -60,6 +78,8 @@ class PublishOptions:
 def option_problems(options: PublishOptions) -> dict[str, str]:
     """Field name -> what is wrong with its value; callers name the field their way (CLI flag, run parameter)."""
     problems = {}
+    if options.include_merged not in MERGED_CHOICES:
+        problems["include_merged"] = f"is {options.include_merged!r}: use one of {', '.join(MERGED_CHOICES)}"
     if options.attempts < 1:
         problems["attempts"] = f"must be at least 1 (got {options.attempts})"
     if options.first_retry_wait_s < 0:

@@ -12,7 +12,7 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.cli_options import add_options, option
+from common.cli_options import add_options, option, run_option
 from common.errors import UserError
 from trainer.config import TrainConfig
 from trainer.token_cache import TRAINING_SETTINGS
@@ -37,7 +37,7 @@ class TokeniseOptions:
         "whenever it repeats (the pipeline: <workspace>/token-cache).",
         required=True,
     )
-    eval_max_rows: int = option(
+    eval_max_rows: int = run_option(
         1000,
         "Most eval conversations used for the held-out loss, in training and in the evaluation stage: a fixed "
         "sample of the eval split (the same rows in every run), stated in the report. 0: every eval conversation.",

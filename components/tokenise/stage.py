@@ -18,7 +18,7 @@ from pathlib import Path
 from common.cli_options import options_from
 from common.errors import UserError, exit_on_user_error
 from common.run_layout import HF_HOME, TOKEN_CACHE
-from components.base_model import resolve_base_model
+from components.default_base_model import resolve_base_model
 from components.tokenise.build import build
 from components.tokenise.options import TRAINING_FIELDS, TokeniseOptions, build_parser
 from trainer.base_model import tokenizer_dir

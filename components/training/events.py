@@ -18,8 +18,8 @@ from typing import Any, TextIO
 from kubernetes.client.exceptions import ApiException
 
 from common.kube import Cluster
+from components.training.api_server import NETWORK_ERRORS, REQUEST_TIMEOUT, error_message
 from components.training.kinds import TRAINJOB, JobKind
-from components.training.kube import NETWORK_ERRORS, REQUEST_TIMEOUT, error_message
 from components.training.manifests import TRAINJOB_REPLICATED_JOB
 
 EVENTS_IN_REPORT = 5  # the last events of each object that go into the start timeout's report

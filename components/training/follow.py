@@ -18,9 +18,7 @@ from typing import Any, TextIO
 from kubernetes.client.exceptions import ApiException
 
 from common.kube import Cluster
-from components.parameters import parameter_name
-from components.training.kinds import JobKind
-from components.training.kube import (
+from components.training.api_server import (
     NETWORK_ERRORS,
     REQUEST_TIMEOUT,
     STREAM_SECONDS,
@@ -30,15 +28,16 @@ from components.training.kube import (
     require_kind,
     watch_objects,
 )
+from components.training.kinds import JobKind
 from components.training.logs import ReplicaLogs, failed_replicas
-from components.training.options import LaunchOptions
+from components.training.options import PARAMETER
 from components.training.owner import launcher_disruption
 from components.training.reports import TAIL_LINES, TrainingFailed, exit_code_text, quoted
 from components.training.signals import Terminated, sigterm_raises
 from components.training.stalls import NotStarted, Startup
 
 DRAIN_SECONDS = 30  # how long to wait for the replicas' last log lines once the job has ended
-TIMEOUT_PARAMETER = parameter_name(LaunchOptions, "timeout_minutes")
+TIMEOUT_PARAMETER = PARAMETER["timeout_minutes"]
 
 
 def run_job(

@@ -28,8 +28,8 @@ from kubernetes.client.exceptions import ApiException
 
 from common.errors import UserError
 from common.kube import Cluster
+from components.training.api_server import NETWORK_ERRORS, REQUEST_TIMEOUT, api_problem, error_message
 from components.training.kinds import QUEUE_LABEL, JobKind
-from components.training.kube import NETWORK_ERRORS, REQUEST_TIMEOUT, api_problem, error_message
 from components.training.reports import duration_text
 
 GROUP = "kueue.x-k8s.io"

@@ -27,8 +27,8 @@ from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
 from common.kube import Cluster
+from components.training.api_server import NETWORK_ERRORS, REQUEST_TIMEOUT, watch_objects
 from components.training.kinds import JobKind
-from components.training.kube import NETWORK_ERRORS, REQUEST_TIMEOUT, watch_objects
 from components.training.reports import TAIL_LINES
 
 LOG_REQUEST_TIMEOUT = (10, 300)  # a trainer silent for 5 minutes (downloading a model) gets its log asked for again

@@ -37,7 +37,7 @@ import yaml
 from common.run_layout import HF_HOME
 from components.hub_auth import SECRET_KEY, TOKEN_ENV
 from components.training.kinds import PRIORITY_LABEL, PYTORCHJOB, QUEUE_LABEL, TRAINJOB
-from components.training.options import TORCHRUN_EXIT_SECONDS
+from components.training.options import TORCHRUN_EXIT_SECONDS, LaunchOptions, parse_node_selector, parse_tolerations
 from trainer.config import TrainConfig, to_args
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -51,53 +51,56 @@ RUNTIME_PATCH_MANAGER = "llm-finetune-pipeline/launcher"
 # Pods are named <job>-worker-<i> (PyTorchJob) or <job>-node-0-<i> (TrainJob) and
 # their host names must stay within 63 characters.
 MAX_JOB_NAME = 45
+FINISHED_JOB_TTL_SECONDS = 24 * 3600  # finished PyTorchJobs (and their pods' logs) stay a day for inspection
+DEADLINE_BACKSTOP_SECONDS = 300
 
 
 @dataclass(frozen=True)
 class JobSpec:
-    """Everything a training job manifest is rendered from."""
+    """Everything a training job manifest is rendered from: the run's launch options and where the job goes."""
 
     name: str  # unique per pipeline run (see job_name); pods and services derive their names from it
     namespace: str
     image: str
     train: TrainConfig  # the trainer's options; paths are on the workspace PVC
-    nodes: int  # pods
-    gpus_per_node: int  # 0 trains on CPU with one process per pod
-    cpu: str  # request and limit per pod
-    memory: str  # request and limit per pod (it includes /dev/shm)
-    shm_size: str
+    launch: LaunchOptions  # the job's size, placement, limits and queue, as the run set them
     pvc_name: str
     mount_path: str
-    backoff_limit: int  # pod restarts before the job fails (the trainer resumes from its checkpoints)
-    active_deadline_seconds: int  # the cluster stops the job after this, even if the launcher is gone
-    ttl_seconds_after_finished: int  # PyTorchJob only: Trainer v2 has no TTL, the launcher cleans up
-    termination_grace_seconds: int  # SIGTERM to SIGKILL: the time a stopped pod has to save its checkpoint
-    hf_token_secret: str = ""  # Secret holding the Hugging Face token; empty: no HF_TOKEN
-    hf_token_key: str = SECRET_KEY
-    node_selector: dict[str, str] = field(default_factory=dict)
-    tolerations: tuple[dict[str, Any], ...] = ()
     labels: dict[str, str] = field(default_factory=dict)  # ties the job and its pods to the pipeline run
-    queue_name: str = ""  # Kueue LocalQueue; empty: Kueue leaves the job alone
-    priority_class: str = ""  # Kueue WorkloadPriorityClass; empty: the queue's default
     owner: dict[str, str] | None = None  # ownerReference to the pipeline run's Argo Workflow: deleted with the run
+    ttl_seconds_after_finished: int = FINISHED_JOB_TTL_SECONDS  # PyTorchJob only: Trainer v2 has none
+
+    @property
+    def node_selector(self) -> dict[str, str]:
+        return parse_node_selector(self.launch.node_selector)
+
+    @property
+    def tolerations(self) -> list[dict[str, Any]]:
+        return parse_tolerations(self.launch.tolerations)
+
+    @property
+    def active_deadline_seconds(self) -> int:
+        """When the cluster stops the job even if the launcher is gone: the launcher deletes it first, at the
+        run's training timeout; this is the backstop."""
+        return int(self.launch.timeout_minutes * 60) + DEADLINE_BACKSTOP_SECONDS
 
     @property
     def procs_per_node(self) -> int:
-        return self.gpus_per_node or 1
+        return self.launch.gpus_per_node or 1
 
     @property
     def world_size(self) -> int:
-        return self.nodes * self.procs_per_node
+        return self.launch.nodes * self.procs_per_node
 
     @property
     def torchrun_shutdown_seconds(self) -> int:
         """How long torchrun lets its workers save after SIGTERM before it kills them: the pod's grace period
         less the time torchrun needs to tear down and exit before the kubelet's SIGKILL."""
-        return self.termination_grace_seconds - TORCHRUN_EXIT_SECONDS
+        return self.launch.termination_grace_seconds - TORCHRUN_EXIT_SECONDS
 
     def trainer_command(self) -> list[str]:
         config = dataclasses.replace(
-            self.train, require_cuda=self.gpus_per_node > 0, expected_world_size=self.world_size
+            self.train, require_cuda=self.launch.gpus_per_node > 0, expected_world_size=self.world_size
         )
         return ["torchrun", f"--shutdown-timeout={self.torchrun_shutdown_seconds}", "-m", "trainer", *to_args(config)]
 
@@ -134,10 +137,10 @@ def run_labels(run_id: str, pipeline_name: str) -> dict[str, str]:
 def _resources(spec: JobSpec) -> dict[str, Any]:
     # Limits equal to the requests: a namespace with a ResourceQuota on limits refuses pods without them, and
     # with the GPUs requested too the pods get the Guaranteed QoS class, evicted last under node pressure.
-    requests = {"cpu": spec.cpu, "memory": spec.memory}
-    limits = {"cpu": spec.cpu, "memory": spec.memory}
-    if spec.gpus_per_node:
-        requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(spec.gpus_per_node)
+    requests = {"cpu": spec.launch.cpu, "memory": spec.launch.memory}
+    limits = {"cpu": spec.launch.cpu, "memory": spec.launch.memory}
+    if spec.launch.gpus_per_node:
+        requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(spec.launch.gpus_per_node)
     return {"requests": requests, "limits": limits}
 
 
@@ -148,8 +151,8 @@ def _env(spec: JobSpec) -> list[dict[str, Any]]:
         {"name": "TRITON_CACHE_DIR", "value": f"{SCRATCH}/.triton"},
         {"name": "PYTHONUNBUFFERED", "value": "1"},
     ]
-    if spec.hf_token_secret:
-        secret = {"name": spec.hf_token_secret, "key": spec.hf_token_key, "optional": True}
+    if spec.launch.hf_token_secret:
+        secret = {"name": spec.launch.hf_token_secret, "key": SECRET_KEY, "optional": True}
         env.append({"name": TOKEN_ENV, "valueFrom": {"secretKeyRef": secret}})
     return env
 
@@ -157,7 +160,7 @@ def _env(spec: JobSpec) -> list[dict[str, Any]]:
 def _volumes(spec: JobSpec) -> list[dict[str, Any]]:
     return [
         {"name": "workspace", "persistentVolumeClaim": {"claimName": spec.pvc_name}},
-        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.launch.shm_size}},
         {"name": "scratch", "emptyDir": {}},
     ]
 
@@ -180,7 +183,7 @@ CONTAINER_SECURITY = {
 
 def _placement(spec: JobSpec) -> dict[str, Any]:
     """Where the pods run, and how long a stopped pod has to save its checkpoint."""
-    placement: dict[str, Any] = {"terminationGracePeriodSeconds": spec.termination_grace_seconds}
+    placement: dict[str, Any] = {"terminationGracePeriodSeconds": spec.launch.termination_grace_seconds}
     if spec.node_selector:
         placement["nodeSelector"] = dict(spec.node_selector)
     if spec.tolerations:
@@ -198,10 +201,10 @@ def _metadata(spec: JobSpec) -> dict[str, Any]:
     Workflow either way.
     """
     labels = dict(spec.labels)
-    if spec.queue_name:
-        labels[QUEUE_LABEL] = spec.queue_name
-    if spec.priority_class:
-        labels[PRIORITY_LABEL] = spec.priority_class
+    if spec.launch.queue_name:
+        labels[QUEUE_LABEL] = spec.launch.queue_name
+    if spec.launch.priority_class:
+        labels[PRIORITY_LABEL] = spec.launch.priority_class
     metadata: dict[str, Any] = {"name": spec.name, "namespace": spec.namespace, "labels": labels}
     if spec.owner:
         metadata["ownerReferences"] = [dict(spec.owner)]
@@ -232,8 +235,8 @@ def render_pytorchjob(spec: JobSpec) -> dict[str, Any]:
         "spec": {"containers": [container], "volumes": _volumes(spec), **_placement(spec)},
     }
     replicas = {"Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": template}}
-    if spec.nodes > 1:
-        replicas["Worker"] = {"replicas": spec.nodes - 1, "restartPolicy": "OnFailure", "template": template}
+    if spec.launch.nodes > 1:
+        replicas["Worker"] = {"replicas": spec.launch.nodes - 1, "restartPolicy": "OnFailure", "template": template}
     return {
         "apiVersion": PYTORCHJOB.api_version,
         "kind": PYTORCHJOB.kind,
@@ -241,7 +244,7 @@ def render_pytorchjob(spec: JobSpec) -> dict[str, Any]:
         "spec": {
             "nprocPerNode": str(spec.procs_per_node),
             "runPolicy": {
-                "backoffLimit": spec.backoff_limit,
+                "backoffLimit": spec.launch.backoff_limit,
                 "cleanPodPolicy": "Running",
                 "activeDeadlineSeconds": spec.active_deadline_seconds,
                 "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
@@ -296,7 +299,7 @@ def render_trainjob(spec: JobSpec, runtime_name: str = "torch-distributed") -> d
                 "image": spec.image,
                 "command": spec.trainer_command(),
                 "env": _env(spec),
-                "numNodes": spec.nodes,
+                "numNodes": spec.launch.nodes,
                 "numProcPerNode": spec.procs_per_node,
                 "resourcesPerNode": _resources(spec),
             },

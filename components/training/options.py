@@ -1,7 +1,7 @@
 """Where and how the training stage runs the trainer: its options, their defaults, help and validation.
 
 ``LaunchOptions`` is the single declaration of these run parameters
-(``components.parameters`` maps ``training_nodes`` to ``nodes`` and so on);
+(each field's ``name`` is its run-form name: ``training_nodes`` sets ``nodes`` and so on);
 ``launch_problems`` is their validation, shared by the pipeline's first step and
 the train step itself.
 """
@@ -12,10 +12,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from common.cli_options import option
+from common.cli_options import option, run_form_names, run_option
 from common.errors import UserError
 from common.kube import is_label_value_name, is_positive_quantity, is_subdomain_name
-from components.base_model import LOCAL_BACKEND
+from components.default_base_model import LOCAL_BACKEND
 from components.hub_auth import SECRET_NAME
 from components.training.kinds import KINDS
 
@@ -32,30 +32,38 @@ MIN_GRACE_SECONDS = TORCHRUN_EXIT_SECONDS + 20
 class LaunchOptions:
     """Where and how the trainer runs."""
 
-    backend: str = option(
+    backend: str = run_option(
         "pytorchjob",
         "pytorchjob (Kubeflow Training Operator v1) or trainjob (Kubeflow Trainer v2, OpenShift AI 3.x); "
         "local runs torchrun on this machine (what python -m pipelines.run uses).",
+        name="training_backend",
+        choices=BACKENDS,
     )
-    nodes: int = option(
-        2, "Training pods (1 master + workers); the job has nodes x gpus_per_node processes (local: processes)."
+    nodes: int = run_option(
+        2,
+        "Training pods (1 master + workers); the job has nodes x gpus_per_node processes (local: processes).",
+        name="training_nodes",
     )
-    gpus_per_node: int = option(1, "GPUs per training pod, one training process each; 0 trains on CPU.")
-    gpu_memory: str = option(
+    gpus_per_node: int = run_option(1, "GPUs per training pod, one training process each; 0 trains on CPU.")
+    gpu_memory: str = run_option(
         "",
         "Memory of one GPU of the training nodes, e.g. 80Gi (A100/H100 80GB) or 48Gi (L40S): the train step estimates "
         "each GPU's use from the base model's config.json and refuses a job that cannot fit, before creating it, "
         "naming the changes that would. Empty: the estimate is printed only.",
     )
-    cpu: str = option("8", "CPU request and limit of each training pod, e.g. 8.")
-    memory: str = option("48Gi", "Memory request and limit of each training pod, /dev/shm included, e.g. 48Gi.")
-    shm_size: str = option(
-        "8Gi", "Memory-backed /dev/shm of each training pod (NCCL and data loaders need it), e.g. 8Gi."
+    cpu: str = run_option("8", "CPU request and limit of each training pod, e.g. 8.", name="training_cpu")
+    memory: str = run_option(
+        "48Gi", "Memory request and limit of each training pod, /dev/shm included, e.g. 48Gi.", name="training_memory"
     )
-    node_selector: str = option(
+    shm_size: str = run_option(
+        "8Gi",
+        "Memory-backed /dev/shm of each training pod (NCCL and data loaders need it), e.g. 8Gi.",
+        name="training_shm_size",
+    )
+    node_selector: str = run_option(
         "", "Node labels the training pods must run on: key=value,key2=value2 or a JSON object. Empty: any node."
     )
-    tolerations: str = option(
+    tolerations: str = run_option(
         "nvidia.com/gpu:NoSchedule",
         "Taints the training pods tolerate: key[=value][:Effect],... or a JSON list. The default tolerates "
         "NVIDIA GPU nodes' taint.",
@@ -64,48 +72,58 @@ class LaunchOptions:
         SECRET_NAME,
         "Secret with key HF_TOKEN for the training pods; optional, so a missing one only matters for gated models.",
     )
-    timeout_minutes: float = option(
+    timeout_minutes: float = run_option(
         24 * 60.0,
         "Delete the training job and fail the run once it has run this many minutes (time waiting in a Kueue "
         "queue excluded).",
+        name="training_timeout_minutes",
     )
-    start_timeout_minutes: float = option(
+    start_timeout_minutes: float = run_option(
         30.0,
         "Delete the training job and fail the run, with the pods' Kubernetes events, when its pods are not all "
         "running this many minutes after it was created (unschedulable, volume not mounting, image not pulling). "
         "Time waiting in a Kueue queue does not count unless start_timeout_includes_queue is on.",
+        name="training_start_timeout_minutes",
     )
-    count_queue_time: bool = option(
-        False, "Count the time the training job waits for Kueue admission toward the start timeout."
+    count_queue_time: bool = run_option(
+        False,
+        "Count the time the training job waits for Kueue admission toward the start timeout.",
+        name="start_timeout_includes_queue",
     )
-    backoff_limit: int = option(
+    backoff_limit: int = run_option(
         3,
         "PyTorchJob: container restarts before the job fails, counted over all replicas together (the Training "
         "Operator sums them); each restart resumes from the newest checkpoint. A TrainJob restarts as its "
         "ClusterTrainingRuntime says instead.",
+        name="training_backoff_limit",
     )
-    queue_name: str = option(
+    queue_name: str = run_option(
         "",
         "Kueue LocalQueue to submit the training job to (label kueue.x-k8s.io/queue-name); it then waits for "
         "quota and appears in OpenShift AI's Distributed workloads dashboard. Empty: no queue.",
     )
-    priority_class: str = option(
+    priority_class: str = run_option(
         "",
         "Kueue WorkloadPriorityClass of the training job (label kueue.x-k8s.io/priority-class); needs "
         "queue_name. Empty: the queue's default priority.",
     )
-    trainjob_runtime: str = option("torch-distributed", "The ClusterTrainingRuntime a trainjob uses.")
-    termination_grace_seconds: int = option(
+    trainjob_runtime: str = run_option("torch-distributed", "The ClusterTrainingRuntime a trainjob uses.")
+    termination_grace_seconds: int = run_option(
         180,
         "Seconds a training pod has, once stopped (eviction, node drain, deletion), to save a checkpoint before "
         "Kubernetes kills it: the pods' terminationGracePeriodSeconds. torchrun gives its workers all but the last "
         f"{TORCHRUN_EXIT_SECONDS} s. The default fits a LoRA checkpoint of a 3B model; raise it for full "
         "fine-tuning of large models.",
+        name="training_grace_period_seconds",
     )
 
     @property
     def procs_per_node(self) -> int:
         return self.gpus_per_node or 1
+
+
+# What the run form calls each option: what a message tells the user to change.
+PARAMETER = run_form_names(LaunchOptions)
 
 
 def parse_node_selector(value: str | dict[str, str]) -> dict[str, str]:

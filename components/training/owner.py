@@ -31,7 +31,7 @@ from kubernetes.client.exceptions import ApiException
 
 from common.errors import UserError
 from common.kube import Cluster
-from components.training.kube import NETWORK_ERRORS, REQUEST_TIMEOUT, api_problem
+from components.training.api_server import NETWORK_ERRORS, REQUEST_TIMEOUT, api_problem
 
 POD_NAME_ENV = "KFP_POD_NAME"
 DISRUPTION_CONDITION = "DisruptionTarget"

@@ -20,25 +20,23 @@ from pathlib import Path
 from typing import Any
 
 from common.atomic import write_json, write_text_atomic
+from common.cli_options import run_form_names
 from common.errors import UserError, exit_on_user_error
 from common.run_layout import TOKENS_MANIFEST, TRAINING_FAILURE, TRAINING_SUMMARY, stage_dir
-from components.base_model import LOCAL_BACKEND, resolve_base_model
-from components.parameters import parameter_name
+from components.default_base_model import LOCAL_BACKEND, resolve_base_model
 from components.training.fit import check_fit
 from components.training.kinds import KINDS, PYTORCHJOB
 from components.training.manifests import JobSpec, job_name, render_pytorchjob, render_trainjob, run_labels, to_yaml
 from components.training.options import (
+    PARAMETER,
     LaunchOptions,
     launch_problems,
-    parse_node_selector,
-    parse_tolerations,
     sharding_problem,
 )
 from components.training.reports import TrainingFailed
 from components.training.signals import TERMINATED_EXIT_CODE, Terminated
-from trainer.config import SET_BY_THE_LAUNCHER, TrainConfig, option_problems
+from trainer.config import TrainConfig, option_problems
 
-FINISHED_JOB_TTL_SECONDS = 24 * 3600  # finished PyTorchJobs (and their pods' logs) stay a day for inspection
 SUMMARY_METRICS = (
     "final_train_loss",
     "mean_train_loss",
@@ -95,37 +93,22 @@ def job_spec(
     image: str,
     owner: dict[str, str] | None = None,
 ) -> JobSpec:
-    timeout = int(launch.timeout_minutes * 60)
     return JobSpec(
         name=job_name(run_id),
         namespace=namespace,
         image=image,
         train=config,
-        nodes=launch.nodes,
-        gpus_per_node=launch.gpus_per_node,
-        cpu=launch.cpu,
-        memory=launch.memory,
-        shm_size=launch.shm_size,
+        launch=launch,
         pvc_name=pvc_name,
         mount_path=mount_path,
-        backoff_limit=launch.backoff_limit,
-        active_deadline_seconds=timeout
-        + 300,  # the launcher deletes the job first; this is the backstop if the launcher dies
-        ttl_seconds_after_finished=FINISHED_JOB_TTL_SECONDS,
-        termination_grace_seconds=launch.termination_grace_seconds,
-        hf_token_secret=launch.hf_token_secret,
-        node_selector=parse_node_selector(launch.node_selector),
-        tolerations=tuple(parse_tolerations(launch.tolerations)),
         labels=run_labels(run_id, pipeline_name),
-        queue_name=launch.queue_name,
-        priority_class=launch.priority_class,
         owner=owner,
     )
 
 
 def render_job(config: TrainConfig, launch: LaunchOptions, **placement: Any) -> dict[str, Any]:
     """The PyTorchJob or TrainJob manifest for ``launch.backend``: what the step creates, and what
-    ``python -m components.train_model render`` prints. ``placement`` holds ``job_spec``'s keyword arguments."""
+    ``python -m pipelines.training_job render`` prints. ``placement`` holds ``job_spec``'s keyword arguments."""
     spec = job_spec(config, launch, **placement)
     if KINDS[launch.backend] is PYTORCHJOB:
         return render_pytorchjob(spec)
@@ -143,8 +126,8 @@ def train_on_cluster(
     image: str,
     manifest_artifact,
 ) -> None:
+    from components.training.api_server import connect
     from components.training.follow import run_job
-    from components.training.kube import connect
     from components.training.kueue import require_local_queue
     from components.training.owner import run_owner
 
@@ -169,7 +152,7 @@ def train_on_cluster(
     print(f"{kind.kind} to run:\n{text}", flush=True)
     if kind is not PYTORCHJOB:
         print(
-            f"note: {parameter_name(LaunchOptions, 'backoff_limit')} applies to PyTorchJobs only; this TrainJob "
+            f"note: {PARAMETER['backoff_limit']} applies to PyTorchJobs only; this TrainJob "
             "restarts as its ClusterTrainingRuntime says "
             f"(oc get clustertrainingruntime {launch.trainjob_runtime} -o yaml). The stock torch-distributed runtime "
             "sets no JobSet failurePolicy, so Kubernetes' Job default applies: 6 pod restarts of the node Job, all "
@@ -335,7 +318,7 @@ def run_step(arguments: dict[str, Any]) -> tuple[str, str]:
     """What the ``train_model`` component calls with every input by name: ``run_in_pipeline`` with the
     inputs named after ``LaunchOptions`` and ``TrainConfig`` fields gathered into those two groups."""
     launch_fields = {spec.name for spec in dataclasses.fields(LaunchOptions)}
-    training_fields = {spec.name for spec in dataclasses.fields(TrainConfig)} - set(SET_BY_THE_LAUNCHER)
+    training_fields = run_form_names(TrainConfig)  # the rest the launcher sets: paths, the model, the job's size
     return run_in_pipeline(
         workspace_root=arguments["workspace_root"],
         run_id=arguments["run_id"],

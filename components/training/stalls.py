@@ -29,17 +29,16 @@ from datetime import datetime, timezone
 from typing import Any, TextIO
 
 from common.kube import Cluster
-from components.parameters import parameter_name
 from components.training.events import EventLog, job_event_selectors
 from components.training.kinds import JobKind
 from components.training.kueue import Admission
 from components.training.logs import ReplicaLogs, container_status
-from components.training.options import LaunchOptions
+from components.training.options import PARAMETER
 from components.training.reports import duration_text
 
 EVENT_POLL_SECONDS = 15  # how often the Events of a job that has not started are read
-START_TIMEOUT_PARAMETER = parameter_name(LaunchOptions, "start_timeout_minutes")
-QUEUE_TIME_PARAMETER = parameter_name(LaunchOptions, "count_queue_time")
+START_TIMEOUT_PARAMETER = PARAMETER["start_timeout_minutes"]
+QUEUE_TIME_PARAMETER = PARAMETER["count_queue_time"]
 
 
 class NotStarted(Exception):

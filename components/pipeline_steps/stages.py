@@ -1,9 +1,7 @@
-"""The pipeline's stages as KFP components: thin wrappers over plain Python.
+"""The pipeline's stages as KFP components, but for the train step (``train_step``, generated).
 
 Each body only imports the module that does the work and calls it, so all
-logic is testable without KFP. The modules imported here must not define
-components themselves: inside a pipeline pod ``kfp.dsl`` is the reduced runtime
-version, which has no ``dsl.component``.
+logic is testable without KFP.
 """
 
 from typing import List, NamedTuple
@@ -72,7 +70,7 @@ def publish_model(
     dataset_uri: str,
     repo_id: str,
     private: bool,
-    include_merged: bool,
+    include_merged: str,
     include_adapter: bool,
     license: str,
     base_model: str,
@@ -134,89 +132,6 @@ def tokenise_data(
         metrics=metrics,
     )
     return namedtuple("TokeniseOutputs", ["tokens_dir"])(tokens_dir)
-
-
-@dsl.component(base_image=runtime_image(), install_kfp_package=False)
-def train_model(
-    workspace_root: str,
-    run_id: str,
-    tokens_dir: str,
-    pvc_name: str,
-    pvc_size: str,
-    image: str,
-    base_model: str,
-    pipeline_name: str,
-    backend: str,
-    nodes: int,
-    gpus_per_node: int,
-    gpu_memory: str,
-    cpu: str,
-    memory: str,
-    shm_size: str,
-    node_selector: str,
-    tolerations: str,
-    hf_token_secret: str,
-    timeout_minutes: float,
-    start_timeout_minutes: float,
-    count_queue_time: bool,
-    backoff_limit: int,
-    queue_name: str,
-    priority_class: str,
-    trainjob_runtime: str,
-    termination_grace_seconds: int,
-    base_model_revision: str,
-    method: str,
-    sharding: str,
-    attention: str,
-    compile_blocks: bool,
-    liger_kernels: bool,
-    lora_r: int,
-    lora_alpha: int,
-    lora_dropout: float,
-    lora_cast_inputs: bool,
-    lora_target_modules: str,
-    epochs: float,
-    max_steps: int,
-    learning_rate: float,
-    scale_lr: bool,
-    warmup_ratio: float,
-    weight_decay: float,
-    per_device_batch_size: int,
-    gradient_accumulation_steps: int,
-    max_length: int,
-    packing: bool,
-    loss_on: str,
-    mixed_precision: bool,
-    gradient_checkpointing: bool,
-    checkpoint_every: int,
-    save_steps: int,
-    save_total_limit: int,
-    logging_steps: int,
-    eval_steps: int,
-    seed: int,
-    collective_timeout_minutes: float,
-    model: dsl.Output[dsl.Model],
-    metrics: dsl.Output[dsl.Metrics],
-    manifest: dsl.Output[dsl.Artifact],
-) -> NamedTuple("TrainOutputs", [("train_dir", str), ("base_model", str)]):
-    """Fine-tune the base model: a PyTorchJob or TrainJob on the cluster, or local torchrun processes.
-
-    The inputs from ``backend`` to ``termination_grace_seconds`` are ``LaunchOptions``
-    fields and those from ``base_model_revision`` to ``collective_timeout_minutes`` ``TrainConfig`` fields, named
-    alike (tests/test_run_parameters.py checks it). No defaults here: the pod
-    runs this source as written, so they could only be copies; the pipeline
-    passes every value. ``image`` is the training pods' image, ``pvc_name`` the
-    workspace PVC (empty for the local backend) and ``pvc_size`` its size when the run
-    creates it. Returns the run's train
-    directory and the base model it resolved, which the evaluation compares against.
-    """
-    arguments = dict(locals())  # every input by name, taken before anything else is bound here
-    from collections import namedtuple
-
-    from components.training.stage import run_step
-
-    train_dir, resolved_base_model = run_step(arguments)
-    return namedtuple("TrainOutputs", ["train_dir", "base_model"])(train_dir, resolved_base_model)
 
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)

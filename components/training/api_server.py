@@ -33,9 +33,8 @@ from kubernetes.client.exceptions import ApiException
 import common.kube
 from common.errors import UserError
 from common.kube import Cluster
-from components.parameters import parameter_name
 from components.training.kinds import KINDS, JobKind
-from components.training.options import LaunchOptions
+from components.training.options import PARAMETER
 
 DELETE_WAIT_SECONDS = 300  # a deleted job's pods have their grace period (180 s by default) to stop
 REQUEST_TIMEOUT = (10, 60)  # seconds to connect, to read a reply (not a stream)
@@ -89,7 +88,7 @@ def unknown_fields_problem(error: ApiException, kind: JobKind) -> UserError | No
     if not fields:
         return None
     other = next(other for other in KINDS.values() if other is not kind)
-    backend = parameter_name(LaunchOptions, "backend")
+    backend = PARAMETER["backend"]
     return UserError(
         f"The cluster's {kind.kind} API does not know {', '.join(fields)}, which the train step sets: it is "
         f"older than {kind.min_version}, which these fields need (the API server said: {message}). Upgrade to "

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from common.cli_options import option
+from common.cli_options import run_option
 from common.kube import is_label_name, is_positive_quantity, is_subdomain_name
 from components.local_model import CLUSTER_BASE_MODEL, LOCAL_MODEL_NAME
 
@@ -19,26 +19,26 @@ from components.local_model import CLUSTER_BASE_MODEL, LOCAL_MODEL_NAME
 class RunInputs:
     """What the run starts from; read by several stages."""
 
-    dataset_uri: str = option(
+    dataset_uri: str = run_option(
         "",
         "The JSONL / JSONL.gz training data: a path or glob as seen inside the pods (e.g. on the workspace PVC), "
         "an https:// URL, s3://bucket/key or s3://bucket/prefix/ (credentials from the Secret "
         "data_connection_secret names), or hf://datasets/owner/name[@revision][/path]. Empty uses the "
         "practical-skills sample bundled in the image.",
     )
-    data_connection_secret: str = option(
+    data_connection_secret: str = run_option(
         "aws-connection-training-data",
         "Secret of the OpenShift AI data connection with the S3 credentials and endpoint for an s3:// "
         "dataset_uri (keys AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_S3_ENDPOINT, ...); the default is the "
         "Secret of a connection named training-data. Optional: a missing Secret only matters for s3:// data.",
     )
-    force: bool = option(
+    force: bool = run_option(
         False,
         "Train, evaluate, export and publish even when the prepared data is the same as the last published "
         "model's (e.g. after changing training options), and publish even when the new model does not beat the "
         "published one (it must still beat its base); the report says so.",
     )
-    base_model: str = option(
+    base_model: str = run_option(
         "",
         "Model to fine-tune: a Hugging Face Hub id or a directory on the workspace PVC. Empty: "
         f"{CLUSTER_BASE_MODEL} on a cluster, {LOCAL_MODEL_NAME} in a local run.",
@@ -49,14 +49,16 @@ class RunInputs:
 class WorkspaceOptions:
     """The PVC the stages share (a local run uses a directory instead and ignores these)."""
 
-    pvc_name: str = option("", "Existing ReadWriteMany PVC to use as the workspace. Empty creates one for this run.")
-    pvc_size: str = option("20Gi", "Size of the PVC created for this run, e.g. 20Gi.")
-    pvc_storage_class: str = option(
+    pvc_name: str = run_option(
+        "", "Existing ReadWriteMany PVC to use as the workspace. Empty creates one for this run."
+    )
+    pvc_size: str = run_option("20Gi", "Size of the PVC created for this run, e.g. 20Gi.")
+    pvc_storage_class: str = run_option(
         "",
         "StorageClass of the PVC created for this run; it must support ReadWriteMany. Empty uses the cluster's "
         "default class.",
     )
-    keep_pvc: bool = option(
+    keep_pvc: bool = run_option(
         False, "Keep the PVC created for this run after it succeeds (a failed run always keeps it for inspection)."
     )
 
@@ -82,32 +84,34 @@ class StepResources:
     The training pods' own sizes are the training_* parameters.
     """
 
-    prepare_cpu: str = option("2", "CPU of the prepare step (reads, validates and splits the dataset).")
-    prepare_memory: str = option("4Gi", "Memory of the prepare step.")
-    tokenise_cpu: str = option(
+    prepare_cpu: str = run_option("2", "CPU of the prepare step (reads, validates and splits the dataset).")
+    prepare_memory: str = run_option("4Gi", "Memory of the prepare step.")
+    tokenise_cpu: str = run_option(
         "4",
         "CPU of the tokenise step: it runs one tokenising process per CPU (about 1.5 GiB each), so the step's "
         "time falls with its CPUs.",
     )
-    tokenise_memory: str = option(
+    tokenise_memory: str = run_option(
         "8Gi", "Memory of the tokenise step: about 1.5 GiB per CPU plus 1 GiB, whatever the data size."
     )
-    train_launcher_cpu: str = option(
+    train_launcher_cpu: str = run_option(
         "500m", "CPU of the train step's launcher pod, which starts the training job and streams its logs."
     )
-    train_launcher_memory: str = option("1Gi", "Memory of the train step's launcher pod.")
-    evaluate_cpu: str = option("4", "CPU of the evaluate step (generates with the base and fine-tuned models).")
-    evaluate_memory: str = option(
+    train_launcher_memory: str = run_option("1Gi", "Memory of the train step's launcher pod.")
+    evaluate_cpu: str = run_option("4", "CPU of the evaluate step (generates with the base and fine-tuned models).")
+    evaluate_memory: str = run_option(
         "32Gi",
         "Memory of the evaluate step: it loads the base and the fine-tuned model, two 3B models by default "
         "(on the CPU, with gpus_per_node=0, about 12 GB each in float32).",
     )
-    export_cpu: str = option("4", "CPU of the export step (GGUF conversion and the llama.cpp check run on the CPU).")
-    export_memory: str = option(
+    export_cpu: str = run_option(
+        "4", "CPU of the export step (GGUF conversion and the llama.cpp check run on the CPU)."
+    )
+    export_memory: str = run_option(
         "24Gi", "Memory of the export step: it converts the merged model and loads the GGUF in llama.cpp."
     )
-    publish_cpu: str = option("1", "CPU of the publish step (uploads the files to the Hub).")
-    publish_memory: str = option("2Gi", "Memory of the publish step.")
+    publish_cpu: str = run_option("1", "CPU of the publish step (uploads the files to the Hub).")
+    publish_memory: str = run_option("2Gi", "Memory of the publish step.")
 
 
 def resources_problems(resources: StepResources) -> dict[str, str]:

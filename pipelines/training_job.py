@@ -1,6 +1,6 @@
 """Show the training job a run would create, without a cluster.
 
-    python -m components.train_model render --param training_nodes=4 --param gpus_per_node=8 \\
+    python -m pipelines.training_job render --param training_nodes=4 --param gpus_per_node=8 \\
         --param queue_name=team-a --namespace ml-team > job.yaml
 
 prints, as YAML, the PyTorchJob or TrainJob the pipeline's train step creates
@@ -25,9 +25,9 @@ from pathlib import Path
 from common.errors import UserError, exit_on_user_error
 from common.kube import default_namespace
 from common.run_layout import CLUSTER_WORKSPACE, TOKEN_CACHE, stage_dir
-from components.base_model import LOCAL_BACKEND, resolve_base_model
-from components.parameters import PIPELINE_NAME, RUN_PARAMETERS, arguments_for
-from components.run_params import checked_overrides
+from components.default_base_model import LOCAL_BACKEND, resolve_base_model
+from components.run_form.command_line import checked_overrides
+from components.run_form.table import PIPELINE_NAME, RUN_PARAMETERS, arguments_for
 from components.runtime_image import runtime_image
 from components.training.fit import check_fit
 from components.training.kinds import KINDS
@@ -42,7 +42,7 @@ TOKENS_KEY = "<key-of-the-tokenised-data>"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m components.train_model", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m pipelines.training_job", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     render = commands.add_parser(
         "render", help="print the PyTorchJob/TrainJob manifest the train step would create, as YAML"
@@ -95,7 +95,7 @@ def render(pairs: list[str], *, namespace: str, run_id: str, image: str) -> str:
     )
     header = (
         f"# The {manifest['kind']} the train step creates for these run parameters "
-        "(python -m components.train_model render).\n"
+        "(python -m pipelines.training_job render).\n"
         f"# Stand-ins for what only a run knows: run id {run_id!r} (it names the job), namespace {namespace!r}, "
         f"workspace PVC {pvc_name!r}, token-cache entry {TOKENS_KEY!r} (named by the data the tokenise step read).\n"
         "# A run also adds an ownerReference to its Argo Workflow, so deleting the run deletes the job.\n"

@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from common.errors import UserError
-from components.parameters import validate
+from components.run_form.checks import validate
 
 _PARSERS = {"STRING": str, "NUMBER_INTEGER": int, "NUMBER_DOUBLE": float, "BOOLEAN": None}
 

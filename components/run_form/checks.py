@@ -1,0 +1,188 @@
+"""The first pipeline step's checks: every run parameter's value, by its stage's rules and across stages.
+
+The step fails in seconds naming every bad parameter, instead of an hour later
+in a training pod; ``python -m pipelines.run`` and ``submit`` run the same
+checks before a run starts. Each stage's own rules are its options module's
+``option_problems``; the rules here are the ones a whole run adds. This module
+imports no KFP: the first pipeline step imports it in its pod.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any, Callable
+
+from common.cli_options import default_of
+from common.errors import UserError, exit_on_user_error
+from components.dataprep.options import PrepareOptions
+from components.dataprep.options import option_problems as prepare_problems
+from components.evaluation.options import EvaluateOptions
+from components.evaluation.options import option_problems as evaluate_problems
+from components.export.options import ExportStageOptions
+from components.export.options import option_problems as export_problems
+from components.publish.options import PublishOptions
+from components.publish.options import option_problems as publish_problems
+from components.run_form.options import (
+    RunInputs,
+    StepResources,
+    WorkspaceOptions,
+    inputs_problems,
+    resources_problems,
+    workspace_problems,
+)
+from components.run_form.table import RUN_PARAMETERS
+from components.tokenise.options import TokeniseOptions
+from components.tokenise.options import option_problems as tokenise_problems
+from components.training.options import (
+    LaunchOptions,
+    launch_problems,
+    parse_node_selector,
+    parse_tolerations,
+    sharding_problem,
+)
+from trainer.config import TrainConfig, packages_needed
+from trainer.config import option_problems as training_problems
+
+# Each options dataclass's validation: field name -> problem, read from any object with the fields
+# (the values are checked before the dataclass, whose __post_init__ may refuse them, is built).
+VALIDATION: dict[type, Callable[[Any], dict[str, str]]] = {
+    RunInputs: inputs_problems,
+    PrepareOptions: prepare_problems,
+    TrainConfig: training_problems,
+    LaunchOptions: launch_problems,
+    TokeniseOptions: tokenise_problems,
+    EvaluateOptions: evaluate_problems,
+    ExportStageOptions: export_problems,
+    PublishOptions: publish_problems,
+    WorkspaceOptions: workspace_problems,
+    StepResources: resources_problems,
+}
+
+
+def _held_out_fraction(value: float) -> str | None:
+    if 0.0 < value < 1.0:
+        return None
+    return f"must be above 0 and below 1 (got {value}): the evaluation stage compares the models on the held-out rows"
+
+
+# Rules a pipeline run adds to a stage's own: the data stage alone may hold nothing out, the DAG may not.
+PIPELINE_RULES: dict[str, Callable[[Any], str | None]] = {"eval_fraction": _held_out_fraction}
+
+
+def _job_rules(values: dict[str, Any]) -> dict[str, str]:
+    """Rules across the training options and the job's size."""
+    found = {}
+    names = ("sharding", "training_nodes", "gpus_per_node")
+    if all(name in values for name in names):
+        problem = sharding_problem(*(values[name] for name in names))
+        if problem:
+            found["sharding"] = problem
+    if values.get("gpus_per_node") == 0:
+        for field, (_, alternative) in packages_needed(values).items():
+            found.setdefault(
+                field,
+                f"is {values[field]}, which runs only on NVIDIA GPUs, and gpus_per_node is 0 (the training pods get "
+                f"none): {alternative}, or give the training pods GPUs",
+            )
+    return found
+
+
+def _publish_rules(values: dict[str, Any]) -> dict[str, str]:
+    """What a publish must hold for the next run's evaluation to load it as the model to beat.
+
+    ``publish_merged`` auto follows the method and ``publish_adapter``; only an explicit false can leave the
+    repository without loadable weights.
+    """
+    if values.get("publish_merged") != "false" or not all(name in values for name in ("method", "publish_adapter")):
+        return {}
+    if values["method"] == "full":
+        why = "method is full, whose only weights are the merged checkpoint"
+    elif not values["publish_adapter"]:
+        why = "publish_adapter is false too"
+    else:
+        return {}
+    return {
+        "publish_merged": f"is false and {why}: the repository would hold only GGUF files, which the next run's "
+        "evaluation cannot load to compare its model with the published one. Set publish_merged to auto or true"
+    }
+
+
+def problems(values: dict[str, Any]) -> list[str]:
+    """One line per invalid parameter among ``values`` (run parameter name -> value), in run-form order."""
+    found: dict[str, str] = {}
+    for options, validation in VALIDATION.items():
+        given = {p.field: values[p.name] for p in RUN_PARAMETERS if p.options is options and p.name in values}
+        if not given:
+            continue
+        fields = {spec.name: default_of(spec) for spec in dataclasses.fields(options)}
+        stage_problems = validation(SimpleNamespace(**{**fields, **given}))
+        for parameter in RUN_PARAMETERS:
+            if parameter.options is options and parameter.field in given and parameter.field in stage_problems:
+                found[parameter.name] = stage_problems[parameter.field]
+    for name, rule in PIPELINE_RULES.items():
+        problem = rule(values[name]) if name in values else None
+        if problem:
+            found[name] = problem
+    found.update(_job_rules(values))
+    found.update(_publish_rules(values))
+    return [f"parameter '{p.name}' {found[p.name]}" for p in RUN_PARAMETERS if p.name in found]
+
+
+def validate(values: dict[str, Any]) -> None:
+    """Raise ``UserError`` listing every invalid parameter."""
+    found = problems(values)
+    if found:
+        raise UserError("The run parameters are invalid: " + "; ".join(found) + ". Fix them and start the run again.")
+
+
+# The evaluation generates with both models on one GPU when training has GPUs (on the CPU otherwise).
+EVALUATE_GPUS = 1
+
+
+@dataclass(frozen=True)
+class EvaluatePlacement:
+    """Where the evaluate step runs: on the training pods' kind of node, with one GPU if they have GPUs."""
+
+    evaluate_gpus: int
+    node_selector: dict[str, str]
+    tolerations: list[dict[str, Any]]
+
+
+def evaluate_placement(values: dict[str, Any]) -> EvaluatePlacement:
+    """The evaluate step's GPU count, node selector and tolerations from the training run parameters."""
+    return EvaluatePlacement(
+        evaluate_gpus=EVALUATE_GPUS if values["gpus_per_node"] > 0 else 0,
+        node_selector=parse_node_selector(values["node_selector"]),
+        tolerations=parse_tolerations(values["tolerations"]),
+    )
+
+
+def runtime_image_problems(values: dict[str, Any]) -> list[str]:
+    """What the runtime image itself cannot do for these values.
+
+    Checked only inside the image, by the pipeline's first step: its pod runs
+    the image the training pods run, so a missing package is refused here, in
+    seconds, instead of by the trainer once GPU pods were scheduled (a laptop
+    that renders or submits the run may have other packages).
+    """
+    found = []
+    for field, (module, alternative) in packages_needed(values).items():
+        if importlib.util.find_spec(module) is None:
+            found.append(
+                f"parameter '{field}' is {values[field]}, which needs the {module} package, and the runtime image "
+                f"(which the training pods run too) does not install it: {alternative}, or build the image with "
+                f"{module} for CUDA"
+            )
+    return found
+
+
+@exit_on_user_error
+def check_in_pipeline(values: dict[str, Any]) -> None:
+    validate(values)
+    found = runtime_image_problems(values)
+    if found:
+        raise UserError("The run parameters ask for what this image cannot do: " + "; ".join(found) + ".")
+    print("run parameters are valid", flush=True)

@@ -1,0 +1,103 @@
+"""Every run parameter, in the order of the run form, read off the options dataclasses' fields.
+
+The run form is one flat list; which stage option each entry sets, and under
+what name, is declared on the option's field (``run_option``). Adding a run
+parameter is adding such a field: the pipeline's signature, the steps'
+arguments, the first step's checks and the reference page follow from this
+table. This module imports no KFP: the first pipeline step imports it in its pod.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass
+from typing import Any, List
+
+from common.cli_options import default_of, run_form_name
+from components.dataprep.options import PrepareOptions
+from components.evaluation.options import EvaluateOptions
+from components.export.options import ExportStageOptions
+from components.publish.options import PublishOptions
+from components.run_form.options import RunInputs, StepResources, WorkspaceOptions
+from components.tokenise.options import TokeniseOptions
+from components.training.options import LaunchOptions
+from trainer.config import TrainConfig
+
+PIPELINE_NAME = "llm-finetune"
+
+# The options dataclasses whose run_option fields make up the run form, in its order.
+RUN_FORM_OPTIONS: tuple[type, ...] = (
+    RunInputs,
+    PrepareOptions,
+    TrainConfig,
+    LaunchOptions,
+    TokeniseOptions,
+    EvaluateOptions,
+    ExportStageOptions,
+    PublishOptions,
+    WorkspaceOptions,
+    StepResources,
+)
+
+KFP_TYPES = {
+    str: "STRING",
+    int: "NUMBER_INTEGER",
+    float: "NUMBER_DOUBLE",
+    bool: "BOOLEAN",
+    dict: "STRUCT",
+    List[str]: "LIST",
+}
+
+
+@dataclass(frozen=True)
+class RunParameter:
+    """One field of the run form: the stage option ``options.<field>`` under the name ``name``."""
+
+    name: str
+    options: type
+    field: str
+
+    @property
+    def declaration(self) -> dataclasses.Field:
+        return next(spec for spec in dataclasses.fields(self.options) if spec.name == self.field)
+
+    @property
+    def default(self) -> Any:
+        """The default as KFP holds it: a list, not a tuple."""
+        value = default_of(self.declaration)
+        return list(value) if isinstance(value, tuple) else value
+
+    @property
+    def type(self) -> Any:
+        """The type as KFP declares it: ``List[str]`` for a ``tuple[str, ...]`` field."""
+        kind = typing.get_type_hints(self.options)[self.field]
+        return List[str] if kind == tuple[str, ...] else kind
+
+    @property
+    def kfp_type(self) -> str:
+        """The type's name in a compiled pipeline's parameter definitions (ParameterTypeEnum)."""
+        return KFP_TYPES[self.type]
+
+    @property
+    def help(self) -> str:
+        return self.declaration.metadata["help"]
+
+
+def run_parameters_of(options: type) -> tuple[RunParameter, ...]:
+    """The run parameters that ``options`` declares, in field order."""
+    return tuple(
+        RunParameter(name, options, spec.name)
+        for spec in dataclasses.fields(options)
+        if (name := run_form_name(spec)) is not None
+    )
+
+
+RUN_PARAMETERS: tuple[RunParameter, ...] = tuple(
+    parameter for options in RUN_FORM_OPTIONS for parameter in run_parameters_of(options)
+)
+
+
+def arguments_for(options: type, run: dict[str, Any]) -> dict[str, Any]:
+    """The run parameters that ``options`` declares, from ``run`` (name -> value), keyed by field name."""
+    return {parameter.field: run[parameter.name] for parameter in run_parameters_of(options)}
