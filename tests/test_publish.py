@@ -55,11 +55,33 @@ def test_dry_run_writes_the_folder_and_the_record(tmp_path):
         "adapter/adapter_config.json",
         "adapter/adapter_model.safetensors",
     } <= set(result.files)
-    assert "config.json" not in result.files  # the merged checkpoint is opt-in
+    assert "config.json" not in result.files  # auto: the adapter is published, the merged checkpoint is not
     assert (upload / GGUF).read_bytes() == (run_dir / "export" / GGUF).read_bytes()
     assert not [p for p in upload.parent.iterdir() if p.name.startswith(".")]  # no staging left behind
     record = json.loads((tmp_path / "published" / "dry-run.json").read_text())
     assert record["data_fingerprint"] == FINGERPRINT and record["uploaded"] is False and record["run_id"] == "run-1"
+
+
+@pytest.mark.parametrize(
+    ("adapter_trained", "options", "merged"),
+    [
+        (True, PublishOptions(), False),  # auto: the adapter is the loadable weights
+        (False, PublishOptions(), True),  # auto after method full: no adapter, so the merged checkpoint
+        (True, PublishOptions(include_adapter=False), True),  # auto, adapter not wanted: the merged checkpoint
+        (False, PublishOptions(include_merged="false"), False),  # an explicit false is kept
+        (True, PublishOptions(include_merged="true"), True),
+    ],
+)
+def test_publish_merged_auto_follows_what_training_made(tmp_path, adapter_trained, options, merged):
+    """The repository holds weights the next run's evaluation can load, whatever the method, unless told not to."""
+    run_dir = make_run(tmp_path)
+    if not adapter_trained:
+        for path in (run_dir / "train" / "adapter").iterdir():
+            path.unlink()
+    result = publish(str(tmp_path), "run-1", "", options, token=None)
+    assert ("config.json" in result.files) is merged
+    library = yaml.safe_load(card_of(run_dir).split("---")[1])["library_name"]
+    assert library == ("transformers" if merged else "llama.cpp")
 
 
 def test_model_card_metadata_and_sections(tmp_path):
@@ -68,7 +90,7 @@ def test_model_card_metadata_and_sections(tmp_path):
         str(tmp_path),
         "run-1",
         "hf://datasets/me/practical-qa",
-        PublishOptions(repo_id="me/skills", include_merged=True),
+        PublishOptions(repo_id="me/skills", include_merged="true"),
         token=None,
     )
     text = card_of(run_dir)
@@ -139,8 +161,8 @@ def test_missing_export_is_a_clear_error_and_keeps_the_previous_folder(tmp_path)
 def test_include_merged_without_a_checkpoint_is_a_clear_error(tmp_path):
     run_dir = make_run(tmp_path)
     (run_dir / "train" / "merged" / "config.json").unlink()
-    with pytest.raises(UserError, match="include_merged is set but .* holds no checkpoint"):
-        publish(str(tmp_path), "run-1", "", PublishOptions(include_merged=True), token=None)
+    with pytest.raises(UserError, match="publish_merged is true but .* holds no checkpoint"):
+        publish(str(tmp_path), "run-1", "", PublishOptions(include_merged="true"), token=None)
 
 
 @pytest.mark.parametrize("repo_id", ["no-owner", "a/b/c", "bad owner/name"])

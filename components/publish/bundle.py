@@ -13,7 +13,7 @@ Repository layout::
     training_summary.json
     evaluation/                    evaluation.json, report.md, loss_curve.png, sample_responses.json
     verification/                  the GGUF verification report, when present
-    config.json, *.safetensors...  merged checkpoint (include_merged), so transformers loads the repository
+    config.json, *.safetensors...  merged checkpoint (PublishOptions.publishes_merged), for transformers
     adapter/                       LoRA adapter (include_adapter)
 """
 
@@ -46,6 +46,9 @@ from common.run_layout import (
 from components.publish.options import PublishOptions
 
 CARD_NAME = "README.md"
+
+# The merged checkpoint's config at the repository root: transformers loads the repository by it.
+MERGED_CONFIG = "config.json"
 
 
 @dataclass(frozen=True)
@@ -122,12 +125,14 @@ def _read_json(path: Path, stage: str) -> Any:
 def upload_plan(dirs: RunDirs, outputs: RunOutputs, options: PublishOptions) -> dict[str, Path]:
     """Path in the repository → local file, for everything except the model card."""
     plan: dict[str, Path] = {}
-    if options.include_merged:
+    adapter = dirs.train / ADAPTER
+    adapter_trained = (adapter / "adapter_config.json").is_file()
+    if options.publishes_merged(adapter_trained):
         merged = dirs.train / MERGED
-        if not (merged / "config.json").is_file():
+        if not (merged / MERGED_CONFIG).is_file():
             raise UserError(
-                f"include_merged is set but {merged} holds no checkpoint (no config.json); "
-                "the training stage writes it. Turn include_merged off or rerun training."
+                f"publish_merged is {options.include_merged} but {merged} holds no checkpoint (no config.json); "
+                "the training stage writes it. Set publish_merged to false or rerun training."
             )
         plan.update(_tree(merged, "", skip={CARD_NAME}))
     for path in [*outputs.ggufs, *outputs.lora_ggufs, dirs.export / MODELFILE, dirs.train / TRAINING_SUMMARY]:
@@ -140,8 +145,7 @@ def upload_plan(dirs: RunDirs, outputs: RunOutputs, options: PublishOptions) -> 
     for name in (VERIFICATION_JSON, VERIFICATION_MARKDOWN):
         if (dirs.export / name).is_file():
             plan[f"verification/{name}"] = dirs.export / name
-    adapter = dirs.train / ADAPTER
-    if options.include_adapter and (adapter / "adapter_config.json").is_file():
+    if options.include_adapter and adapter_trained:
         plan.update(_tree(adapter, "adapter/"))
     return plan
 

@@ -25,7 +25,7 @@ from huggingface_hub.utils import validate_repo_id
 from common.run_layout import LORA_MARKER, MODELFILE
 from components.dataprep.sources import describe_uri, hub_dataset_id
 from components.local_model import LOCAL_MODEL_NAME
-from components.publish.bundle import RunOutputs
+from components.publish.bundle import MERGED_CONFIG, RunOutputs
 from components.publish.options import PublishOptions
 
 TEMPLATE = Path(__file__).with_name("model_card.md.j2")
@@ -114,7 +114,7 @@ def card_data(outputs: RunOutputs, options: PublishOptions, context: CardContext
         base_model=base_model or None,
         datasets=[dataset] if dataset else None,
         license=options.license or None,
-        library_name="transformers" if options.include_merged else "llama.cpp",
+        library_name="transformers" if MERGED_CONFIG in context.files else "llama.cpp",
         pipeline_tag="text-generation",
         tags=tags,
         **extra,
@@ -162,7 +162,7 @@ def _intro(outputs: RunOutputs, options: PublishOptions, base_model: str, contex
         else f"`{config.get('model', 'the base model')}`"
     )
     parts = ["GGUF files for llama.cpp and Ollama"]
-    if options.include_merged:
+    if MERGED_CONFIG in context.files:
         parts.append("the merged safetensors checkpoint for transformers")
     if any(name.startswith("adapter/") for name in context.files):
         parts.append("the LoRA adapter for PEFT (`adapter/`)")
