@@ -48,14 +48,16 @@ def pod_specs_of_pytorchjob(manifest: dict) -> list[dict]:
 
 def check_trainer_command(command: list[str], job: JobSpec) -> None:
     """torchrun lets its workers save for all of the pod's grace period but its own exit time, then the trainer."""
-    shutdown = job.termination_grace_seconds - TORCHRUN_EXIT_SECONDS
+    shutdown = job.launch.termination_grace_seconds - TORCHRUN_EXIT_SECONDS
     assert command[:4] == ["torchrun", f"--shutdown-timeout={shutdown}", "-m", "trainer"]
-    assert 0 < shutdown < job.termination_grace_seconds
+    assert 0 < shutdown < job.launch.termination_grace_seconds
     assert not [arg for arg in command if arg.startswith(RANK_FLAGS)], (
         "rank and rendezvous come from the PET_* environment"
     )
     assert parse_config(command[4:]) == dataclasses.replace(
-        job.train, require_cuda=job.gpus_per_node > 0, expected_world_size=job.nodes * max(job.gpus_per_node, 1)
+        job.train,
+        require_cuda=job.launch.gpus_per_node > 0,
+        expected_world_size=job.launch.nodes * max(job.launch.gpus_per_node, 1),
     )
 
 
@@ -63,10 +65,10 @@ def check_container_env(env: list[dict], job: JobSpec) -> None:
     by_name = {item["name"]: item for item in env}
     assert by_name["HOME"]["value"] == "/tmp" and by_name["TRITON_CACHE_DIR"]["value"].startswith("/tmp/")
     assert by_name["HF_HOME"]["value"].startswith(job.mount_path + "/")
-    if job.hf_token_secret:
+    if job.launch.hf_token_secret:
         assert "value" not in by_name["HF_TOKEN"], "the token comes from the Secret, never inline"
         assert by_name["HF_TOKEN"]["valueFrom"]["secretKeyRef"] == {
-            "name": job.hf_token_secret,
+            "name": job.launch.hf_token_secret,
             "key": "HF_TOKEN",
             "optional": True,
         }
@@ -78,9 +80,11 @@ def check_resources(resources: dict, job: JobSpec) -> None:
     # Limits equal requests: namespaces with a ResourceQuota on limits refuse pods without them.
     assert resources["requests"]["cpu"] == resources["limits"]["cpu"] == "8"
     assert resources["requests"]["memory"] == resources["limits"]["memory"] == "64Gi"
-    if job.gpus_per_node:
+    if job.launch.gpus_per_node:
         assert (
-            resources["limits"]["nvidia.com/gpu"] == resources["requests"]["nvidia.com/gpu"] == str(job.gpus_per_node)
+            resources["limits"]["nvidia.com/gpu"]
+            == resources["requests"]["nvidia.com/gpu"]
+            == str(job.launch.gpus_per_node)
         )
     else:
         assert "nvidia.com/gpu" not in resources["limits"] and "nvidia.com/gpu" not in resources["requests"]
@@ -97,7 +101,8 @@ def check_pod(pod: dict, mounts: list[dict], job: JobSpec) -> None:
     assert mounted["scratch"] == "/tmp"
     assert pod.get("tolerations", []) == list(job.tolerations)
     assert pod.get("nodeSelector", {}) == job.node_selector
-    assert pod["terminationGracePeriodSeconds"] == job.termination_grace_seconds  # the kubelet's SIGTERM-to-SIGKILL
+    grace = job.launch.termination_grace_seconds
+    assert pod["terminationGracePeriodSeconds"] == grace  # the kubelet's SIGTERM-to-SIGKILL
 
 
 @pytest.mark.parametrize("job", CASES)
@@ -106,8 +111,8 @@ def test_pytorchjob_validates_against_the_training_operator_crd(job):
     assert schema_errors(manifest, PYTORCHJOB_CRD) == []
     replicas = manifest["spec"]["pytorchReplicaSpecs"]
     assert replicas["Master"]["replicas"] == 1
-    assert replicas.get("Worker", {}).get("replicas", 0) == job.nodes - 1
-    assert manifest["spec"]["nprocPerNode"] == str(max(job.gpus_per_node, 1))
+    assert replicas.get("Worker", {}).get("replicas", 0) == job.launch.nodes - 1
+    assert manifest["spec"]["nprocPerNode"] == str(max(job.launch.gpus_per_node, 1))
     assert manifest["spec"]["runPolicy"] == {
         "backoffLimit": 3,
         "cleanPodPolicy": "Running",
@@ -136,7 +141,7 @@ def test_trainjob_validates_against_the_trainer_v2_crd(job):
         "apiGroup": "trainer.kubeflow.org",
         "kind": "ClusterTrainingRuntime",
     }
-    assert trainer["numNodes"] == job.nodes and trainer["numProcPerNode"] == max(job.gpus_per_node, 1)
+    assert trainer["numNodes"] == job.launch.nodes and trainer["numProcPerNode"] == max(job.launch.gpus_per_node, 1)
     assert trainer["image"] == job.image
     check_trainer_command(trainer["command"], job)
     check_container_env(trainer["env"], job)
