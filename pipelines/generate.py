@@ -27,8 +27,9 @@ ANNOTATIONS = {str: "str", int: "int", float: "float", bool: "bool", dict: "dict
 INDENT = " " * 4
 
 
-def _inputs(names_and_annotations: list[tuple[str, str]], depth: int) -> str:
-    return "".join(f"{INDENT * depth}{name}: {annotation},\n" for name, annotation in names_and_annotations)
+def _inputs(names_and_annotations: list[tuple[str, str]]) -> str:
+    """A step's inputs, one per line, as they stand in its ``def``."""
+    return "".join(f"{INDENT}{name}: {annotation},\n" for name, annotation in names_and_annotations)
 
 
 def _literal(value: Any) -> str:
@@ -149,7 +150,7 @@ def pipeline_function() -> str:
 
 
 def first_step() -> str:
-    inputs = _inputs([(p.name, ANNOTATIONS[p.type]) for p in RUN_PARAMETERS], 1)
+    inputs = _inputs([(p.name, ANNOTATIONS[p.type]) for p in RUN_PARAMETERS])
     header = HEADER.format(
         why="The pipeline's first step takes every run parameter; its pod runs this source as written.",
     )
@@ -159,7 +160,7 @@ def first_step() -> str:
 def train_step() -> str:
     launch = [(p.field, ANNOTATIONS[p.type]) for p in run_parameters_of(LaunchOptions)]
     training = [(p.field, ANNOTATIONS[p.type]) for p in run_parameters_of(TrainConfig)]
-    inputs = _inputs(TRAIN_STEP_INPUTS + launch + training + TRAIN_STEP_OUTPUTS, 1)
+    inputs = _inputs(TRAIN_STEP_INPUTS + launch + training + TRAIN_STEP_OUTPUTS)
     header = HEADER.format(
         why="The train step takes every training run parameter; its pod runs this source as written.",
     )

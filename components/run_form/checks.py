@@ -33,7 +33,7 @@ from components.run_form.options import (
     resources_problems,
     workspace_problems,
 )
-from components.run_form.table import RUN_PARAMETERS
+from components.run_form.table import RUN_PARAMETERS, run_parameters_of
 from components.tokenise.options import TokeniseOptions
 from components.tokenise.options import option_problems as tokenise_problems
 from components.training.options import (
@@ -114,13 +114,14 @@ def problems(values: dict[str, Any]) -> list[str]:
     """One line per invalid parameter among ``values`` (run parameter name -> value), in run-form order."""
     found: dict[str, str] = {}
     for options, validation in VALIDATION.items():
-        given = {p.field: values[p.name] for p in RUN_PARAMETERS if p.options is options and p.name in values}
+        declared = run_parameters_of(options)
+        given = {p.field: values[p.name] for p in declared if p.name in values}
         if not given:
             continue
         fields = {spec.name: default_of(spec) for spec in dataclasses.fields(options)}
         stage_problems = validation(SimpleNamespace(**{**fields, **given}))
-        for parameter in RUN_PARAMETERS:
-            if parameter.options is options and parameter.field in given and parameter.field in stage_problems:
+        for parameter in declared:
+            if parameter.field in given and parameter.field in stage_problems:
                 found[parameter.name] = stage_problems[parameter.field]
     for name, rule in PIPELINE_RULES.items():
         problem = rule(values[name]) if name in values else None

@@ -14,7 +14,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, List
 
-from common.cli_options import default_of, run_form_name
+from common.cli_options import default_of, run_form_names
 from components.dataprep.options import PrepareOptions
 from components.evaluation.options import EvaluateOptions
 from components.export.options import ExportStageOptions
@@ -86,11 +86,7 @@ class RunParameter:
 
 def run_parameters_of(options: type) -> tuple[RunParameter, ...]:
     """The run parameters that ``options`` declares, in field order."""
-    return tuple(
-        RunParameter(name, options, spec.name)
-        for spec in dataclasses.fields(options)
-        if (name := run_form_name(spec)) is not None
-    )
+    return tuple(RunParameter(name, options, field) for field, name in run_form_names(options).items())
 
 
 RUN_PARAMETERS: tuple[RunParameter, ...] = tuple(

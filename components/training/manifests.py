@@ -184,10 +184,11 @@ CONTAINER_SECURITY = {
 def _placement(spec: JobSpec) -> dict[str, Any]:
     """Where the pods run, and how long a stopped pod has to save its checkpoint."""
     placement: dict[str, Any] = {"terminationGracePeriodSeconds": spec.launch.termination_grace_seconds}
-    if spec.node_selector:
-        placement["nodeSelector"] = dict(spec.node_selector)
-    if spec.tolerations:
-        placement["tolerations"] = [dict(toleration) for toleration in spec.tolerations]
+    node_selector, tolerations = spec.node_selector, spec.tolerations  # each parsed afresh from the run's text
+    if node_selector:
+        placement["nodeSelector"] = node_selector
+    if tolerations:
+        placement["tolerations"] = tolerations
     return placement
 
 
