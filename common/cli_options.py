@@ -13,7 +13,7 @@ import argparse
 import dataclasses
 import typing
 from dataclasses import field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 
 def option(default: Any, help: str, **extra: Any) -> Any:
@@ -105,5 +105,18 @@ def add_options(
 
 def options_from(args: argparse.Namespace, options_type: type):
     """The ``options_type`` instance holding the parsed values of its fields (lists become tuples)."""
-    values = {spec.name: getattr(args, spec.name) for spec in dataclasses.fields(options_type)}
-    return options_type(**{name: tuple(value) if isinstance(value, list) else value for name, value in values.items()})
+    return options_from_inputs(options_type, vars(args))
+
+
+def options_from_inputs(options_type: type, inputs: Mapping[str, Any], **derived: Any):
+    """The ``options_type`` instance from a KFP component's inputs, which carry its fields under the fields' names.
+
+    ``derived`` holds the fields the stage computes itself (paths on the
+    workspace); a field neither names keeps its default. Lists (how KFP and
+    argparse hand over a sequence) become tuples.
+    """
+    names = {spec.name for spec in dataclasses.fields(options_type)} - derived.keys()
+    values = {name: inputs[name] for name in names if name in inputs}
+    return options_type(
+        **{name: tuple(value) if isinstance(value, list) else value for name, value in values.items()}, **derived
+    )

@@ -349,13 +349,14 @@ def test_the_step_given_a_gpu_stops_when_cuda_does_not_work(capsys):
     generate with two models on the CPU. Nothing is read before the check, so the other arguments do not matter."""
     import torch
 
-    from components.evaluation.stage import run_in_pipeline
+    from components.evaluation.stage import run_step
 
+    inputs = {"base_model": "base", "train_dir": "train", "data_dir": "data", "tokens_dir": "tokens"}
+    inputs |= {"workspace_root": "workspace", "run_id": "run", "repo_id": "", "force": False, "gpus": 1}
+    inputs |= {"metrics": None, "report_html": None, "report_markdown": None}
     assert not torch.cuda.is_available()
     with pytest.raises(SystemExit) as exited:
-        run_in_pipeline(
-            "base", "train", "data", "tokens", "eval", [], 8, 1, 0.0, 0.0, 1, None, None, None, None, require_cuda=True
-        )
+        run_step(inputs)
     assert exited.value.code == 2
     error = " ".join(capsys.readouterr().err.split())
     assert error.startswith("error: The evaluation step was given GPUs, but CUDA is not usable in this pod")

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from conftest import REPO_ROOT
 
+from components.export.options import ExportStageOptions
 from components.export.stage import run_in_pipeline
 from tests.gguf_files import read_gguf
 
@@ -73,9 +74,10 @@ def train_dir(gguf_models, tmp_path_factory) -> Path:
 def test_export_stage_writes_verified_files(train_dir, tmp_path):
     export_dir = tmp_path / "export"
     gguf, metrics, report = artifacts(tmp_path)
-    primary = run_in_pipeline(
-        str(train_dir), str(export_dir), "q8_0,f16", "tiny-mistral", True, RANDOM_WEIGHTS, gguf, metrics, report
+    options = ExportStageOptions(
+        model_name="tiny-mistral", outtype="q8_0,f16", include_lora=True, thresholds=RANDOM_WEIGHTS
     )
+    primary = run_in_pipeline(str(train_dir), str(export_dir), options, gguf, metrics, report)
 
     assert primary == str(export_dir / "tiny-mistral-q8_0.gguf")
     assert sorted(p.name for p in export_dir.iterdir()) == [
@@ -140,9 +142,10 @@ def test_failed_verification_fails_the_step_after_writing_the_report(train_dir, 
     export_dir = tmp_path / "export"
     gguf, metrics, report = artifacts(tmp_path)
     with pytest.raises(SystemExit) as exit_info:
-        run_in_pipeline(
-            str(train_dir), str(export_dir), "q8_0", "tiny", False, {"quant_max_nmse": 1e-9}, gguf, metrics, report
+        options = ExportStageOptions(
+            model_name="tiny", outtype="q8_0", include_lora=False, thresholds={"quant_max_nmse": 1e-9}
         )
+        run_in_pipeline(str(train_dir), str(export_dir), options, gguf, metrics, report)
     assert exit_info.value.code == 2
     assert "GGUF verification failed" in capsys.readouterr().err
     body = json.loads((export_dir / "verification.json").read_text())
@@ -162,14 +165,12 @@ def test_bad_parameters_are_clear_errors(train_dir, tmp_path, capsys):
     ]
     for (outtype, name, lora, thresholds), message in cases:
         with pytest.raises(SystemExit):
-            run_in_pipeline(
-                str(train_dir), str(tmp_path / "export"), outtype, name, lora, thresholds, gguf, metrics, report
-            )
+            options = ExportStageOptions(model_name=name, outtype=outtype, include_lora=lora, thresholds=thresholds)
+            run_in_pipeline(str(train_dir), str(tmp_path / "export"), options, gguf, metrics, report)
         assert message in " ".join(capsys.readouterr().err.split())
     with pytest.raises(SystemExit):
-        run_in_pipeline(
-            str(tmp_path / "nowhere"), str(tmp_path / "export"), "q8_0", "tiny", False, {}, gguf, metrics, report
-        )
+        options = ExportStageOptions(model_name="tiny", outtype="q8_0", include_lora=False, thresholds={})
+        run_in_pipeline(str(tmp_path / "nowhere"), str(tmp_path / "export"), options, gguf, metrics, report)
     assert "holds no merged checkpoint" in " ".join(capsys.readouterr().err.split())
 
 

@@ -14,9 +14,11 @@ KFP Dataset artifacts, so they appear with lineage in the pipelines UI.
 import argparse
 import shutil
 from pathlib import Path
+from typing import Any, Mapping
 
-from common.cli_options import add_options, options_from
+from common.cli_options import add_options, options_from, options_from_inputs
 from common.errors import exit_on_user_error
+from common.run_layout import stage_dir
 from components.dataprep import sources
 from components.dataprep.options import PrepareOptions
 from components.dataprep.prepare import PrepareResult, prepare
@@ -112,6 +114,20 @@ def run_in_pipeline(
     metrics.log_metric("rejected", stats["rejected"])
     metrics.log_metric("duplicates", stats["duplicates"])
     return stats["fingerprint"], str(result.output_dir)
+
+
+@exit_on_user_error
+def run_step(inputs: Mapping[str, Any]) -> tuple[str, str]:
+    """What the ``prepare_dataset`` component calls with every input by name; returns (fingerprint, data_dir)."""
+    return run_in_pipeline(
+        inputs["dataset_uri"],
+        str(stage_dir(inputs["workspace_root"], inputs["run_id"], "data")),
+        options_from_inputs(PrepareOptions, inputs),
+        inputs["train_data"],
+        inputs["eval_data"],
+        inputs["rejects"],
+        inputs["metrics"],
+    )
 
 
 if __name__ == "__main__":

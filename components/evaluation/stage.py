@@ -20,12 +20,12 @@ import argparse
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from common.atomic import link_or_copy, staging_dir
-from common.cli_options import options_from
+from common.cli_options import options_from, options_from_inputs
 from common.errors import UserError, exit_on_user_error
 from common.run_layout import (
     EVALUATION,
@@ -35,6 +35,7 @@ from common.run_layout import (
     MERGED,
     SAMPLE_RESPONSES,
     TRAINING_SUMMARY,
+    stage_dir,
 )
 from components.evaluation.champion import (
     FORCE_FIX,
@@ -386,17 +387,7 @@ def main(argv: list[str] | None = None) -> None:
 
 @exit_on_user_error
 def run_in_pipeline(
-    base_model: str,
-    train_dir: str,
-    data_dir: str,
-    tokens_dir: str,
-    eval_dir: str,
-    extra_questions: Sequence[str],
-    max_new_tokens: int,
-    score_rows: int,
-    min_eval_loss_improvement: float,
-    min_improvement_over_published: float,
-    batch_size: int,
+    options: EvaluateOptions,
     target: PublishedTarget,
     metrics,
     html_report_artifact,
@@ -413,20 +404,6 @@ def run_in_pipeline(
     """
     if require_cuda:
         check_cuda_usable("evaluation step")
-    options = EvaluateOptions(
-        base_model=base_model,
-        fine_tuned_model=Path(train_dir) / MERGED,
-        data_dir=Path(data_dir),
-        tokens_dir=tokens_dir,
-        train_dir=Path(train_dir),
-        output_dir=Path(eval_dir),
-        extra_questions=tuple(extra_questions),
-        max_new_tokens=max_new_tokens,
-        score_rows=score_rows,
-        min_eval_loss_improvement=min_eval_loss_improvement,
-        min_improvement_over_published=min_improvement_over_published,
-        batch_size=batch_size,
-    )
     evaluated = evaluate(options, target)
     print(summary(evaluated), flush=True)
     for name, value in metrics_to_log(evaluated.evaluation).items():
@@ -443,6 +420,32 @@ def run_in_pipeline(
         artifact.metadata.update({"workspace_path": str(evaluated.output_dir / name)})
     gate = evaluated.evaluation["gate"]
     return gate["passed"], gate["reason"]
+
+
+@exit_on_user_error
+def run_step(inputs: Mapping[str, Any]) -> tuple[bool, str]:
+    """What the ``evaluate_model`` component calls with every input by name; returns the gate's (passed, reason).
+
+    The paths come from the run's directories; ``gpus`` (what the step's pod was given) decides ``require_cuda``.
+    """
+    train_dir = Path(inputs["train_dir"])
+    options = options_from_inputs(
+        EvaluateOptions,
+        inputs,
+        fine_tuned_model=train_dir / MERGED,
+        data_dir=Path(inputs["data_dir"]),
+        train_dir=train_dir,
+        output_dir=stage_dir(inputs["workspace_root"], inputs["run_id"], "evaluate"),
+    )
+    target = PublishedTarget(inputs["repo_id"], inputs["workspace_root"], inputs["force"])
+    return run_in_pipeline(
+        options,
+        target,
+        inputs["metrics"],
+        inputs["report_html"],
+        inputs["report_markdown"],
+        require_cuda=inputs["gpus"] > 0,
+    )
 
 
 if __name__ == "__main__":

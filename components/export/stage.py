@@ -20,12 +20,13 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from common.atomic import link_or_copy, write_text_atomic
+from common.cli_options import options_from_inputs
 from common.errors import UserError, exit_on_user_error
-from common.run_layout import ADAPTER, MERGED, MODELFILE, VERIFICATION_JSON, VERIFICATION_MARKDOWN
-from components.export.options import check_model_name, parse_outtypes
+from common.run_layout import ADAPTER, MERGED, MODELFILE, VERIFICATION_JSON, VERIFICATION_MARKDOWN, stage_dir
+from components.export.options import ExportStageOptions, check_model_name, parse_outtypes
 from gguf_export.convert import ConversionResult, read_config
 from gguf_export.export import export
 from gguf_export.lora import adapter_outtype, convert_adapter
@@ -142,23 +143,15 @@ def export_stage(
 
 @exit_on_user_error
 def run_in_pipeline(
-    train_dir: str,
-    export_dir: str,
-    outtype: str,
-    model_name: str,
-    include_lora: bool,
-    thresholds: dict,
-    gguf_artifact,
-    metrics,
-    report_markdown,
+    train_dir: str, export_dir: str, options: ExportStageOptions, gguf_artifact, metrics, report_markdown
 ) -> str:
     """What the KFP component does; returns the path of the Modelfile's GGUF on the workspace."""
-    outtypes = parse_outtypes(outtype)
+    outtypes = parse_outtypes(options.outtype)
     base_model = trained_from(Path(train_dir))
-    name = check_model_name(model_name or default_model_name(base_model))
-    limits = Thresholds.from_mapping(thresholds)
+    name = check_model_name(options.model_name or default_model_name(base_model))
+    limits = Thresholds.from_mapping(options.thresholds)
     body, markdown_text = export_stage(
-        Path(train_dir), base_model, Path(export_dir), outtypes, name, include_lora, limits
+        Path(train_dir), base_model, Path(export_dir), outtypes, name, options.include_lora, limits
     )
     Path(report_markdown.path).parent.mkdir(parents=True, exist_ok=True)
     Path(report_markdown.path).write_text(markdown_text, encoding="utf-8")
@@ -200,3 +193,16 @@ def run_in_pipeline(
         }
     )
     return str(primary)
+
+
+@exit_on_user_error
+def run_step(inputs: Mapping[str, Any]) -> str:
+    """What the ``export_gguf`` component calls with every input by name; returns the Modelfile's GGUF path."""
+    return run_in_pipeline(
+        inputs["train_dir"],
+        str(stage_dir(inputs["workspace_root"], inputs["run_id"], "export")),
+        options_from_inputs(ExportStageOptions, inputs),
+        inputs["gguf_model"],
+        inputs["metrics"],
+        inputs["report"],
+    )

@@ -1,7 +1,9 @@
 """The pipeline's stages as KFP components, but for the train step (``train_step``, generated).
 
-Each body only imports the module that does the work and calls it, so all
-logic is testable without KFP.
+Every body has one shape: take its inputs by name (``dict(locals())`` before
+anything else is bound), hand them to its stage's ``run_step``, and return what
+that gives. Each ``run_step`` builds its options from the inputs named after its
+options' fields, so all logic is plain Python, testable without KFP.
 """
 
 from typing import List, NamedTuple
@@ -27,16 +29,12 @@ def prepare_dataset(
     metrics: dsl.Output[dsl.Metrics],
 ) -> NamedTuple("PrepareOutputs", [("fingerprint", str), ("data_dir", str)]):
     """Validate and normalise the JSONL dataset into train/eval Parquet on the workspace."""
+    inputs = dict(locals())  # every input by name, taken before anything else is bound here
     from collections import namedtuple
 
-    from common.run_layout import stage_dir
-    from components.dataprep.options import PrepareOptions
-    from components.dataprep.stage import run_in_pipeline
+    from components.dataprep.stage import run_step
 
-    options = PrepareOptions(eval_fraction, seed, max_reject_fraction, system_prompt, field_map)
-    data_dir = str(stage_dir(workspace_root, run_id, "data"))
-    fingerprint, written_to = run_in_pipeline(dataset_uri, data_dir, options, train_data, eval_data, rejects, metrics)
-    return namedtuple("PrepareOutputs", ["fingerprint", "data_dir"])(fingerprint, written_to)
+    return namedtuple("PrepareOutputs", ["fingerprint", "data_dir"])(*run_step(inputs))
 
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
@@ -48,13 +46,12 @@ def check_data_changed(fingerprint: str, repo_id: str, workspace_root: str, forc
 
     HF_TOKEN, when the task gets it from the hf-token Secret, lets it read the Hub model card.
     """
+    inputs = dict(locals())  # every input by name, taken before anything else is bound here
     from collections import namedtuple
 
-    from components.publish.change_check import run_in_pipeline
+    from components.publish.change_check import run_step
 
-    return namedtuple("DataChange", ["changed", "reason"])(
-        *run_in_pipeline(fingerprint, repo_id, workspace_root, force)
-    )
+    return namedtuple("DataChange", ["changed", "reason"])(*run_step(inputs))
 
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
@@ -81,21 +78,12 @@ def publish_model(
 
     The token is read from HF_TOKEN, set from the hf-token Secret; it is never a parameter.
     """
+    inputs = dict(locals())  # every input by name, taken before anything else is bound here
     from collections import namedtuple
 
-    from components.publish.options import PublishOptions
-    from components.publish.stage import run_in_pipeline
+    from components.publish.stage import run_step
 
-    options = PublishOptions(
-        repo_id=repo_id,
-        private=private,
-        include_merged=include_merged,
-        include_adapter=include_adapter,
-        license=license,
-        base_model=base_model,
-    )
-    location, dry_run = run_in_pipeline(workspace_root, run_id, dataset_uri, options, model_card, metrics)
-    return namedtuple("PublishOutputs", ["location", "dry_run"])(location, dry_run)
+    return namedtuple("PublishOutputs", ["location", "dry_run"])(*run_step(inputs))
 
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
@@ -117,21 +105,12 @@ def tokenise_data(
 
     HF_TOKEN, when the task gets it from the hf-token Secret, lets it fetch a gated model's tokenizer.
     """
+    inputs = dict(locals())  # every input by name, taken before anything else is bound here
     from collections import namedtuple
 
-    from components.tokenise.stage import run_in_pipeline
+    from components.tokenise.stage import run_step
 
-    training = {"base_model_revision": base_model_revision, "max_length": max_length, "loss_on": loss_on}
-    tokens_dir = run_in_pipeline(
-        workspace_root=workspace_root,
-        data_dir=data_dir,
-        base_model=base_model,
-        backend=backend,
-        training={**training, "packing": packing},
-        eval_max_rows=eval_max_rows,
-        metrics=metrics,
-    )
-    return namedtuple("TokeniseOutputs", ["tokens_dir"])(tokens_dir)
+    return namedtuple("TokeniseOutputs", ["tokens_dir"])(run_step(inputs))
 
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
@@ -163,32 +142,12 @@ def evaluate_model(
     """
     # No parameter defaults: the pod runs this source as written, so they could only be literals
     # copied from EvaluateOptions. The pipeline passes every value, defaulting to EvaluateOptions'.
+    inputs = dict(locals())  # every input by name, taken before anything else is bound here
     from collections import namedtuple
 
-    from common.run_layout import stage_dir
-    from components.evaluation.champion import PublishedTarget
-    from components.evaluation.stage import run_in_pipeline
+    from components.evaluation.stage import run_step
 
-    eval_dir = str(stage_dir(workspace_root, run_id, "evaluate"))
-    gate_passed, gate_reason = run_in_pipeline(
-        base_model,
-        train_dir,
-        data_dir,
-        tokens_dir,
-        eval_dir,
-        extra_questions,
-        max_new_tokens,
-        score_rows,
-        min_eval_loss_improvement,
-        min_improvement_over_published,
-        batch_size,
-        PublishedTarget(repo_id, workspace_root, force),
-        metrics,
-        report_html,
-        report_markdown,
-        require_cuda=gpus > 0,
-    )
-    return namedtuple("EvaluateOutputs", ["gate_passed", "gate_reason"])(gate_passed, gate_reason)
+    return namedtuple("EvaluateOutputs", ["gate_passed", "gate_reason"])(*run_step(inputs))
 
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
@@ -210,10 +169,7 @@ def export_gguf(
     ``model_name`` is derived from the base model. Returns the GGUF's path on
     the workspace.
     """
-    from common.run_layout import stage_dir
-    from components.export.stage import run_in_pipeline
+    inputs = dict(locals())  # every input by name, taken before anything else is bound here
+    from components.export.stage import run_step
 
-    export_dir = str(stage_dir(workspace_root, run_id, "export"))
-    return run_in_pipeline(
-        train_dir, export_dir, outtype, model_name, include_lora, thresholds, gguf_model, metrics, report
-    )
+    return run_step(inputs)

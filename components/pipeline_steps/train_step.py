@@ -82,10 +82,9 @@ def train_model(
     ``pvc_size`` its size when the run creates it. Returns the run's train
     directory and the base model it resolved, which the evaluation compares against.
     """
-    arguments = dict(locals())  # every input by name, taken before anything else is bound here
+    inputs = dict(locals())  # every input by name, taken before anything else is bound here
     from collections import namedtuple
 
     from components.training.stage import run_step
 
-    train_dir, resolved_base_model = run_step(arguments)
-    return namedtuple("TrainOutputs", ["train_dir", "base_model"])(train_dir, resolved_base_model)
+    return namedtuple("TrainOutputs", ["train_dir", "base_model"])(*run_step(inputs))

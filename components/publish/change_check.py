@@ -11,6 +11,7 @@ and publishing when it does not. Exit status 0 either way.
 import argparse
 import json
 from pathlib import Path
+from typing import Any, Mapping
 
 from common.errors import UserError, exit_on_user_error
 from components.hub_auth import hub_token
@@ -66,6 +67,12 @@ def run_in_pipeline(fingerprint: str, repo_id: str, workspace_root: str, force: 
     change = compare_with_published(fingerprint, repo_id, workspace_root, force, hub_token())
     print(describe(change), flush=True)
     return change.changed, change.reason
+
+
+@exit_on_user_error
+def run_step(inputs: Mapping[str, Any]) -> tuple[bool, str]:
+    """What the ``check_data_changed`` component calls with every input by name; returns (changed, reason)."""
+    return run_in_pipeline(inputs["fingerprint"], inputs["repo_id"], inputs["workspace_root"], inputs["force"])
 
 
 if __name__ == "__main__":

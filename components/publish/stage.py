@@ -13,8 +13,9 @@ environment only; there is no option for it.
 import argparse
 import shutil
 from pathlib import Path
+from typing import Any, Mapping
 
-from common.cli_options import add_options, options_from
+from common.cli_options import add_options, options_from, options_from_inputs
 from common.errors import exit_on_user_error
 from components.hub_auth import hub_token
 from components.publish.options import PublishOptions
@@ -76,6 +77,19 @@ def run_in_pipeline(
     metrics.log_metric("uploaded_files" if not result.dry_run else "dry_run_files", len(result.files))
     metrics.log_metric("upload_megabytes", round(result.total_bytes / 1e6, 3))
     return result.location, result.dry_run
+
+
+@exit_on_user_error
+def run_step(inputs: Mapping[str, Any]) -> tuple[str, bool]:
+    """What the ``publish_model`` component calls with every input by name; returns (location, dry_run)."""
+    return run_in_pipeline(
+        inputs["workspace_root"],
+        inputs["run_id"],
+        inputs["dataset_uri"],
+        options_from_inputs(PublishOptions, inputs),
+        inputs["model_card"],
+        inputs["metrics"],
+    )
 
 
 if __name__ == "__main__":

@@ -14,8 +14,9 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import Any, Mapping
 
-from common.cli_options import options_from
+from common.cli_options import options_from, options_from_inputs
 from common.errors import UserError, exit_on_user_error
 from common.run_layout import HF_HOME, TOKEN_CACHE
 from components.default_base_model import resolve_base_model
@@ -103,7 +104,7 @@ def summary(tokens_dir: Path, manifest: dict, built: bool) -> str:
     )
 
 
-def training_options(values: dict) -> TrainConfig:
+def training_options(values: Mapping[str, Any]) -> TrainConfig:
     """A TrainConfig holding the training options the tokens depend on (the others at their defaults)."""
     return TrainConfig(**{name: values[name] for name in TRAINING_FIELDS})
 
@@ -117,18 +118,10 @@ def main(argv: list[str] | None = None) -> None:
 
 
 @exit_on_user_error
-def run_in_pipeline(
-    *, workspace_root: str, data_dir: str, base_model: str, backend: str, training: dict, eval_max_rows: int, metrics
-) -> str:
+def run_in_pipeline(options: TokeniseOptions, training: TrainConfig, hub_cache: Path, metrics) -> str:
     """What the KFP component does: the entry under ``<workspace>/token-cache``, its counts as metrics."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    options = TokeniseOptions(
-        data_dir=Path(data_dir),
-        model=resolve_base_model(base_model, backend),
-        cache_dir=Path(workspace_root) / TOKEN_CACHE,
-        eval_max_rows=eval_max_rows,
-    )
-    tokens_dir, built = tokenise(options, training_options(training), Path(workspace_root) / HF_HOME / "hub")
+    tokens_dir, built = tokenise(options, training, hub_cache)
     manifest = read_manifest(tokens_dir)
     print(summary(tokens_dir, manifest, built), flush=True)
     for split in ("train", "eval"):
@@ -136,6 +129,20 @@ def run_in_pipeline(
             metrics.log_metric(f"{split}_{name}", manifest[split][name])
     metrics.log_metric("reused", 0 if built else 1)
     return str(tokens_dir)
+
+
+@exit_on_user_error
+def run_step(inputs: Mapping[str, Any]) -> str:
+    """What the ``tokenise_data`` component calls with every input by name; returns the token-cache entry."""
+    workspace = Path(inputs["workspace_root"])
+    options = options_from_inputs(
+        TokeniseOptions,
+        inputs,
+        data_dir=Path(inputs["data_dir"]),
+        model=resolve_base_model(inputs["base_model"], inputs["backend"]),
+        cache_dir=workspace / TOKEN_CACHE,
+    )
+    return run_in_pipeline(options, training_options(inputs), workspace / HF_HOME / "hub", inputs["metrics"])
 
 
 if __name__ == "__main__":

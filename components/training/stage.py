@@ -17,7 +17,7 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from common.atomic import write_json, write_text_atomic
 from common.cli_options import run_form_names
@@ -314,23 +314,24 @@ def run_in_pipeline(
     return str(train_dir), config.model
 
 
-def run_step(arguments: dict[str, Any]) -> tuple[str, str]:
+@exit_on_user_error
+def run_step(inputs: Mapping[str, Any]) -> tuple[str, str]:
     """What the ``train_model`` component calls with every input by name: ``run_in_pipeline`` with the
     inputs named after ``LaunchOptions`` and ``TrainConfig`` fields gathered into those two groups."""
     launch_fields = {spec.name for spec in dataclasses.fields(LaunchOptions)}
     training_fields = run_form_names(TrainConfig)  # the rest the launcher sets: paths, the model, the job's size
     return run_in_pipeline(
-        workspace_root=arguments["workspace_root"],
-        run_id=arguments["run_id"],
-        tokens_dir=arguments["tokens_dir"],
-        base_model=arguments["base_model"],
-        training={name: value for name, value in arguments.items() if name in training_fields},
-        launch={name: value for name, value in arguments.items() if name in launch_fields},
-        pvc_name=arguments["pvc_name"],
-        pvc_size=arguments["pvc_size"],
-        image=arguments["image"],
-        pipeline_name=arguments["pipeline_name"],
-        model_artifact=arguments["model"],
-        metrics=arguments["metrics"],
-        manifest_artifact=arguments["manifest"],
+        workspace_root=inputs["workspace_root"],
+        run_id=inputs["run_id"],
+        tokens_dir=inputs["tokens_dir"],
+        base_model=inputs["base_model"],
+        training={name: value for name, value in inputs.items() if name in training_fields},
+        launch={name: value for name, value in inputs.items() if name in launch_fields},
+        pvc_name=inputs["pvc_name"],
+        pvc_size=inputs["pvc_size"],
+        image=inputs["image"],
+        pipeline_name=inputs["pipeline_name"],
+        model_artifact=inputs["model"],
+        metrics=inputs["metrics"],
+        manifest_artifact=inputs["manifest"],
     )
