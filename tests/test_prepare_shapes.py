@@ -380,3 +380,39 @@ def test_a_malformed_field_map_is_refused_before_any_work(tmp_path, field_map, p
     result = run_cli("--input", src, "--output-dir", tmp_path / "out", "--field-map", field_map)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert problem in " ".join(result.stderr.split()) and not (tmp_path / "out").exists()
+
+
+# One record of every shape in the registry, each the same exchange. Adding a shape to
+# components/dataprep/shapes.py without an example here fails the test below.
+EXAMPLES = {
+    "messages": {"messages": [user("Name a knot."), assistant("Bowline.")]},
+    "sharegpt": {"conversations": [{"from": "human", "value": "Name a knot."}, {"from": "gpt", "value": "Bowline."}]},
+    "prompt_completion_messages": {"prompt": [user("Name a knot.")], "completion": [assistant("Bowline.")]},
+    "question_answer": {"question": "Name a knot.", "answer": "Bowline."},
+    "instruction_context_response": {"instruction": "Name a knot.", "context": " ", "response": "Bowline."},
+    "instruction_input_output": {"instruction": "Name a knot.", "input": "", "output": "Bowline."},
+    "prompt_completion": {"prompt": "Name a knot.", "completion": "Bowline."},
+}
+
+
+def test_every_registered_shape_is_detected_and_becomes_the_same_conversation(tmp_path):
+    """The registry is the one place a shape is declared: detection, conversion and the stats all follow it."""
+    from components.dataprep.shapes import SHAPES
+
+    assert list(EXAMPLES) == [shape.name for shape in SHAPES], "every shape needs an example, in detection order"
+    for name, record in EXAMPLES.items():
+        out = tmp_path / name
+        prepare(str(write_jsonl(tmp_path / f"{name}.jsonl", [record])), out, NO_EVAL)
+        assert conversations(out) == [[user("Name a knot."), assistant("Bowline.")]], name
+        assert read_stats(out)["shapes"] == {name: 1}
+
+
+def test_the_accepted_shapes_hint_and_the_parsed_columns_come_from_the_registry():
+    from components.dataprep.shapes import ACCEPTED_SHAPES_HINT, JSON_FIELDS, RAW_SCHEMA, SHAPES
+
+    for shape in SHAPES:
+        assert shape.hint in ACCEPTED_SHAPES_HINT
+        assert set(shape.fields) <= set(RAW_SCHEMA.names)
+        assert {shape.key(name) for name in shape.fields} <= set(JSON_FIELDS)
+        assert (shape.turns is None) != (shape.messages is None), f"{shape.name}: a flat or a conversation shape"
+    assert set(RAW_SCHEMA.names) == {name for shape in SHAPES for name in shape.fields}

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from functools import cached_property
 
-from components.dataprep.schema import JSON_FIELDS
+from components.dataprep.shapes import JSON_FIELDS
 
 
 @dataclass(frozen=True)

@@ -14,32 +14,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from components.dataprep.schema import (
-    ACCEPTED_SHAPES_HINT,
-    CONVERSATION_SHAPES,
-    CONVERSATIONAL_KEYS,
-    MESSAGE_TYPE,
-    MESSAGES_TYPE,
-    REQUIRED_FIELDS,
-    ROLES,
-    SHAPE_MARKERS,
-    SHAREGPT_ROLES,
-    Reason,
-    Shape,
-)
+from components.dataprep.arrays import as_bool, non_blank
+from components.dataprep.schema import MESSAGE_TYPE, MESSAGES_TYPE, ROLES, Reason
+from components.dataprep.shapes import ACCEPTED_SHAPES_HINT, SHAPES, RecordShape
 
 # Separators for the content key that deduplication, the split and the
 # fingerprint hash. Control characters keep role, content, message and row
 # boundaries unambiguous for any realistic text.
 _FIELD_SEP, _MESSAGE_SEP, _ROW_END = "\x1f", "\x1e", "\x1d"
 _NO_SHAPE = -1
-_PROMPT_COMPLETION_LISTS = CONVERSATION_SHAPES[Shape.PROMPT_COMPLETION_MESSAGES]
-# The optional field of a flat shape that, when not blank, joins the user's turn.
-OPTIONAL_FIELDS = {
-    Shape.QUESTION_ANSWER: "topic",
-    Shape.INSTRUCTION_INPUT_OUTPUT: "input",
-    Shape.INSTRUCTION_CONTEXT_RESPONSE: "context",
-}
+_CONVERSATION_SHAPES = [code for code, shape in enumerate(SHAPES) if shape.is_conversation]
 
 
 @dataclass
@@ -47,7 +31,7 @@ class Normalised:
     """Accepted rows of one chunk, in input order."""
 
     rows: np.ndarray  # index of each accepted row in the parsed table
-    shapes: np.ndarray  # Shape of each accepted row
+    shapes: np.ndarray  # each accepted row's shape: its index in SHAPES
     messages: pa.ListArray  # the conversation as written to Parquet
     content_keys: pa.StringArray  # canonical content, without the injected system prompt
     conversation_chars: np.ndarray
@@ -65,24 +49,20 @@ def normalise(table: pa.Table, system_prompt: str) -> tuple[Normalised, list[Row
     """Check every row of ``table`` and build the conversations of the good ones."""
     table = table.combine_chunks()
     columns = {name: _column(table, name) for name in table.column_names}
-    valid = {name: _as_bool(pc.is_valid(array)) for name, array in columns.items()}
+    valid = {name: as_bool(pc.is_valid(array)) for name, array in columns.items()}
     shape = _detect_shapes(valid, table.num_rows)
     reason = np.where(shape == _NO_SHAPE, Reason.UNKNOWN_SHAPE, Reason.OK).astype(np.int8)
-    columns["messages"] = _unified_conversations(columns, shape)
-    _check_flat_fields(columns, valid, shape, reason)
-    for name in _PROMPT_COMPLETION_LISTS:  # a conversational record needs both of its lists
-        reason[(shape == Shape.PROMPT_COMPLETION_MESSAGES) & ~valid[name] & (reason == Reason.OK)] = (
-            Reason.MISSING_FIELD
-        )
-    _check_conversations(columns["messages"], np.isin(shape, list(CONVERSATION_SHAPES)), reason)
+    _check_required_fields(columns, valid, shape, reason)
+    unified = _unified_conversations(columns, shape)
+    _check_conversations(unified, np.isin(shape, _CONVERSATION_SHAPES), reason)
 
     accepted = np.flatnonzero(reason == Reason.OK)
     problems = []
     for row in np.flatnonzero(reason != Reason.OK).tolist():
         record, code = table.slice(row, 1).to_pylist()[0], Reason(int(reason[row]))
-        messages = columns["messages"][row].as_py()
+        messages = unified[row].as_py()
         problems.append(RowProblem(row, code, _describe(code, record, int(shape[row]), messages)))
-    conversations = _conversations(columns, shape, accepted)
+    conversations = _conversations(columns, unified, shape, accepted)
     flat_roles, flat_contents = _flat_fields(conversations)
     offsets = np.asarray(conversations.offsets)
     content_lengths = np.asarray(pc.utf8_length(flat_contents), dtype=np.int64)
@@ -109,95 +89,65 @@ def _column(table: pa.Table, name: str) -> pa.Array:
     )
 
 
-def _as_bool(array: pa.Array) -> np.ndarray:
-    return np.asarray(pc.fill_null(array, False), dtype=bool)
-
-
-def _non_blank(array: pa.Array) -> np.ndarray:
-    return _as_bool(pc.greater(pc.utf8_length(pc.utf8_trim_whitespace(array)), 0))
-
-
 def _detect_shapes(valid: dict[str, np.ndarray], rows: int) -> np.ndarray:
-    """The first shape whose marker fields a row has, in priority order."""
+    """Each row's shape (its index in ``SHAPES``): the first whose marker fields the row has any of."""
     shape = np.full(rows, _NO_SHAPE, dtype=np.int8)
-    for candidate, markers in SHAPE_MARKERS.items():
-        present = np.logical_or.reduce([valid[name] for name in markers])
-        shape[(shape == _NO_SHAPE) & present] = candidate
+    for code, candidate in enumerate(SHAPES):
+        present = np.logical_or.reduce([valid[name] for name in candidate.detected_by])
+        shape[(shape == _NO_SHAPE) & present] = code
     return shape
+
+
+def _fields_of(columns: dict[str, pa.Array], shape: RecordShape, rows: np.ndarray) -> dict[str, pa.Array]:
+    """``shape``'s columns at ``rows`` (all of them as they are when ``rows`` is every row)."""
+    if len(rows) == len(next(iter(columns.values()))):
+        return {name: columns[name] for name in shape.fields}
+    take = pa.array(rows)
+    return {name: pc.take(columns[name], take) for name in shape.fields}
 
 
 def _unified_conversations(columns: dict[str, pa.Array], shape: np.ndarray) -> pa.ListArray:
     """Every conversation-shaped row as role/content ``messages`` (null for flat rows), in row order.
 
-    ShareGPT turns get our role names (an unknown speaker keeps its own, which the role check then
-    rejects); TRL's conversational prompt and completion become one conversation. From here on the
-    three conversation shapes are checked and written alike.
+    From here on every conversation shape is checked and written alike.
     """
-    sharegpt = np.flatnonzero(shape == Shape.SHAREGPT)
-    prompt_completion = np.flatnonzero(shape == Shape.PROMPT_COMPLETION_MESSAGES)
-    if not len(sharegpt) and not len(prompt_completion):
-        return columns["messages"]
-    others = np.flatnonzero((shape != Shape.SHAREGPT) & (shape != Shape.PROMPT_COMPLETION_MESSAGES))
-    parts, order = [pc.take(columns["messages"], pa.array(others))], [others]
-    if len(sharegpt):
-        parts.append(_from_sharegpt(pc.take(columns["conversations"], pa.array(sharegpt))))
-        order.append(sharegpt)
-    if len(prompt_completion):
-        take = pa.array(prompt_completion)
-        prompts, completions = (pc.take(columns[name], take) for name in _PROMPT_COMPLETION_LISTS)
-        parts.append(_joined_lists(prompts, completions))
-        order.append(prompt_completion)
+    parts, order = [], []
+    for code in _CONVERSATION_SHAPES:
+        rows = np.flatnonzero(shape == code)
+        if len(rows):
+            parts.append(SHAPES[code].messages(_fields_of(columns, SHAPES[code], rows)))
+            order.append(rows)
+    flat = np.flatnonzero(~np.isin(shape, _CONVERSATION_SHAPES))
+    if len(flat) or not parts:
+        parts.append(pa.nulls(len(flat), MESSAGES_TYPE))
+        order.append(flat)
     return _in_row_order(parts, order)
 
 
 def _in_row_order(parts: list[pa.ListArray], order: list[np.ndarray]) -> pa.ListArray:
-    """The conversations of ``parts`` (of the rows ``order`` holds beside each) as one array, in row order."""
+    """The conversations of ``parts`` (of the rows ``order`` holds beside each) as one array, in row order.
+
+    The parts split the rows between them, each part's in ascending order, so a lone part is already in order.
+    """
+    if len(parts) == 1:
+        return parts[0].cast(MESSAGES_TYPE)
     combined = pa.concat_arrays([part.cast(MESSAGES_TYPE) for part in parts])
     return combined.take(pa.array(np.argsort(np.concatenate(order), kind="stable")))
 
 
-def _from_sharegpt(turns: pa.ListArray) -> pa.ListArray:
-    """ShareGPT ``{from, value}`` turns as ``{role, content}`` messages."""
-    turns = pc.fill_null(turns, pa.scalar([], turns.type))
-    flat = turns.flatten()
-    speakers, values = flat.field("from"), flat.field("value")
-    known = pc.index_in(speakers, value_set=pa.array(list(SHAREGPT_ROLES)))
-    roles = pc.coalesce(pc.take(pa.array(list(SHAREGPT_ROLES.values())), known), speakers)
-    messages = pa.StructArray.from_arrays([roles, values], fields=list(MESSAGE_TYPE), mask=flat.is_null())
-    offsets = np.asarray(turns.offsets) - turns.offsets[0].as_py()
-    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), messages)
-
-
-def _joined_lists(first: pa.ListArray, second: pa.ListArray) -> pa.ListArray:
-    """Row by row, the items of ``first`` followed by those of ``second`` (a null list counts as empty)."""
-    first, second = (pc.fill_null(part, pa.scalar([], part.type)) for part in (first, second))
-    first_offsets, second_offsets = (np.asarray(part.offsets, dtype=np.int64) for part in (first, second))
-    first_lengths, second_lengths = np.diff(first_offsets), np.diff(second_offsets)
-    first_values, second_values = first.flatten(), second.flatten()
-    offsets = np.concatenate([[0], np.cumsum(first_lengths + second_lengths)])
-    row = np.repeat(np.arange(len(first)), first_lengths + second_lengths)
-    position = np.arange(offsets[-1]) - offsets[row]
-    in_first = position < first_lengths[row]
-    index = np.where(
-        in_first,
-        first_offsets[row] - first_offsets[0] + position,
-        len(first_values) + second_offsets[row] - second_offsets[0] + position - first_lengths[row],
-    )
-    values = pc.take(pa.concat_arrays([first_values, second_values]), pa.array(index))
-    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), values)
-
-
-def _check_flat_fields(
+def _check_required_fields(
     columns: dict[str, pa.Array], valid: dict[str, np.ndarray], shape: np.ndarray, reason: np.ndarray
 ) -> None:
-    for candidate, required in REQUIRED_FIELDS.items():
-        in_shape = shape == candidate
+    """A row lacking a required field of its shape is missing_field; a flat shape's blank one, blank_field."""
+    for code, candidate in enumerate(SHAPES):
+        in_shape = shape == code
         if not in_shape.any():
             continue
-        for name in required:
+        for name in candidate.required:
             reason[in_shape & ~valid[name] & (reason == Reason.OK)] = Reason.MISSING_FIELD
-            blank = in_shape & valid[name] & ~_non_blank(columns[name])
-            reason[blank & (reason == Reason.OK)] = Reason.BLANK_FIELD
+            if not candidate.is_conversation:
+                blank = in_shape & valid[name] & ~non_blank(columns[name])
+                reason[blank & (reason == Reason.OK)] = Reason.BLANK_FIELD
 
 
 def _check_conversations(messages: pa.ListArray, is_conversation: np.ndarray, reason: np.ndarray) -> None:
@@ -207,12 +157,12 @@ def _check_conversations(messages: pa.ListArray, is_conversation: np.ndarray, re
     reason[is_conversation & (lengths == 0) & (reason == Reason.OK)] = Reason.EMPTY_CONVERSATION
     parents = np.asarray(pc.list_parent_indices(messages))
     roles, contents = _flat_fields(messages)
-    role_ok = _as_bool(pc.is_valid(roles))
-    content_ok = _as_bool(pc.is_valid(contents))
+    role_ok = as_bool(pc.is_valid(roles))
+    content_ok = as_bool(pc.is_valid(contents))
     per_message_checks = (
         (Reason.MISSING_FIELD, ~(role_ok & content_ok)),
-        (Reason.UNKNOWN_ROLE, ~_as_bool(pc.is_in(roles, value_set=pa.array(ROLES)))),
-        (Reason.BLANK_FIELD, ~_non_blank(contents)),
+        (Reason.UNKNOWN_ROLE, ~as_bool(pc.is_in(roles, value_set=pa.array(ROLES)))),
+        (Reason.BLANK_FIELD, ~non_blank(contents)),
     )
     for code, bad in per_message_checks:
         bad_rows = np.bincount(parents[bad], minlength=len(reason)) > 0
@@ -221,7 +171,7 @@ def _check_conversations(messages: pa.ListArray, is_conversation: np.ndarray, re
     has_last = is_conversation & (lengths > 0)
     last_roles = pc.take(roles, pa.array(ends[has_last]))
     ends_with_assistant = np.zeros(len(reason), dtype=bool)
-    ends_with_assistant[has_last] = _as_bool(pc.equal(last_roles, "assistant"))
+    ends_with_assistant[has_last] = as_bool(pc.equal(last_roles, "assistant"))
     reason[has_last & ~ends_with_assistant & (reason == Reason.OK)] = Reason.NOT_ENDING_WITH_ASSISTANT
 
 
@@ -234,40 +184,25 @@ def _flat_fields(messages: pa.ListArray) -> tuple[pa.Array, pa.Array]:
     return roles, contents
 
 
-def _conversations(columns: dict[str, pa.Array], shape: np.ndarray, accepted: np.ndarray) -> pa.ListArray:
+def _conversations(
+    columns: dict[str, pa.Array], unified: pa.ListArray, shape: np.ndarray, accepted: np.ndarray
+) -> pa.ListArray:
     """The accepted rows as conversations, in input order, before any system prompt."""
     accepted_shapes = shape[accepted]
     parts: list[pa.ListArray] = []
     order: list[np.ndarray] = []
-    for candidate in Shape:
-        rows = accepted[accepted_shapes == candidate]
+    for code, candidate in enumerate(SHAPES):
+        rows = accepted[accepted_shapes == code]
         if not len(rows):
             continue
-        take = pa.array(rows)
-        if candidate in CONVERSATION_SHAPES:
-            parts.append(pc.take(columns["messages"], take))
+        if candidate.is_conversation:
+            parts.append(pc.take(unified, pa.array(rows)))
         else:
-            names = REQUIRED_FIELDS[candidate] + ((OPTIONAL_FIELDS[candidate],) if candidate in OPTIONAL_FIELDS else ())
-            user, assistant = _turns(candidate, {name: pc.take(columns[name], take) for name in names})
-            parts.append(_user_assistant_lists(user, assistant))
+            parts.append(_user_assistant_lists(*candidate.turns(_fields_of(columns, candidate, rows))))
         order.append(rows)
     if not parts:
         return pa.array([], MESSAGES_TYPE)
     return _in_row_order(parts, order)
-
-
-def _turns(shape: Shape, fields: dict[str, pa.Array]) -> tuple[pa.Array, pa.Array]:
-    """User and assistant text of a flat record shape."""
-    if shape == Shape.QUESTION_ANSWER:
-        has_topic = pa.array(_non_blank(fields["topic"]))
-        with_topic = pc.binary_join_element_wise("For ", fields["topic"], ", ", fields["question"], "")
-        return pc.if_else(has_topic, with_topic, fields["question"]), fields["answer"]
-    if shape in (Shape.INSTRUCTION_INPUT_OUTPUT, Shape.INSTRUCTION_CONTEXT_RESPONSE):
-        extra = fields[OPTIONAL_FIELDS[shape]]
-        joined = pc.binary_join_element_wise(fields["instruction"], extra, "\n\n")
-        answer = fields["output" if shape == Shape.INSTRUCTION_INPUT_OUTPUT else "response"]
-        return pc.if_else(pa.array(_non_blank(extra)), joined, fields["instruction"]), answer
-    return fields["prompt"], fields["completion"]
 
 
 def _user_assistant_lists(user: pa.Array, assistant: pa.Array) -> pa.ListArray:
@@ -286,7 +221,7 @@ def _with_system_prompt(conversations: pa.ListArray, system_prompt: str) -> pa.L
     roles, _ = _flat_fields(conversations)
     offsets = np.asarray(conversations.offsets)
     first_roles = pc.take(roles, pa.array(offsets[:-1]))
-    needs = ~_as_bool(pc.equal(first_roles, "system"))
+    needs = ~as_bool(pc.equal(first_roles, "system"))
     inserted_before = np.cumsum(needs)  # system turns inserted up to and including each row
     flat = conversations.flatten()
     new_offsets = offsets + np.concatenate([[0], inserted_before])
@@ -308,46 +243,39 @@ def _content_keys(conversations: pa.ListArray, roles: pa.Array, contents: pa.Arr
     return pc.binary_join_element_wise(joined, _ROW_END, "")
 
 
-def _describe(reason: Reason, record: dict, shape: int, messages: list[dict | None] | None) -> str:
+def _describe(reason: Reason, record: dict, code: int, messages: list[dict | None] | None) -> str:
     """A precise, human explanation for one rejected row (``messages``: its turns as role/content)."""
     if reason == Reason.UNKNOWN_SHAPE:
         return f"the record has none of the expected fields; expected {ACCEPTED_SHAPES_HINT}"
-    if shape == Shape.PROMPT_COMPLETION_MESSAGES and reason == Reason.MISSING_FIELD:
-        for name in _PROMPT_COMPLETION_LISTS:
-            if record.get(name) is None:
-                return (
-                    f"field '{CONVERSATIONAL_KEYS[name]}' is missing or null (a conversational record needs a prompt "
-                    "and a completion list)"
-                )
-    if shape in CONVERSATION_SHAPES:
-        return _describe_conversation(reason, messages or [], sharegpt=shape == Shape.SHAREGPT)
-    required = REQUIRED_FIELDS[Shape(shape)]
-    for name in required:
+    shape = SHAPES[code]
+    missing = [name for name in shape.required if record.get(name) is None]
+    if reason == Reason.MISSING_FIELD and missing:
+        if shape.is_conversation:
+            lists = " and ".join(f"a {shape.key(name)}" for name in shape.required)
+            return f"field '{shape.key(missing[0])}' is missing or null (a conversational record needs {lists} list)"
+        return f"field '{missing[0]}' is missing or null (required: {', '.join(shape.required)})"
+    if shape.is_conversation:
+        return _describe_conversation(reason, messages or [], shape)
+    for name in shape.required:
         value = record.get(name)
-        if value is None and reason == Reason.MISSING_FIELD:
-            return f"field '{name}' is missing or null (required: {', '.join(required)})"
-        if value is not None and not value.strip() and reason == Reason.BLANK_FIELD:
+        if reason == Reason.BLANK_FIELD and value is not None and not value.strip():
             return f"field '{name}' is blank"
     return reason.label.replace("_", " ")
 
 
-def _describe_conversation(reason: Reason, messages: list[dict | None], sharegpt: bool) -> str:
-    turn, role_key, content_key = ("turn", "from", "value") if sharegpt else ("message", "role", "content")
+def _describe_conversation(reason: Reason, messages: list[dict | None], shape: RecordShape) -> str:
+    turn, (role_key, content_key) = shape.item, shape.item_keys
     if reason == Reason.EMPTY_CONVERSATION:
-        field = "conversations" if sharegpt else "messages"
-        return f"'{field}' is an empty list; it needs at least a user and an assistant turn"
+        keys = " and ".join(f"'{shape.key(name)}'" for name in shape.required)
+        empty = "is an empty list" if len(shape.required) == 1 else "are empty lists"
+        return f"{keys} {empty}; it needs at least a user and an assistant turn"
     for index, message in enumerate(messages, start=1):
         message = message or {}
         role, content = message.get("role"), message.get("content")
         if reason == Reason.MISSING_FIELD and (role is None or content is None):
             return f"{turn} {index} has no '{role_key if role is None else content_key}'"
         if reason == Reason.UNKNOWN_ROLE and role not in ROLES:
-            if sharegpt:
-                return (
-                    f"turn {index} has from {json.dumps(role)}; ShareGPT speakers must be human, gpt or system "
-                    "(user and assistant are accepted too)"
-                )
-            return f"message {index} has role {json.dumps(role)}; roles must be system, user or assistant"
+            return f"{turn} {index} has {role_key} {json.dumps(role)}; {shape.roles_hint}"
         if reason == Reason.BLANK_FIELD and content is not None and not content.strip():
             return f"{turn} {index} ({role}) has blank {content_key}"
     if reason == Reason.NOT_ENDING_WITH_ASSISTANT:

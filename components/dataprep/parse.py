@@ -29,19 +29,18 @@ import pyarrow.json as pajson
 
 from components.dataprep.chunks import Chunk
 from components.dataprep.field_map import FieldMap
-from components.dataprep.schema import (
+from components.dataprep.schema import Reason
+from components.dataprep.shapes import (
     CONVERSATIONAL_FIELDS,
     CONVERSATIONAL_KEYS,
     JSON_FIELDS,
+    LIST_FIELDS,
     RAW_SCHEMA,
     STRING_FIELDS,
-    Reason,
 )
 
 _READ_OPTIONS = pajson.ReadOptions(use_threads=True, block_size=4 << 20)
 EXCERPT_CHARS = 300
-# The keys of each list field's items, for the line-by-line type check.
-_ITEM_KEYS = {"messages": ("role", "content"), "conversations": ("from", "value")}
 
 
 @dataclass(frozen=True)
@@ -268,16 +267,14 @@ def _type_problem(row: dict, fields: FieldMap) -> str | None:
         if value is not None and not isinstance(value, str):
             shapes = "a string or a list of messages" if name in CONVERSATIONAL_FIELDS else "a string"
             return f"field '{fields.column(name)}' is a JSON {_json_type(value)}; it must be {shapes}"
-    lists = {"messages": "messages", "conversations": "conversations", **CONVERSATIONAL_KEYS}
-    for name, shown in lists.items():
+    for name, list_field in LIST_FIELDS.items():
         items = row.get(name)
         if items is None:
             continue
-        keys = _ITEM_KEYS.get(name, _ITEM_KEYS["messages"])
-        column = fields.column(shown)
+        keys, turn = list_field.item_keys, list_field.item
+        column = fields.column(list_field.key)
         if not isinstance(items, list):
             return f"field '{column}' is a JSON {_json_type(items)}; it must be a list of {{{', '.join(keys)}}} objects"
-        turn = "turn" if name == "conversations" else "message"
         for index, item in enumerate(items, start=1):
             if item is None:
                 continue  # a null item lacks both keys: missing_field, as on the fast path

@@ -31,7 +31,8 @@ from components.dataprep.lengths import LengthHistogram
 from components.dataprep.normalise import normalise
 from components.dataprep.options import PrepareOptions
 from components.dataprep.parse import ParsedChunk, Reject, excerpt, parse_chunk, split_lines
-from components.dataprep.schema import OUTPUT_SCHEMA, Shape
+from components.dataprep.schema import OUTPUT_SCHEMA
+from components.dataprep.shapes import SHAPES
 
 FAILED_REJECTS_FILE = "rejects.failed.jsonl"
 PERCENTILES = (50, 90, 99)
@@ -175,8 +176,8 @@ def _route_rows(normalised, options: PrepareOptions, seen: SeenHashes, writers, 
         writers[name].write_table(table)
         _update_digest(digests[name], pc.filter(normalised.content_keys, selection))
         tally.rows[name] += int(mask.sum())
-    per_shape = np.bincount(normalised.shapes[keep], minlength=len(Shape))
-    tally.shapes.update({shape.name.lower(): int(per_shape[shape]) for shape in Shape if per_shape[shape]})
+    per_shape = np.bincount(normalised.shapes[keep], minlength=len(SHAPES))
+    tally.shapes.update({shape.name: int(per_shape[code]) for code, shape in enumerate(SHAPES) if per_shape[code]})
     tally.conversation_chars.add(normalised.conversation_chars[keep])
     tally.response_chars.add(normalised.response_chars[keep])
 
