@@ -17,49 +17,9 @@ from typing import Any, Callable
 
 from common.cli_options import default_of
 from common.errors import UserError, exit_on_user_error
-from components.dataprep.options import PrepareOptions
-from components.dataprep.options import option_problems as prepare_problems
-from components.evaluation.options import EvaluateOptions
-from components.evaluation.options import option_problems as evaluate_problems
-from components.export.options import ExportStageOptions
-from components.export.options import option_problems as export_problems
-from components.publish.options import PublishOptions
-from components.publish.options import option_problems as publish_problems
-from components.run_form.options import (
-    RunInputs,
-    StepResources,
-    WorkspaceOptions,
-    inputs_problems,
-    resources_problems,
-    workspace_problems,
-)
-from components.run_form.table import RUN_PARAMETERS, run_parameters_of
-from components.tokenise.options import TokeniseOptions
-from components.tokenise.options import option_problems as tokenise_problems
-from components.training.options import (
-    LaunchOptions,
-    launch_problems,
-    parse_node_selector,
-    parse_tolerations,
-    sharding_problem,
-)
-from trainer.config import TrainConfig, packages_needed
-from trainer.config import option_problems as training_problems
-
-# Each options dataclass's validation: field name -> problem, read from any object with the fields
-# (the values are checked before the dataclass, whose __post_init__ may refuse them, is built).
-VALIDATION: dict[type, Callable[[Any], dict[str, str]]] = {
-    RunInputs: inputs_problems,
-    PrepareOptions: prepare_problems,
-    TrainConfig: training_problems,
-    LaunchOptions: launch_problems,
-    TokeniseOptions: tokenise_problems,
-    EvaluateOptions: evaluate_problems,
-    ExportStageOptions: export_problems,
-    PublishOptions: publish_problems,
-    WorkspaceOptions: workspace_problems,
-    StepResources: resources_problems,
-}
+from components.run_form.table import RUN_FORM, RUN_PARAMETERS, run_parameters_of
+from components.training.options import parse_node_selector, parse_tolerations, sharding_problem
+from trainer.config import packages_needed
 
 
 def _held_out_fraction(value: float) -> str | None:
@@ -113,7 +73,7 @@ def _publish_rules(values: dict[str, Any]) -> dict[str, str]:
 def problems(values: dict[str, Any]) -> list[str]:
     """One line per invalid parameter among ``values`` (run parameter name -> value), in run-form order."""
     found: dict[str, str] = {}
-    for options, validation in VALIDATION.items():
+    for options, validation in RUN_FORM:
         declared = run_parameters_of(options)
         given = {p.field: values[p.name] for p in declared if p.name in values}
         if not given:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 from common.cli_options import run_option
 from common.kube import is_label_name, is_positive_quantity, is_subdomain_name
 from components.local_model import CLUSTER_BASE_MODEL, LOCAL_MODEL_NAME
+from components.tokenise.options import GIB, MAIN_MEMORY, WORKER_MEMORY
 
 
 @dataclass(frozen=True)
@@ -88,11 +89,13 @@ class StepResources:
     prepare_memory: str = run_option("4Gi", "Memory of the prepare step.")
     tokenise_cpu: str = run_option(
         "4",
-        "CPU of the tokenise step: it runs one tokenising process per CPU (about 1.5 GiB each), so the step's "
-        "time falls with its CPUs.",
+        f"CPU of the tokenise step: it runs one tokenising process per CPU (about {WORKER_MEMORY / GIB:g} GiB "
+        "each), so the step's time falls with its CPUs.",
     )
     tokenise_memory: str = run_option(
-        "8Gi", "Memory of the tokenise step: about 1.5 GiB per CPU plus 1 GiB, whatever the data size."
+        "8Gi",
+        f"Memory of the tokenise step: about {WORKER_MEMORY / GIB:g} GiB per CPU plus {MAIN_MEMORY / GIB:g} GiB, "
+        "whatever the data size.",
     )
     train_launcher_cpu: str = run_option(
         "500m", "CPU of the train step's launcher pod, which starts the training job and streams its logs."

@@ -12,33 +12,49 @@ from __future__ import annotations
 import dataclasses
 import typing
 from dataclasses import dataclass
-from typing import Any, List
+from typing import Any, Callable, List
 
 from common.cli_options import default_of, run_form_names
 from components.dataprep.options import PrepareOptions
+from components.dataprep.options import option_problems as prepare_problems
 from components.evaluation.options import EvaluateOptions
+from components.evaluation.options import option_problems as evaluate_problems
 from components.export.options import ExportStageOptions
+from components.export.options import option_problems as export_problems
 from components.publish.options import PublishOptions
-from components.run_form.options import RunInputs, StepResources, WorkspaceOptions
+from components.publish.options import option_problems as publish_problems
+from components.run_form.options import (
+    RunInputs,
+    StepResources,
+    WorkspaceOptions,
+    inputs_problems,
+    resources_problems,
+    workspace_problems,
+)
 from components.tokenise.options import TokeniseOptions
-from components.training.options import LaunchOptions
+from components.tokenise.options import option_problems as tokenise_problems
+from components.training.options import LaunchOptions, launch_problems
 from trainer.config import TrainConfig
+from trainer.config import option_problems as training_problems
 
 PIPELINE_NAME = "llm-finetune"
 
-# The options dataclasses whose run_option fields make up the run form, in its order.
-RUN_FORM_OPTIONS: tuple[type, ...] = (
-    RunInputs,
-    PrepareOptions,
-    TrainConfig,
-    LaunchOptions,
-    TokeniseOptions,
-    EvaluateOptions,
-    ExportStageOptions,
-    PublishOptions,
-    WorkspaceOptions,
-    StepResources,
+# The options dataclasses whose run_option fields make up the run form, in its order, each with its stage's
+# validation: field name -> problem, read from any object with the fields (the first step checks the values
+# before building the dataclass, whose __post_init__ may refuse them).
+RUN_FORM: tuple[tuple[type, Callable[[Any], dict[str, str]]], ...] = (
+    (RunInputs, inputs_problems),
+    (PrepareOptions, prepare_problems),
+    (TrainConfig, training_problems),
+    (LaunchOptions, launch_problems),
+    (TokeniseOptions, tokenise_problems),
+    (EvaluateOptions, evaluate_problems),
+    (ExportStageOptions, export_problems),
+    (PublishOptions, publish_problems),
+    (WorkspaceOptions, workspace_problems),
+    (StepResources, resources_problems),
 )
+RUN_FORM_OPTIONS = tuple(options for options, _ in RUN_FORM)
 
 KFP_TYPES = {
     str: "STRING",

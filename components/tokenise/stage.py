@@ -21,18 +21,10 @@ from common.errors import UserError, exit_on_user_error
 from common.run_layout import HF_HOME, TOKEN_CACHE
 from components.default_base_model import resolve_base_model
 from components.tokenise.build import build
-from components.tokenise.options import TRAINING_FIELDS, TokeniseOptions, build_parser
+from components.tokenise.options import MAIN_MEMORY, TRAINING_FIELDS, WORKER_MEMORY, TokeniseOptions, build_parser
 from trainer.base_model import tokenizer_dir
 from trainer.config import TrainConfig
 from trainer.token_cache import TokenSettings, read_manifest
-
-# benchmarks/tokenise_bench.py, 2 workers, SmolLM2's tokenizer, resident memory summed over the main process and
-# its workers (pages the forked workers share with it counted in each): 1.58 GiB at 60k conversations (0.56 GiB
-# main, 0.53 each worker); 4.07 GiB at 1M before chunks were compacted (2.15 main, 1.5 each worker). 1 GiB for the
-# main process and 1.5 GiB per worker covers the larger figure, with room for larger vocabularies.
-MAIN_MEMORY = 1 << 30
-WORKER_MEMORY = 3 << 29
-
 
 CGROUP = Path("/sys/fs/cgroup")
 # cgroup v1 reports "no memory limit" as a page-rounded huge number rather than "max".
