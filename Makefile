@@ -78,12 +78,15 @@ test-lowest: $(UV)
 run: install
 	$(PY) -m pipelines.run
 
+# The docs site fails on a broken link, a missing page or an anchor that is not there (strict).
 test: install
 	$(PY) -m ruff format --check .
 	$(PY) -m ruff check .
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
 	$(PY) -m pytest
 
-# After adding or changing a run parameter: the literal signatures KFP reads, then the pipeline YAML.
+# After adding or changing a run parameter: the literal signatures KFP reads and the run-parameter
+# guide's table, then the pipeline YAML.
 compile: install
 	$(PY) -m pipelines.generate
 	$(PY) -m pipelines.compile
