@@ -21,7 +21,6 @@ for S3, huggingface_hub's backoff for the Hub.
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
@@ -29,6 +28,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from common.atomic import write_file_atomic
 from common.errors import UserError
+from common.s3 import ACCESS_DENIED, NOT_FOUND, bucket_and_key, client_from_environment, error_code, keys_under
 from components.dataprep.chunks import SUFFIXES
 from components.hub_auth import TOKEN_ENV, hub_token, token_refused
 
@@ -36,7 +36,6 @@ SCHEMES = ("http", "https", "s3", "hf")
 ALL_JSONL = str(Path("**") / "*.jsonl*")
 HTTP_RETRIES = 5
 HTTP_TIMEOUT_S = (30, 300)  # connect, read between bytes
-S3_ATTEMPTS = 5
 
 
 def is_remote(dataset_uri: str) -> bool:
@@ -150,18 +149,17 @@ def _fetch_s3(uri: str, destination: Path) -> str:
     """The one object's local path, or a glob of the objects under the prefix."""
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
-    parts = urlsplit(uri)
-    bucket, key = parts.netloc, parts.path.lstrip("/")
+    bucket, key = bucket_and_key(uri)
     if not bucket:
         raise UserError(f"dataset_uri {uri!r} names no bucket; write s3://bucket/key.jsonl or s3://bucket/prefix/.")
-    client = _s3_client()
+    client = client_from_environment()
     try:
         if key.endswith(SUFFIXES):
             objects = {key: PurePosixPath(key).name}
         else:
             prefix = f"{key.rstrip('/')}/" if key else ""
             objects = {
-                item: item[len(prefix) :] for item in _s3_keys(client, bucket, prefix) if item.endswith(SUFFIXES)
+                item: item[len(prefix) :] for item in keys_under(client, bucket, prefix) if item.endswith(SUFFIXES)
             }
             if not objects:
                 raise UserError(f"No .jsonl or .jsonl.gz objects are under {uri}; check the bucket and prefix.")
@@ -185,36 +183,14 @@ def _fetch_s3(uri: str, destination: Path) -> str:
         ) from None
 
 
-def _s3_client():
-    import boto3
-    from botocore.config import Config
-
-    # botocore reads AWS_ENDPOINT_URL itself; an OpenShift AI data connection names the endpoint AWS_S3_ENDPOINT.
-    standard = os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL_S3")
-    endpoint = None if standard else os.environ.get("AWS_S3_ENDPOINT") or None
-    # S3-compatible stores (MinIO, NooBaa, Ceph RGW) want path-style bucket addressing.
-    config = Config(
-        retries={"max_attempts": S3_ATTEMPTS, "mode": "standard"},
-        s3={"addressing_style": "path"} if standard or endpoint else None,
-    )
-    return boto3.session.Session().client(
-        "s3", endpoint_url=endpoint, config=config
-    )  # a new session reads the environment as it is now
-
-
-def _s3_keys(client, bucket: str, prefix: str) -> list[str]:
-    pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
-    return sorted(item["Key"] for page in pages for item in page.get("Contents", []))
-
-
 def _s3_problem(uri: str, error) -> str:
-    code = str(error.response.get("Error", {}).get("Code", ""))
-    if code in ("403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
+    code = error_code(error)
+    if code in ACCESS_DENIED:
         return (
             f"S3 refused access to {uri} ({code}): the credentials in AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY "
             "are wrong or may not read that bucket. Fix the Secret the prepare step reads them from."
         )
-    if code in ("404", "NoSuchKey", "NoSuchBucket"):
+    if code in NOT_FOUND:
         return f"{uri} does not exist ({code}). Check the bucket and key (and AWS_ENDPOINT_URL for non-AWS stores)."
     return f"S3 answered {code or 'an error'} for {uri}: {error}."
 
