@@ -26,27 +26,13 @@ from common.atomic import link_or_copy, write_text_atomic
 from common.cli_options import options_from_inputs
 from common.errors import UserError, exit_on_user_error
 from common.run_layout import ADAPTER, MERGED, MODELFILE, VERIFICATION_JSON, VERIFICATION_MARKDOWN, stage_dir
-from components.export.options import ExportStageOptions, check_model_name, parse_outtypes
+from components.export.options import ExportStageOptions, model_name_of, parse_outtypes, trained_from
 from gguf_export.convert import ConversionResult, read_config
 from gguf_export.export import export
 from gguf_export.lora import adapter_outtype, convert_adapter
 from gguf_export.metadata import MetadataOptions
 from gguf_export.modelfile import modelfile_text
 from gguf_export.options import Thresholds
-
-
-def default_model_name(base_model: str) -> str:
-    """``<base model name>-ft``: what the files are called when the run form leaves model_name empty."""
-    base = Path(base_model or "model").name
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", base).strip("-._") + "-ft"
-
-
-def trained_from(train_dir: Path) -> str:
-    """The base model in the training summary's config, when the trainer wrote one."""
-    path = train_dir / "training_summary.json"
-    if not path.is_file():
-        return ""
-    return json.loads(path.read_text(encoding="utf-8")).get("config", {}).get("model", "")
 
 
 def hub_id(model: str) -> str:
@@ -148,7 +134,7 @@ def run_in_pipeline(
     """What the KFP component does; returns the path of the Modelfile's GGUF on the workspace."""
     outtypes = parse_outtypes(options.outtype)
     base_model = trained_from(Path(train_dir))
-    name = check_model_name(options.model_name or default_model_name(base_model))
+    name = model_name_of(options.model_name, base_model)
     limits = Thresholds.from_mapping(options.thresholds)
     body, markdown_text = export_stage(
         Path(train_dir), base_model, Path(export_dir), outtypes, name, options.include_lora, limits
