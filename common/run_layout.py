@@ -32,6 +32,8 @@ shared across runs is the publish record.
           verification.json, verification.md   llama.cpp vs transformers; the JSON is written last
         publish/       written by publish
           upload/                       exactly what was (or, in a dry run, would be) committed to the Hub
+        store/         written by store
+          stored.json                   where the version was copied (model_s3_uri: its s3:// URI, files, bytes)
       token-cache/<key>/                written by tokenise; read by train and evaluate of every run whose data,
                                         tokenizer and settings give the same key (see trainer.token_cache)
       .cache/huggingface/               HF_HOME of the training pods; the tokenise step fetches tokenizers here
@@ -58,8 +60,8 @@ EVAL_ROWS = "eval.arrow"
 EVAL_CONVERSATIONS = "eval_conversations.arrow"
 TOKENS_MANIFEST = "manifest.json"
 RUNS = "runs"
-DATA, TRAIN, EVALUATE, EXPORT, PUBLISH = "data", "train", "evaluate", "export", "publish"
-STAGES = (DATA, TRAIN, EVALUATE, EXPORT, PUBLISH)
+DATA, TRAIN, EVALUATE, EXPORT, PUBLISH, STORE = "data", "train", "evaluate", "export", "publish", "store"
+STAGES = (DATA, TRAIN, EVALUATE, EXPORT, PUBLISH, STORE)
 
 # data/
 TRAIN_SPLIT = "train.parquet"
@@ -87,6 +89,8 @@ VERIFICATION_MARKDOWN = "verification.md"
 LORA_MARKER = "-lora-"  # in the file name of an adapter GGUF: <model>-lora-<type>.gguf
 # publish/
 UPLOAD = "upload"
+# store/
+STORED = "stored.json"
 # beside runs/
 PUBLISHED = "published"
 

@@ -32,6 +32,7 @@ from components.pipeline_steps.stages import (
     prepare_dataset,
     publish_model,
     report_skipped,
+    store_model,
     tokenise_data,
 )
 from components.pipeline_steps.train_step import train_model
@@ -39,6 +40,7 @@ from components.publish.options import PublishOptions
 from components.run_form.docs import docstring
 from components.run_form.table import PIPELINE_NAME, arguments_for
 from components.runtime_image import runtime_image
+from components.storage.options import StorageOptions
 from components.training.options import LaunchOptions
 from pipelines.first_step import validate_parameters
 from pipelines.run_form import with_run_form
@@ -188,7 +190,17 @@ def build_pipeline(workspace: Workspace):
                     ).after(exported)
                 )
                 with_hub_token(sized(published, run["publish_cpu"], run["publish_memory"]))
-                workspace.release(published, run["pvc_name"], run["keep_pvc"])
+                stored = workspace.mount(
+                    store_model(
+                        workspace_root=workspace.root,
+                        run_id=run_id,
+                        train_dir=trained.outputs["train_dir"],
+                        model_name=run["model_name"],
+                        **arguments_for(StorageOptions, run),
+                    ).after(published)
+                )
+                with_data_connection(sized(stored, run["publish_cpu"], run["publish_memory"]), run["model_s3_secret"])
+                workspace.release(stored, run["pvc_name"], run["keep_pvc"])
             with dsl.Else(name="quality-gate-failed"):
                 gate_failed = small(
                     report_skipped(skipped="export and publish", reason=evaluated.outputs["gate_reason"])

@@ -85,6 +85,8 @@ def validate_parameters(
     publish_merged: str,
     publish_adapter: bool,
     model_license: str,
+    model_s3_uri: str,
+    model_s3_secret: str,
     pvc_name: str,
     pvc_size: str,
     pvc_storage_class: str,

@@ -20,6 +20,8 @@ from common.run_layout import (
     EXPORT,
     PUBLISH,
     PUBLISHED,
+    STORE,
+    STORED,
     TRAIN,
     UPLOAD,
     VERIFICATION_JSON,
@@ -80,6 +82,8 @@ def summary_lines(run_dir: Path) -> list[str]:
             f"uploaded to {record['repo_id']}" if record and record["uploaded"] else "a dry run: set repo_id to publish"
         )
         lines.append(f"  model card: {card} ({where})")
+    for copy in json.loads(stored.read_text()) if (stored := run_dir / STORE / STORED).is_file() else []:
+        lines.append(f"  stored:     {copy['uri']} ({copy['files']} files, complete)")
     lines += [
         "",
         "next:",

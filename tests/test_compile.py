@@ -356,7 +356,7 @@ def test_delete_pvc_guarded_by_keep_pvc_and_runs_last_on_every_path(spec):
     """The per-run PVC is deleted only when this run created it and keep_pvc is off, after the last stage of
     whichever path the run took: published, stopped by the quality gate, or skipped for unchanged data."""
     last = {
-        "deletepvc": ({"data_changed", "gate_passed"}, "publish-model"),
+        "deletepvc": ({"data_changed", "gate_passed"}, "store-model"),
         "deletepvc-2": ({"data_changed", "!gate_passed"}, "report-skipped"),
         "deletepvc-3": ({"!data_changed"}, "report-skipped-2"),
     }
@@ -467,6 +467,7 @@ STEP_RESOURCES = {
     "evaluate-model": ("evaluate_cpu", "evaluate_memory"),
     "export-gguf": ("export_cpu", "export_memory"),
     "publish-model": ("publish_cpu", "publish_memory"),
+    "store-model": ("publish_cpu", "publish_memory"),  # it uploads the same files, to the storage targets
 }
 
 
@@ -582,15 +583,22 @@ def test_the_parameter_check_derives_the_evaluation_placement(gpus_per_node, nod
     assert (placement.evaluate_gpus, placement.node_selector, placement.tolerations) == expected
 
 
-def test_the_data_connection_secret_is_a_run_parameter(spec, platform):
-    """The prepare step reads S3 credentials from the Secret the run names, optional so public data needs none."""
-    owner, _ = find_task(spec, "prepare-dataset")
+@pytest.mark.parametrize(
+    ("step", "parameter"), [("prepare-dataset", "data_connection_secret"), ("store-model", "model_s3_secret")]
+)
+def test_the_data_connection_secret_is_a_run_parameter(spec, platform, step, parameter):
+    """The prepare and store steps read S3 credentials from the Secret the run names, optional so a run without
+    S3 data or an S3 target needs none; no credential is a parameter."""
+    owner, task = find_task(spec, step)
     (connection,) = [
         secret
-        for secret in platform["deploymentSpec"]["executors"]["exec-prepare-dataset"]["secretAsEnv"]
+        for secret in platform["deploymentSpec"]["executors"][f"exec-{step}"]["secretAsEnv"]
         if "secretName" not in secret
     ]
-    assert connection["secretNameParameter"] == {"componentInputParameter": "data_connection_secret"}
+    channel = connection["secretNameParameter"]["componentInputParameter"]
+    assert channel == (parameter if owner is ROOT else f"pipelinechannel--{parameter}")
+    if owner is not ROOT:
+        assert source(spec, owner, task, "s3_secret") == ("param", parameter)
     assert connection["optional"] is True
     assert {entry["envVar"] for entry in connection["keyToEnv"]} >= {"AWS_ACCESS_KEY_ID", "AWS_S3_ENDPOINT"}
 

@@ -4,7 +4,8 @@ Three runs share one output directory, as scheduled runs share a PVC:
 
 1. the whole pipeline on the bundled data with SmolLM2-135M: prepare, train with
    two local torchrun processes, evaluate, export a verified GGUF, publish (a dry
-   run, since no repository is set);
+   run, since no repository is set), and store a copy in S3 (moto's S3 server on
+   127.0.0.1, reached as an S3-compatible store through AWS_ENDPOINT_URL);
 2. the same data again: its fingerprint matches the published model's, so
    training, evaluation, export and publishing are skipped;
 3. the same data with ``force``, fine-tuning a tiny model and a quality gate no
@@ -18,12 +19,15 @@ budget; everything else runs as in ``make run``.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
 
+import boto3
 import pytest
 from conftest import REPO_ROOT, read_split, read_stats, run_module, write_jsonl
+from moto.server import ThreadedMotoServer
 
 from common.run_layout import PUBLISHED
 from components.publish.record import DRY_RUN_NAME
@@ -55,12 +59,14 @@ SHORT_EVALUATION = (
 )
 # Two steps of a LoRA barely move a model: let the first run's gate pass whatever they did.
 LENIENT_GATE = ("--param", "min_eval_loss_improvement=-100")
-STAGES = ("data", "train", "evaluate", "export", "publish")
+STAGES = ("data", "train", "evaluate", "export", "publish", "store")
+MODELS_BUCKET = "models"
+MODELS_URI = f"s3://{MODELS_BUCKET}/local"
 
 
-def run_pipeline(*args, timeout: float = 1800) -> subprocess.CompletedProcess:
+def run_pipeline(*args, env: dict[str, str] | None = None, timeout: float = 1800) -> subprocess.CompletedProcess:
     """``python -m pipelines.run``; the result's ``log`` is the run.log it wrote (every step's full output)."""
-    result = run_module("pipelines.run", *args, timeout=timeout)
+    result = run_module("pipelines.run", *args, env=env, timeout=timeout)
     log = Path(args[list(args).index("--output-dir") + 1]) / "run.log"
     result.log = log.read_text() if log.is_file() else ""
     return result
@@ -81,11 +87,32 @@ def executed(result: subprocess.CompletedProcess) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, tiny_model_dir):
+def s3_bucket():
+    """A bucket on moto's S3 server, and the environment that reaches it: (client, env)."""
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {**os.environ, "AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_DEFAULT_REGION": "us-east-1"}
+    env |= {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+    client = boto3.client(
+        "s3",
+        endpoint_url=env["AWS_ENDPOINT_URL"],
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    client.create_bucket(Bucket=MODELS_BUCKET)
+    yield client, env
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, tiny_model_dir, s3_bucket):
     """The three runs, in order, in one output directory: (output_dir, [(result, new run directory)])."""
     output_dir = tmp_path_factory.mktemp("local-run") / "out"
+    _, env = s3_bucket
     arguments = [
-        (*DATA_PARAMS, *SHORT_TRAINING, *SHORT_EVALUATION, *LENIENT_GATE),
+        (*DATA_PARAMS, *SHORT_TRAINING, *SHORT_EVALUATION, *LENIENT_GATE, "--param", f"model_s3_uri={MODELS_URI}"),
         (*DATA_PARAMS, *SHORT_TRAINING, *SHORT_EVALUATION),
         (
             *DATA_PARAMS,
@@ -101,7 +128,7 @@ def runs(tmp_path_factory, tiny_model_dir):
     ]
     done, seen = [], set()
     for args in arguments:
-        result = run_pipeline("--output-dir", output_dir, *args)
+        result = run_pipeline("--output-dir", output_dir, *args, env=env)
         new = set(run_dirs(output_dir)) - seen if (output_dir / "workspace" / "runs").is_dir() else set()
         (run_id,) = new or {None}
         seen |= new
@@ -127,6 +154,7 @@ def test_whole_pipeline_runs_locally_and_says_where_outputs_went(runs):
         "evaluate-model",
         "export-gguf",
         "publish-model",
+        "store-model",
     ]
     assert f"running pipeline locally; outputs go to {output_dir}" in result.stdout
     assert f"local defaults: epochs={LOCAL_DEFAULTS['epochs']}" in result.stdout
@@ -224,6 +252,26 @@ def test_publish_dry_run_writes_the_upload_folder_and_the_record(runs):
     assert any(path.suffix == ".gguf" for path in upload.iterdir())
     record = json.loads((output_dir / "workspace" / PUBLISHED / f"{DRY_RUN_NAME}.json").read_text())
     assert record["data_fingerprint"] == fingerprint and record["run_id"] == run_dir.name
+
+
+def test_the_store_step_copies_the_published_version_to_s3(runs, s3_bucket):
+    """With model_s3_uri set, the version the publish step laid out lands under <model>/<run id>/ in the bucket,
+    its completion marker last, and the summary says where."""
+    from components.storage.s3_target import COMPLETE_MARKER
+
+    _, [(result, run_dir), *_] = runs
+    succeeded(result)
+    client, _ = s3_bucket
+    (stored,) = json.loads((run_dir / "store" / "stored.json").read_text())
+    assert stored["uri"] == f"{MODELS_URI}/SmolLM2-135M-Instruct-ft/{run_dir.name}/"
+    prefix = stored["uri"][len(f"s3://{MODELS_BUCKET}/") :]
+    upload = run_dir / "publish" / "upload"
+    local = sorted(path.relative_to(upload).as_posix() for path in upload.rglob("*") if path.is_file())
+    listed = client.list_objects_v2(Bucket=MODELS_BUCKET, Prefix=prefix)["Contents"]
+    assert sorted(item["Key"][len(prefix) :] for item in listed) == sorted([*local, COMPLETE_MARKER])
+    gguf = next(name for name in local if name.endswith(".gguf"))
+    assert client.get_object(Bucket=MODELS_BUCKET, Key=prefix + gguf)["Body"].read() == (upload / gguf).read_bytes()
+    assert f"stored:     {stored['uri']} ({len(local)} files, complete)" in result.stdout
 
 
 def test_unchanged_data_skips_training_export_and_publish(runs):

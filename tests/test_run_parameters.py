@@ -25,6 +25,7 @@ from components.publish.options import PublishOptions
 from components.run_form.docs import reference_table
 from components.run_form.options import RunInputs
 from components.run_form.table import RUN_PARAMETERS
+from components.storage.options import StorageOptions
 from components.training.options import LaunchOptions
 from pipelines.fine_tune import build_pipeline
 from pipelines.first_step import validate_parameters
@@ -40,6 +41,7 @@ STEP_OPTIONS = [
     (steps.evaluate_model, EvaluateOptions),
     (steps.export_gguf, ExportStageOptions),
     (steps.publish_model, PublishOptions),
+    (steps.store_model, StorageOptions),
 ]
 # The run's inputs, shared by several steps under the same names.
 RUN_INPUT_STEPS = {

@@ -128,6 +128,44 @@ def test_a_large_file_goes_up_in_parts(bucket, tmp_path, monkeypatch):
     assert bucket.get_object(Bucket=BUCKET, Key="big/model.safetensors")["Body"].read() == data
 
 
+def test_a_transient_refusal_is_retried(bucket, model):
+    """S3 answers 503 SlowDown to the first attempt at a file (throttling, as a busy store does): the client retries
+    it (botocore's standard mode) and the version still lands whole."""
+    from botocore.awsrequest import AWSResponse
+
+    folder, files = model
+    client = client_from_environment()
+    attempts: dict[str, int] = {}
+
+    def slow_down_once(request, **_):
+        key = request.url.split("?")[0].rsplit(f"/{BUCKET}/", 1)[-1]
+        if request.method == "PUT" and key.endswith("model.safetensors"):
+            attempts[key] = attempts.get(key, 0) + 1
+            if attempts[key] == 1:
+                body = b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
+                return AWSResponse(request.url, 503, {}, _Raw(body))
+        return None
+
+    client.meta.events.register("before-send.s3", slow_down_once)
+    upload_version(folder, f"s3://{BUCKET}/smol-ft/run-6/", HINT, client)
+    assert attempts == {"smol-ft/run-6/model.safetensors": 2}
+    assert (
+        bucket.get_object(Bucket=BUCKET, Key="smol-ft/run-6/model.safetensors")["Body"].read()
+        == files["model.safetensors"]
+    )
+    assert COMPLETE_MARKER in {key.rsplit("/", 1)[-1] for key in keys_under(bucket, BUCKET, "smol-ft/run-6/")}
+
+
+class _Raw:
+    """The raw body of a stand-in HTTP answer, as botocore reads it."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+    def stream(self, **_):
+        yield self.data
+
+
 def test_a_copy_cut_off_midway_is_not_complete_and_the_retried_step_completes_it(bucket, model):
     """The step dies after some files (a dropped connection that outlasted the retries); the version has no
     marker, so no reader takes it. The retried step uploads again, drops what the folder no longer has, and
@@ -192,3 +230,35 @@ def test_wrong_credentials_are_a_clear_error_and_write_nothing(guarded_server, m
     message = str(refused.value)
     assert "S3 refused to let these credentials write s3://models/smol-ft/run-3/" in message
     assert HINT in message and "not-a-key" not in message
+
+
+def test_the_store_step_copies_the_published_folder_under_the_models_name(bucket, model, tmp_path):
+    """The step reads the publish step's upload folder (a dry run writes it too) and names the version after the
+    export's model name, or the base model's name followed by -ft."""
+    from common.run_layout import UPLOAD, stage_dir
+    from components.storage.stage import run_step
+
+    folder, files = model
+    workspace = tmp_path / "workspace"
+    stage_dir(workspace, "run-4", "publish").mkdir(parents=True)
+    folder.rename(stage_dir(workspace, "run-4", "publish") / UPLOAD)
+    train_dir = stage_dir(workspace, "run-4", "train")
+    train_dir.mkdir(parents=True)
+    (train_dir / "training_summary.json").write_text(json.dumps({"config": {"model": "org/SmolLM2-135M"}}))
+    inputs = {"workspace_root": str(workspace), "run_id": "run-4", "train_dir": str(train_dir), "model_name": ""}
+    inputs |= {"s3_uri": f"s3://{BUCKET}/team", "s3_secret": "aws-connection-models"}
+
+    assert run_step(inputs) == f"s3://{BUCKET}/team/SmolLM2-135M-ft/run-4/"
+    prefix = "team/SmolLM2-135M-ft/run-4/"
+    assert keys_under(bucket, BUCKET, prefix) == sorted([prefix + COMPLETE_MARKER, *(prefix + n for n in files)])
+    assert run_step({**inputs, "s3_uri": ""}) == "", "no target: nothing to copy"
+
+
+def test_the_store_step_without_a_published_version_says_what_to_run(tmp_path, capsys):
+    from components.storage.stage import run_step
+
+    inputs = {"workspace_root": str(tmp_path), "run_id": "run-5", "train_dir": str(tmp_path), "model_name": "m"}
+    with pytest.raises(SystemExit) as exited:
+        run_step({**inputs, "s3_uri": f"s3://{BUCKET}", "s3_secret": "aws-connection-models"})
+    assert exited.value.code == 2
+    assert "holds no published version" in " ".join(capsys.readouterr().err.split())

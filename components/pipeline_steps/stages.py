@@ -173,3 +173,16 @@ def export_gguf(
     from components.export.stage import run_step
 
     return run_step(inputs)
+
+
+@dsl.component(base_image=runtime_image(), install_kfp_package=False)
+def store_model(workspace_root: str, run_id: str, train_dir: str, model_name: str, s3_uri: str, s3_secret: str) -> str:
+    """Copy the published version (the publish step's upload folder) to the storage targets the run names (S3).
+
+    The S3 credentials and endpoint are the AWS_* variables from the data connection Secret ``s3_secret``; none is
+    a parameter. Returns the version's S3 URI, empty when no target is set.
+    """
+    inputs = dict(locals())  # every input by name, taken before anything else is bound here
+    from components.storage.stage import run_step
+
+    return run_step(inputs)

@@ -20,7 +20,7 @@ Repository layout::
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,6 @@ from common.run_layout import (
     MERGED,
     MODELFILE,
     SAMPLE_RESPONSES,
-    STAGES,
     TRAINING_SUMMARY,
     UPLOAD,
     VERIFICATION_JSON,
@@ -53,7 +52,8 @@ MERGED_CONFIG = "config.json"
 
 @dataclass(frozen=True)
 class RunDirs:
-    """The stage directories of one run (common.run_layout)."""
+    """The stage directories of one run that a publish reads and writes, each field named after its stage
+    (common.run_layout)."""
 
     data: Path
     train: Path
@@ -63,7 +63,7 @@ class RunDirs:
 
     @classmethod
     def of(cls, workspace_root: str, run_id: str) -> "RunDirs":
-        return cls(*(stage_dir(workspace_root, run_id, stage) for stage in STAGES))
+        return cls(**{spec.name: stage_dir(workspace_root, run_id, spec.name) for spec in fields(cls)})
 
     @property
     def upload(self) -> Path:

@@ -113,8 +113,10 @@ class StepResources:
     export_memory: str = run_option(
         "24Gi", "Memory of the export step: it converts the merged model and loads the GGUF in llama.cpp."
     )
-    publish_cpu: str = run_option("1", "CPU of the publish step (uploads the files to the Hub).")
-    publish_memory: str = run_option("2Gi", "Memory of the publish step.")
+    publish_cpu: str = run_option(
+        "1", "CPU of the publish and store steps (upload the files to the Hub and to the storage targets)."
+    )
+    publish_memory: str = run_option("2Gi", "Memory of the publish and store steps.")
 
 
 def resources_problems(resources: StepResources) -> dict[str, str]:

@@ -31,6 +31,8 @@ from components.run_form.options import (
     resources_problems,
     workspace_problems,
 )
+from components.storage.options import StorageOptions
+from components.storage.options import option_problems as storage_problems
 from components.tokenise.options import TokeniseOptions
 from components.tokenise.options import option_problems as tokenise_problems
 from components.training.options import LaunchOptions, launch_problems
@@ -51,6 +53,7 @@ RUN_FORM: tuple[tuple[type, Callable[[Any], dict[str, str]]], ...] = (
     (EvaluateOptions, evaluate_problems),
     (ExportStageOptions, export_problems),
     (PublishOptions, publish_problems),
+    (StorageOptions, storage_problems),
     (WorkspaceOptions, workspace_problems),
     (StepResources, resources_problems),
 )

@@ -21,6 +21,7 @@ from common.s3 import ACCESS_DENIED, NOT_FOUND, bucket_and_key, client_from_envi
 
 COMPLETE_MARKER = "_COMPLETE.json"
 MULTIPART_CHUNK = 64 << 20  # parts of 64 MiB: a 16 GB checkpoint file is 250 parts, far below S3's 10,000
+CONCURRENT_PARTS = 4  # parts in flight, each buffered in memory: 256 MiB, within the publish step's memory
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,9 @@ def upload_version(folder: Path, uri: str, secret_hint: str, client=None) -> S3C
     client = client or client_from_environment()
     bucket, prefix = bucket_and_key(uri)
     files = {path.relative_to(folder).as_posix(): path for path in sorted(folder.rglob("*")) if path.is_file()}
-    transfer = TransferConfig(multipart_threshold=MULTIPART_CHUNK, multipart_chunksize=MULTIPART_CHUNK)
+    transfer = TransferConfig(
+        multipart_threshold=MULTIPART_CHUNK, multipart_chunksize=MULTIPART_CHUNK, max_concurrency=CONCURRENT_PARTS
+    )
     try:
         client.delete_object(Bucket=bucket, Key=prefix + COMPLETE_MARKER)
         for name, path in files.items():

@@ -1,0 +1,41 @@
+"""The model storage targets' run parameters: their defaults, help texts and validation, in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from common.cli_options import run_option
+from common.kube import is_subdomain_name
+
+
+@dataclass(frozen=True)
+class StorageOptions:
+    """Where a model version that passed the gate is kept besides the Hub."""
+
+    s3_uri: str = run_option(
+        "",
+        "S3 location that keeps a copy of every model version that passes the gate: s3://bucket or "
+        "s3://bucket/prefix. Each run's version (the merged checkpoint, GGUF, Modelfile, model card and reports, as "
+        "published to the Hub) goes under <model_name>/<run id>/ and is complete once its _COMPLETE.json is there. "
+        "Credentials from the Secret model_s3_secret names. Empty: no S3 copy.",
+        name="model_s3_uri",
+    )
+    s3_secret: str = run_option(
+        "aws-connection-models",
+        "Secret of the OpenShift AI data connection with the S3 credentials and endpoint for model_s3_uri (keys "
+        "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_S3_ENDPOINT, ...); the default is the Secret of a connection "
+        "named models.",
+        name="model_s3_secret",
+    )
+
+
+def option_problems(options: StorageOptions) -> dict[str, str]:
+    """Field name -> what is wrong with its value; callers name the field their way."""
+    problems = {}
+    if options.s3_uri and not (options.s3_uri.startswith("s3://") and options.s3_uri[5:].strip("/")):
+        problems["s3_uri"] = f"{options.s3_uri!r} is not an S3 location; write s3://bucket or s3://bucket/prefix"
+    if not is_subdomain_name(options.s3_secret):
+        problems["s3_secret"] = (
+            f"{options.s3_secret!r} is not a valid Secret name (lowercase letters, digits, '-' and '.')"
+        )
+    return problems

@@ -1,0 +1,83 @@
+"""Model storage stage: copy the published model version to the storage targets the run names.
+
+    python -m components.storage.stage --workspace-root local-run/workspace --run-id RUN \\
+        --model-name smol-ft --s3-uri s3://models/team
+
+The version is the publish stage's upload folder (``<run>/publish/upload/``,
+written by a dry run too): the merged checkpoint at its top, so a serving
+runtime loads it as it is, with the GGUF, Modelfile, model card and reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+from common.atomic import write_text_atomic
+from common.cli_options import add_options, options_from, options_from_inputs
+from common.errors import UserError, exit_on_user_error
+from common.run_layout import PUBLISH, STORE, STORED, UPLOAD, stage_dir
+from components.export.options import model_name_of, trained_from
+from components.storage.options import StorageOptions
+from components.storage.s3_target import S3Copy, upload_version, version_uri
+
+
+def store(workspace_root: str, run_id: str, model_name: str, options: StorageOptions) -> list[S3Copy]:
+    """Copy run ``run_id``'s version to every target ``options`` names; the copies made, also recorded in
+    ``store/stored.json`` for the run summary and the registration."""
+    folder = stage_dir(workspace_root, run_id, PUBLISH) / UPLOAD
+    if not (folder / "README.md").is_file():
+        raise UserError(
+            f"{folder} holds no published version (no model card): the publish step writes it, a dry run too. "
+            "Run the publish stage for this run first."
+        )
+    copies = []
+    if options.s3_uri:
+        hint = f"in the cluster the step reads them from the Secret '{options.s3_secret}' (model_s3_secret)"
+        copies.append(upload_version(folder, version_uri(options.s3_uri, model_name, run_id), hint))
+    record = [dataclasses.asdict(copy) for copy in copies]
+    write_text_atomic(stage_dir(workspace_root, run_id, STORE) / STORED, json.dumps(record, indent=1) + "\n")
+    return copies
+
+
+def summary(copies: list[S3Copy]) -> str:
+    if not copies:
+        return "no storage target is set (model_s3_uri): nothing copied"
+    return "\n".join(f"copied {c.files} files, {c.total_bytes / 1e6:.1f} MB -> {c.uri}" for c in copies)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m components.storage.stage",
+        description="Copy a run's published model version to its storage targets (S3).",
+    )
+    parser.add_argument("--workspace-root", required=True, help="the workspace holding runs/<run-id>/")
+    parser.add_argument("--run-id", required=True, help="the run whose version to copy")
+    parser.add_argument("--model-name", required=True, help="the model's name: the folder its versions go in")
+    add_options(parser, StorageOptions)
+    return parser
+
+
+@exit_on_user_error
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    print(summary(store(args.workspace_root, args.run_id, args.model_name, options_from(args, StorageOptions))))
+
+
+@exit_on_user_error
+def run_step(inputs: Mapping[str, Any]) -> str:
+    """What the ``store_model`` component calls with every input by name; returns the S3 URI (empty: none).
+
+    The model's name is the export's: ``model_name``, or the base model's name followed by -ft.
+    """
+    model_name = model_name_of(inputs["model_name"], trained_from(Path(inputs["train_dir"])))
+    copies = store(inputs["workspace_root"], inputs["run_id"], model_name, options_from_inputs(StorageOptions, inputs))
+    print(summary(copies), flush=True)
+    return copies[0].uri if copies else ""
+
+
+if __name__ == "__main__":
+    main()
