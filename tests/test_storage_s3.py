@@ -23,6 +23,7 @@ from moto.server import ThreadedMotoServer
 import components.storage.s3_target as s3_target
 from common.errors import UserError
 from common.s3 import client_from_environment, keys_under
+from components.storage.options import StorageOptions, option_problems
 from components.storage.s3_target import COMPLETE_MARKER, upload_version, version_uri
 
 BUCKET = "models"
@@ -92,9 +93,12 @@ def written(client) -> list[tuple[str, str]]:
 def test_the_version_goes_under_model_and_run():
     assert version_uri("s3://models", "smol-ft", "run-1") == "s3://models/smol-ft/run-1/"
     assert version_uri("s3://models/team/a/", "smol-ft", "run-1") == "s3://models/team/a/smol-ft/run-1/"
-    for wrong in ("models/team", "s3:///team", "https://models/team"):
+    for wrong in ("models/team", "s3:///team", "https://models/team", "s3://models?x=1", "s3://models#team/a"):
         with pytest.raises(UserError, match="is not an S3 location"):
             version_uri(wrong, "smol-ft", "run-1")
+        # The first step refuses the same values, before anything is trained.
+        assert "s3_uri" in option_problems(StorageOptions(s3_uri=wrong))
+    assert option_problems(StorageOptions(s3_uri="s3://models/team")) == {}
 
 
 def test_every_file_lands_and_the_marker_comes_last(bucket, model):
@@ -228,8 +232,29 @@ def test_wrong_credentials_are_a_clear_error_and_write_nothing(guarded_server, m
     with pytest.raises(UserError) as refused:
         upload_version(folder, f"s3://{BUCKET}/smol-ft/run-3/", HINT)
     message = str(refused.value)
-    assert "S3 refused to let these credentials write s3://models/smol-ft/run-3/" in message
+    assert "S3 refused DeleteObject on s3://models/smol-ft/run-3/ (InvalidAccessKeyId)" in message
     assert HINT in message and "not-a-key" not in message
+
+
+def test_a_policy_that_may_not_put_objects_is_a_clear_error(bucket, model):
+    """The first requests pass, the uploads are refused (a policy without s3:PutObject, a quota): boto3's transfer
+    manager wraps the refusal in its own error, which must still end as one paragraph, not a traceback."""
+    from botocore.awsrequest import AWSResponse
+
+    folder, _ = model
+    client = client_from_environment()
+
+    def deny_puts(request, **_):
+        if request.method == "PUT":
+            body = b"<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>"
+            return AWSResponse(request.url, 403, {}, _Raw(body))
+        return None
+
+    client.meta.events.register("before-send.s3", deny_puts)
+    with pytest.raises(UserError) as refused:
+        upload_version(folder, f"s3://{BUCKET}/smol-ft/run-7/", HINT, client)
+    assert "S3 refused PutObject on s3://models/smol-ft/run-7/ (AccessDenied)" in str(refused.value)
+    assert "s3:PutObject" in str(refused.value)
 
 
 def test_the_store_step_copies_the_published_folder_under_the_models_name(bucket, model, tmp_path):

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from common.cli_options import run_option
 from common.kube import is_subdomain_name
+from components.storage.s3_target import s3_location_problem
 
 
 @dataclass(frozen=True)
@@ -15,9 +16,10 @@ class StorageOptions:
     s3_uri: str = run_option(
         "",
         "S3 location that keeps a copy of every model version that passes the gate: s3://bucket or "
-        "s3://bucket/prefix. Each run's version (the merged checkpoint, GGUF, Modelfile, model card and reports, as "
-        "published to the Hub) goes under <model_name>/<run id>/ and is complete once its _COMPLETE.json is there. "
-        "Credentials from the Secret model_s3_secret names. Empty: no S3 copy.",
+        "s3://bucket/prefix. Each run's version (what is published to the Hub: the GGUF, Modelfile, model card and "
+        "reports, and the merged checkpoint that a serving runtime loads when publish_merged says so) goes under "
+        "<model_name>/<run id>/ and is complete once its _COMPLETE.json is there. Credentials from the Secret "
+        "model_s3_secret names. Empty: no S3 copy.",
         name="model_s3_uri",
     )
     s3_secret: str = run_option(
@@ -32,8 +34,8 @@ class StorageOptions:
 def option_problems(options: StorageOptions) -> dict[str, str]:
     """Field name -> what is wrong with its value; callers name the field their way."""
     problems = {}
-    if options.s3_uri and not (options.s3_uri.startswith("s3://") and options.s3_uri[5:].strip("/")):
-        problems["s3_uri"] = f"{options.s3_uri!r} is not an S3 location; write s3://bucket or s3://bucket/prefix"
+    if options.s3_uri and (problem := s3_location_problem(options.s3_uri)):
+        problems["s3_uri"] = problem
     if not is_subdomain_name(options.s3_secret):
         problems["s3_secret"] = (
             f"{options.s3_secret!r} is not a valid Secret name (lowercase letters, digits, '-' and '.')"

@@ -5,8 +5,9 @@ A reader (KServe's storage initializer, the Model Registry's URI, a person with
 file goes first, the marker ``_COMPLETE.json`` (each file's size) last. A copy
 made again for the same run (a retried step) first deletes the marker, then
 uploads every file, removes the keys it no longer has and writes the marker
-anew. Large files go up in multipart chunks (boto3's transfer manager, which
-retries failed parts); botocore retries throttling, 5xx answers and dropped
+anew. Large files go up in multipart parts (boto3's transfer manager, which
+reads each part from the file as it sends it); every request, each part
+included, is retried by botocore on throttling, 5xx answers and dropped
 connections (``common.s3``).
 """
 
@@ -15,13 +16,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from common.errors import UserError
 from common.s3 import ACCESS_DENIED, NOT_FOUND, bucket_and_key, client_from_environment, error_code, keys_under
 
 COMPLETE_MARKER = "_COMPLETE.json"
 MULTIPART_CHUNK = 64 << 20  # parts of 64 MiB: a 16 GB checkpoint file is 250 parts, far below S3's 10,000
-CONCURRENT_PARTS = 4  # parts in flight, each buffered in memory: 256 MiB, within the publish step's memory
+CONCURRENT_PARTS = 4  # parts in flight at once: a few connections, as a shared store likes
 
 
 @dataclass(frozen=True)
@@ -35,11 +37,20 @@ class S3Copy:
 
 def version_uri(base_uri: str, model_name: str, run_id: str) -> str:
     """Where run ``run_id`` of ``model_name`` goes under ``base_uri`` (``s3://bucket`` or ``s3://bucket/prefix``)."""
+    problem = s3_location_problem(base_uri)
+    if problem:
+        raise UserError(f"model_s3_uri {problem}.")
     bucket, prefix = bucket_and_key(base_uri)
-    if not base_uri.startswith("s3://") or not bucket:
-        raise UserError(f"model_s3_uri {base_uri!r} is not an S3 location; write s3://bucket or s3://bucket/prefix.")
     parts = [part for part in (prefix.strip("/"), model_name, run_id) if part]
     return f"s3://{bucket}/{'/'.join(parts)}/"
+
+
+def s3_location_problem(uri: str) -> str | None:
+    """What is wrong with ``uri`` as a place to keep versions, or None."""
+    parts = urlsplit(uri)
+    if parts.scheme != "s3" or not parts.netloc or parts.query or parts.fragment:
+        return f"is {uri!r}, which is not an S3 location; write s3://bucket or s3://bucket/prefix"
+    return None
 
 
 def upload_version(folder: Path, uri: str, secret_hint: str, client=None) -> S3Copy:
@@ -47,6 +58,7 @@ def upload_version(folder: Path, uri: str, secret_hint: str, client=None) -> S3C
 
     ``secret_hint`` says, in an error, where the step's credentials come from.
     """
+    from boto3.exceptions import S3UploadFailedError
     from boto3.s3.transfer import TransferConfig
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
@@ -72,17 +84,26 @@ def upload_version(folder: Path, uri: str, secret_hint: str, client=None) -> S3C
             f"AWS_ENDPOINT_URL for MinIO or OpenShift Data Foundation); {secret_hint}."
         ) from None
     except ClientError as error:
-        code = error_code(error)
-        if code in ACCESS_DENIED:
-            raise UserError(
-                f"S3 refused to let these credentials write {uri} ({code}): AWS_ACCESS_KEY_ID / "
-                f"AWS_SECRET_ACCESS_KEY are wrong or may not write that bucket; {secret_hint}."
-            ) from None
-        if code in NOT_FOUND:
-            raise UserError(f"The bucket of {uri} does not exist ({code}); create it or fix model_s3_uri.") from None
-        raise UserError(f"S3 answered {code or 'an error'} while writing {uri}: {error}") from None
+        raise UserError(_refusal(uri, error_code(error), error.operation_name, secret_hint, str(error))) from None
+    except S3UploadFailedError as error:  # the transfer manager's wrapping of a refused PutObject or part
+        cause = error.__cause__ or error.__context__
+        code = error_code(cause) if isinstance(cause, ClientError) else ""
+        raise UserError(_refusal(uri, code, "PutObject", secret_hint, str(error))) from None
     except BotoCoreError as error:
         raise UserError(
             f"Could not write {uri}: {error}. Check AWS_ENDPOINT_URL and that the endpoint is reachable."
         ) from None
     return S3Copy(uri, len(files), sum(sizes.values()))
+
+
+def _refusal(uri: str, code: str, operation: str, secret_hint: str, detail: str) -> str:
+    """What S3's refusal of ``operation`` on ``uri`` means, and what to fix."""
+    if code in ACCESS_DENIED:
+        return (
+            f"S3 refused {operation} on {uri} ({code}): AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY are wrong, or "
+            f"their policy does not allow {operation} (storing a version needs s3:PutObject, s3:DeleteObject and "
+            f"s3:ListBucket on the bucket); {secret_hint}."
+        )
+    if code in NOT_FOUND:
+        return f"The bucket of {uri} does not exist ({code}); create it or fix model_s3_uri."
+    return f"S3 answered {code or 'an error'} to {operation} while writing {uri}: {detail}"

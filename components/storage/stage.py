@@ -4,8 +4,9 @@
         --model-name smol-ft --s3-uri s3://models/team
 
 The version is the publish stage's upload folder (``<run>/publish/upload/``,
-written by a dry run too): the merged checkpoint at its top, so a serving
-runtime loads it as it is, with the GGUF, Modelfile, model card and reports.
+written by a dry run too): the GGUF, Modelfile, model card and reports, and,
+when publish_merged says so, the merged checkpoint at its top, which a serving
+runtime loads as it is.
 """
 
 from __future__ import annotations

@@ -62,7 +62,8 @@ def api_problem(error: ApiException, action: str, cluster: Cluster) -> UserError
         return UserError(
             f"The pipeline's service account may not {action} in namespace {cluster.namespace}: {message}. "
             f"Apply pipelines/rbac.yaml to that namespace (oc apply -n {cluster.namespace} -f pipelines/rbac.yaml, "
-            "with the RoleBinding naming your pipeline server's service account; see the README)."
+            "with the RoleBinding naming your pipeline server's service account; see "
+            "docs/getting-started/openshift-ai.md)."
         )
     if error.status == 401:
         return UserError(
