@@ -237,3 +237,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Run test_lock.py first: an environment that is not the locked one makes other tests fail in ways that
     look like bugs (a stale compiled YAML, a changed default), and its message names the cause and the fix."""
     items.sort(key=lambda item: item.path.name != "test_lock.py")
+
+
+@pytest.fixture(scope="module")
+def s3_server():
+    """moto's S3 server on 127.0.0.1 (a real HTTP server speaking the S3 REST API): its endpoint URL."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()

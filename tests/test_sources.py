@@ -19,7 +19,6 @@ from conftest import qa, read_split, read_stats, run_cli, write_jsonl
 from fake_hub import FakeHub
 from huggingface_hub import constants
 from local_server import LocalServer
-from moto.server import ThreadedMotoServer
 
 from common.errors import UserError
 from components.dataprep.prepare import prepare
@@ -105,15 +104,6 @@ def test_unknown_scheme_is_refused(tmp_path):
 
 
 # --- S3 ----------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def s3_server():
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
 
 
 @pytest.fixture

@@ -18,7 +18,6 @@ import time
 import boto3
 import pytest
 from botocore.exceptions import EndpointConnectionError
-from moto.server import ThreadedMotoServer
 
 import components.storage.s3_target as s3_target
 from common.errors import UserError
@@ -28,15 +27,6 @@ from components.storage.s3_target import COMPLETE_MARKER, upload_version, versio
 
 BUCKET = "models"
 HINT = "the step reads them from the Secret named by model_s3_secret"
-
-
-@pytest.fixture(scope="module")
-def s3_server():
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
 
 
 def use_endpoint(monkeypatch, endpoint: str, key: str = "testing") -> None:
