@@ -27,7 +27,6 @@ from pathlib import Path
 import boto3
 import pytest
 from conftest import REPO_ROOT, read_split, read_stats, run_module, write_jsonl
-from moto.server import ThreadedMotoServer
 
 from common.run_layout import PUBLISHED
 from components.publish.record import DRY_RUN_NAME
@@ -87,12 +86,9 @@ def executed(result: subprocess.CompletedProcess) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def s3_bucket():
+def s3_bucket(s3_server):
     """A bucket on moto's S3 server, and the environment that reaches it: (client, env)."""
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    env = {**os.environ, "AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_DEFAULT_REGION": "us-east-1"}
+    env = {**os.environ, "AWS_ENDPOINT_URL": s3_server, "AWS_DEFAULT_REGION": "us-east-1"}
     env |= {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
     client = boto3.client(
         "s3",
@@ -102,8 +98,7 @@ def s3_bucket():
         aws_secret_access_key="testing",
     )
     client.create_bucket(Bucket=MODELS_BUCKET)
-    yield client, env
-    server.stop()
+    return client, env
 
 
 @pytest.fixture(scope="module")
