@@ -29,7 +29,7 @@ TORCH_CPU_WHEELS ?= $(or $(PIP_FIND_LINKS),https://download.pytorch.org/whl/cpu/
 # What the development environment resolves: $(LOCK), and `make test-lowest`'s venv.
 DEV_RESOLVE = --extra local --extra test --find-links "$(TORCH_CPU_WHEELS)" --no-emit-package torch
 
-.PHONY: install lock test-lowest run test compile bench clean
+.PHONY: install test-packages lock test-lowest run test compile bench clean
 
 # The venv, with the project installed in it in editable mode.
 $(VENV)/.installed: pyproject.toml
@@ -78,8 +78,22 @@ test-lowest: $(UV)
 run: install
 	$(PY) -m pipelines.run
 
+# What the suite runs for real that pip cannot install (Debian packages): the CNCF distribution registry,
+# skopeo (the independent client that pulls pushed images back) and a static busybox (the modelcar base).
+# As root, as in CI, `make test` installs what is missing; otherwise it stops at once with the command.
+TEST_PACKAGES := docker-registry skopeo busybox-static
+test-packages:
+	@missing=$$(for package in $(TEST_PACKAGES); do dpkg-query -W -f='$${Status}' $$package 2>/dev/null \
+		| grep -q "ok installed" || echo $$package; done); \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" != 0 ]; then echo "make test needs" $$missing "- install them with:" \
+			"sudo apt-get install -y --no-install-recommends $(TEST_PACKAGES)" >&2; exit 1; fi; \
+		apt-get install -y --no-install-recommends $$missing \
+		|| { apt-get update && apt-get install -y --no-install-recommends $$missing; }; \
+	fi
+
 # The docs site fails on a broken link, a missing page or an anchor that is not there (strict).
-test: install
+test: install test-packages
 	$(PY) -m ruff format --check .
 	$(PY) -m ruff check .
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet

@@ -57,6 +57,9 @@ FEATURES = (
     # The driver resolves secret_name_parameter, node_selector_json and toleration_json, backend/src/v2/driver/
     # driver.go (#11770, fd1b48b4, 2.5.0; a list of tolerations: 90909fc0, 2.5.0).
     Feature("use_secret_as_env(secret_name=<pipeline parameter>)", (2, 5, 0)),
+    # The same change resolves SecretAsVolume.secret_name_parameter (the "Get secret mount information" loop of
+    # backend/src/v2/driver/driver.go); SecretAsVolume.optional is older.
+    Feature("use_secret_as_volume(secret_name=<pipeline parameter>, optional=True)", (2, 5, 0)),
     Feature("add_node_selector_json / add_toleration_json from a pipeline parameter", (2, 5, 0)),
     # An empty toleration list or dict adds no toleration instead of an invalid empty one (#11898, 0010b067, 2.14.0).
     Feature("add_toleration_json given an empty list", (2, 14, 0)),

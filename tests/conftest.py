@@ -249,3 +249,14 @@ def s3_server():
     host, port = server.get_host_and_port()
     yield f"http://{host}:{port}"
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def oci_registry(tmp_path_factory):
+    """Debian's docker-registry on 127.0.0.1 with Basic auth (tests/oci_registry.py): host and auth file."""
+    from tests.oci_registry import start_registry
+
+    registry, process = start_registry(tmp_path_factory.mktemp("oci-registry"))
+    yield registry
+    process.terminate()
+    process.wait(timeout=30)

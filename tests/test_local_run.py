@@ -5,7 +5,8 @@ Three runs share one output directory, as scheduled runs share a PVC:
 1. the whole pipeline on the bundled data with SmolLM2-135M: prepare, train with
    two local torchrun processes, evaluate, export a verified GGUF, publish (a dry
    run, since no repository is set), and store a copy in S3 (moto's S3 server on
-   127.0.0.1, reached as an S3-compatible store through AWS_ENDPOINT_URL);
+   127.0.0.1, reached as an S3-compatible store through AWS_ENDPOINT_URL) and a
+   modelcar image in an OCI registry (Debian's docker-registry on 127.0.0.1);
 2. the same data again: its fingerprint matches the published model's, so
    training, evaluation, export and publishing are skipped;
 3. the same data with ``force``, fine-tuning a tiny model and a quality gate no
@@ -102,12 +103,18 @@ def s3_bucket(s3_server):
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, tiny_model_dir, s3_bucket):
+def runs(tmp_path_factory, tiny_model_dir, s3_bucket, oci_registry):
     """The three runs, in order, in one output directory: (output_dir, [(result, new run directory)])."""
     output_dir = tmp_path_factory.mktemp("local-run") / "out"
-    _, env = s3_bucket
+    env = {**s3_bucket[1], "REGISTRY_AUTH_FILE": str(oci_registry.auth_file)}
+    storage = (
+        "--param",
+        f"model_s3_uri={MODELS_URI}",
+        "--param",
+        f"model_oci_uri=oci://{oci_registry.host}/models/smol",
+    )
     arguments = [
-        (*DATA_PARAMS, *SHORT_TRAINING, *SHORT_EVALUATION, *LENIENT_GATE, "--param", f"model_s3_uri={MODELS_URI}"),
+        (*DATA_PARAMS, *SHORT_TRAINING, *SHORT_EVALUATION, *LENIENT_GATE, *storage),
         (*DATA_PARAMS, *SHORT_TRAINING, *SHORT_EVALUATION),
         (
             *DATA_PARAMS,
@@ -257,7 +264,7 @@ def test_the_store_step_copies_the_published_version_to_s3(runs, s3_bucket):
     _, [(result, run_dir), *_] = runs
     succeeded(result)
     client, _ = s3_bucket
-    (stored,) = json.loads((run_dir / "store" / "stored.json").read_text())
+    (stored, _) = json.loads((run_dir / "store" / "stored.json").read_text())
     assert stored["uri"] == f"{MODELS_URI}/SmolLM2-135M-Instruct-ft/{run_dir.name}/"
     prefix = stored["uri"][len(f"s3://{MODELS_BUCKET}/") :]
     upload = run_dir / "publish" / "upload"
@@ -267,6 +274,24 @@ def test_the_store_step_copies_the_published_version_to_s3(runs, s3_bucket):
     gguf = next(name for name in local if name.endswith(".gguf"))
     assert client.get_object(Bucket=MODELS_BUCKET, Key=prefix + gguf)["Body"].read() == (upload / gguf).read_bytes()
     assert f"stored:     {stored['uri']} ({len(local)} files, complete)" in result.stdout
+
+
+def test_the_store_step_pushes_the_published_version_as_a_modelcar_image(runs, oci_registry, tmp_path):
+    """With model_oci_uri set, the same version is an image tagged with the run id, its files under /models."""
+    from tests.test_storage_oci import pull_and_unpack
+
+    _, [(result, run_dir), *_] = runs
+    succeeded(result)
+    (_, pushed) = json.loads((run_dir / "store" / "stored.json").read_text())
+    assert pushed["uri"] == f"oci://{oci_registry.host}/models/smol:{run_dir.name}"
+    _, rootfs = pull_and_unpack(oci_registry, pushed["uri"], tmp_path)
+    upload = run_dir / "publish" / "upload"
+    local = {path.relative_to(upload).as_posix(): path.read_bytes() for path in upload.rglob("*") if path.is_file()}
+    models = rootfs / "models"
+    assert {
+        path.relative_to(models).as_posix(): path.read_bytes() for path in models.rglob("*") if path.is_file()
+    } == local
+    assert f"stored:     {pushed['uri']} ({len(local)} files, complete)" in result.stdout
 
 
 def test_unchanged_data_skips_training_export_and_publish(runs):

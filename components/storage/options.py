@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from common.cli_options import run_option
 from common.kube import is_subdomain_name
+from components.storage.oci_target import oci_location_problem
 from components.storage.s3_target import s3_location_problem
 
 
@@ -29,6 +30,21 @@ class StorageOptions:
         "named models.",
         name="model_s3_secret",
     )
+    oci_uri: str = run_option(
+        "",
+        "OCI repository that receives every model version that passes the gate as a KServe modelcar image: "
+        "oci://registry[:port]/repository, no tag. Each run's image is tagged with its run id and holds the same "
+        "files as the S3 copy under /models, on a static busybox base (an InferenceService's storageUri takes it as "
+        "it is). Pushed without a container daemon; credentials from the Secret model_oci_secret names. Empty: no "
+        "image.",
+        name="model_oci_uri",
+    )
+    oci_secret: str = run_option(
+        "oci-connection-models",
+        "Secret of type kubernetes.io/dockerconfigjson with push credentials for model_oci_uri's registry (an "
+        "OpenShift AI OCI connection's Secret, or oc create secret docker-registry).",
+        name="model_oci_secret",
+    )
 
 
 def option_problems(options: StorageOptions) -> dict[str, str]:
@@ -36,8 +52,9 @@ def option_problems(options: StorageOptions) -> dict[str, str]:
     problems = {}
     if options.s3_uri and (problem := s3_location_problem(options.s3_uri)):
         problems["s3_uri"] = problem
-    if not is_subdomain_name(options.s3_secret):
-        problems["s3_secret"] = (
-            f"{options.s3_secret!r} is not a valid Secret name (lowercase letters, digits, '-' and '.')"
-        )
+    if options.oci_uri and (problem := oci_location_problem(options.oci_uri)):
+        problems["oci_uri"] = problem
+    for field in ("s3_secret", "oci_secret"):
+        if not is_subdomain_name(secret := getattr(options, field)):
+            problems[field] = f"{secret!r} is not a valid Secret name (lowercase letters, digits, '-' and '.')"
     return problems

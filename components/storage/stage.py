@@ -1,7 +1,7 @@
 """Model storage stage: copy the published model version to the storage targets the run names.
 
     python -m components.storage.stage --workspace-root local-run/workspace --run-id RUN \\
-        --model-name smol-ft --s3-uri s3://models/team
+        --model-name smol-ft --s3-uri s3://models/team --oci-uri oci://quay.io/team/smol-ft
 
 The version is the publish stage's upload folder (``<run>/publish/upload/``,
 written by a dry run too): the GGUF, Modelfile, model card and reports, and,
@@ -22,11 +22,14 @@ from common.cli_options import add_options, options_from, options_from_inputs
 from common.errors import UserError, exit_on_user_error
 from common.run_layout import PUBLISH, STORE, STORED, UPLOAD, stage_dir
 from components.export.options import model_name_of, trained_from
+from components.storage.oci_target import OciImage, image_uri, push_version
 from components.storage.options import StorageOptions
 from components.storage.s3_target import S3Copy, upload_version, version_uri
 
+Copy = S3Copy | OciImage
 
-def store(workspace_root: str, run_id: str, model_name: str, options: StorageOptions) -> list[S3Copy]:
+
+def store(workspace_root: str, run_id: str, model_name: str, options: StorageOptions) -> list[Copy]:
     """Copy run ``run_id``'s version to every target ``options`` names; the copies made, also recorded in
     ``store/stored.json`` for the run summary and the registration."""
     folder = stage_dir(workspace_root, run_id, PUBLISH) / UPLOAD
@@ -39,21 +42,29 @@ def store(workspace_root: str, run_id: str, model_name: str, options: StorageOpt
     if options.s3_uri:
         hint = f"in the cluster the step reads them from the Secret '{options.s3_secret}' (model_s3_secret)"
         copies.append(upload_version(folder, version_uri(options.s3_uri, model_name, run_id), hint))
+    store_dir = stage_dir(workspace_root, run_id, STORE)
+    if options.oci_uri:
+        hint = f"in the cluster the step reads them from the Secret '{options.oci_secret}' (model_oci_secret)"
+        copies.append(push_version(folder, image_uri(options.oci_uri, run_id), store_dir, hint))
     record = [dataclasses.asdict(copy) for copy in copies]
-    write_text_atomic(stage_dir(workspace_root, run_id, STORE) / STORED, json.dumps(record, indent=1) + "\n")
+    write_text_atomic(store_dir / STORED, json.dumps(record, indent=1) + "\n")
     return copies
 
 
-def summary(copies: list[S3Copy]) -> str:
+def summary(copies: list[Copy]) -> str:
     if not copies:
-        return "no storage target is set (model_s3_uri): nothing copied"
-    return "\n".join(f"copied {c.files} files, {c.total_bytes / 1e6:.1f} MB -> {c.uri}" for c in copies)
+        return "no storage target is set (model_s3_uri, model_oci_uri): nothing copied"
+    return "\n".join(
+        f"copied {c.files} files, {c.total_bytes / 1e6:.1f} MB -> {c.uri}"
+        + (f" ({c.digest})" if isinstance(c, OciImage) else "")
+        for c in copies
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m components.storage.stage",
-        description="Copy a run's published model version to its storage targets (S3).",
+        description="Copy a run's published model version to its storage targets (S3, an OCI registry).",
     )
     parser.add_argument("--workspace-root", required=True, help="the workspace holding runs/<run-id>/")
     parser.add_argument("--run-id", required=True, help="the run whose version to copy")
@@ -70,7 +81,8 @@ def main(argv: list[str] | None = None) -> None:
 
 @exit_on_user_error
 def run_step(inputs: Mapping[str, Any]) -> str:
-    """What the ``store_model`` component calls with every input by name; returns the S3 URI (empty: none).
+    """What the ``store_model`` component calls with every input by name; returns the first copy's URI (empty:
+    none).
 
     The model's name is the export's: ``model_name``, or the base model's name followed by -ft.
     """
