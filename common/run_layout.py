@@ -33,7 +33,10 @@ shared across runs is the publish record.
         publish/       written by publish
           upload/                       exactly what was (or, in a dry run, would be) committed to the Hub
         store/         written by store
-          stored.json                   where the version was copied (model_s3_uri: its s3:// URI, files, bytes)
+          stored.json                   where the version was copied: its s3:// URI (model_s3_uri) and oci://
+                                        image and digest (model_oci_uri), files, bytes
+        register/      written by register
+          registered.json               the Model Registry's ids of the model, version and artifacts
       token-cache/<key>/                written by tokenise; read by train and evaluate of every run whose data,
                                         tokenizer and settings give the same key (see trainer.token_cache)
       .cache/huggingface/               HF_HOME of the training pods; the tokenise step fetches tokenizers here
@@ -60,8 +63,9 @@ EVAL_ROWS = "eval.arrow"
 EVAL_CONVERSATIONS = "eval_conversations.arrow"
 TOKENS_MANIFEST = "manifest.json"
 RUNS = "runs"
-DATA, TRAIN, EVALUATE, EXPORT, PUBLISH, STORE = "data", "train", "evaluate", "export", "publish", "store"
-STAGES = (DATA, TRAIN, EVALUATE, EXPORT, PUBLISH, STORE)
+DATA, TRAIN, EVALUATE, EXPORT, PUBLISH = "data", "train", "evaluate", "export", "publish"
+STORE, REGISTER = "store", "register"
+STAGES = (DATA, TRAIN, EVALUATE, EXPORT, PUBLISH, STORE, REGISTER)
 
 # data/
 TRAIN_SPLIT = "train.parquet"
@@ -91,6 +95,8 @@ LORA_MARKER = "-lora-"  # in the file name of an adapter GGUF: <model>-lora-<typ
 UPLOAD = "upload"
 # store/
 STORED = "stored.json"
+# register/
+REGISTERED = "registered.json"
 # beside runs/
 PUBLISHED = "published"
 

@@ -31,15 +31,20 @@ from components.pipeline_steps.stages import (
     export_gguf,
     prepare_dataset,
     publish_model,
+    register_model,
     report_skipped,
     store_model,
     tokenise_data,
 )
 from components.pipeline_steps.train_step import train_model
 from components.publish.options import PublishOptions
+from components.registry.options import RegistryOptions
+from components.registry.stage import TOKEN_ENV as REGISTRY_TOKEN_ENV
+from components.registry.stage import TOKEN_KEY as REGISTRY_TOKEN_KEY
 from components.run_form.docs import docstring
 from components.run_form.table import PIPELINE_NAME, arguments_for
 from components.runtime_image import runtime_image
+from components.storage.oci_target import SECRET_MOUNT
 from components.storage.options import StorageOptions
 from components.training.options import LaunchOptions
 from pipelines.first_step import validate_parameters
@@ -75,6 +80,20 @@ def with_hub_token(task: dsl.PipelineTask) -> dsl.PipelineTask:
 def with_data_connection(task: dsl.PipelineTask, secret_name) -> dsl.PipelineTask:
     return kubernetes.use_secret_as_env(
         task, secret_name=secret_name, secret_key_to_env={key: key for key in DATA_CONNECTION_KEYS}, optional=True
+    )
+
+
+def with_registry_credentials(task: dsl.PipelineTask, secret_name) -> dsl.PipelineTask:
+    """The dockerconfigjson Secret as files where the store step looks: its password is in no environment
+    variable, parameter or log."""
+    return kubernetes.use_secret_as_volume(task, secret_name=secret_name, mount_path=str(SECRET_MOUNT), optional=True)
+
+
+def with_registry_token(task: dsl.PipelineTask, secret_name) -> dsl.PipelineTask:
+    """MODEL_REGISTRY_TOKEN from the Secret's key 'token', optional: without it the step presents the pod's
+    service account token."""
+    return kubernetes.use_secret_as_env(
+        task, secret_name=secret_name, secret_key_to_env={REGISTRY_TOKEN_KEY: REGISTRY_TOKEN_ENV}, optional=True
     )
 
 
@@ -200,7 +219,20 @@ def build_pipeline(workspace: Workspace):
                     ).after(published)
                 )
                 with_data_connection(sized(stored, run["publish_cpu"], run["publish_memory"]), run["model_s3_secret"])
-                workspace.release(stored, run["pvc_name"], run["keep_pvc"])
+                with_registry_credentials(stored, run["model_oci_secret"])
+                registered = workspace.mount(
+                    register_model(
+                        workspace_root=workspace.root,
+                        run_id=run_id,
+                        train_dir=trained.outputs["train_dir"],
+                        model_name=run["model_name"],
+                        repo_id=run["hub_repo_id"],
+                        s3_secret=run["model_s3_secret"],
+                        **arguments_for(RegistryOptions, run),
+                    ).after(stored)
+                )
+                with_registry_token(small(registered), run["model_registry_secret"])
+                workspace.release(registered, run["pvc_name"], run["keep_pvc"])
             with dsl.Else(name="quality-gate-failed"):
                 gate_failed = small(
                     report_skipped(skipped="export and publish", reason=evaluated.outputs["gate_reason"])

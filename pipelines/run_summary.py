@@ -20,6 +20,8 @@ from common.run_layout import (
     EXPORT,
     PUBLISH,
     PUBLISHED,
+    REGISTER,
+    REGISTERED,
     STORE,
     STORED,
     TRAIN,
@@ -84,6 +86,11 @@ def summary_lines(run_dir: Path) -> list[str]:
         lines.append(f"  model card: {card} ({where})")
     for copy in json.loads(stored.read_text()) if (stored := run_dir / STORE / STORED).is_file() else []:
         lines.append(f"  stored:     {copy['uri']} ({copy['files']} files, complete)")
+    if registration := _read(run_dir / REGISTER / REGISTERED):
+        lines.append(
+            f"  registered: model {registration['registered_model_id']}, version {registration['model_version_id']}"
+            f" ({run_dir.name}) at {registration['url']}, {len(registration['artifact_ids'])} artifacts"
+        )
     lines += [
         "",
         "next:",

@@ -39,6 +39,9 @@ def _bytes(path: Path, size: int, seed: int) -> None:
     path.write_bytes(bytes((i * 31 + seed) % 251 for i in range(size)))
 
 
+BASE_COMMIT = "a1b2c3d4e5f60718293a4b5c6d7e8f9012345678"
+
+
 def make_run(
     workspace: Path,
     run_id: str = "run-1",
@@ -69,6 +72,7 @@ def make_run(
                 "learning_rate": 0.0002,
                 "max_length": 1024,
             },
+            "base_model_commit": BASE_COMMIT,
             "world_size": 2,
             "devices": ["NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3"],
             "precision": "bf16",

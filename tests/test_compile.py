@@ -356,7 +356,7 @@ def test_delete_pvc_guarded_by_keep_pvc_and_runs_last_on_every_path(spec):
     """The per-run PVC is deleted only when this run created it and keep_pvc is off, after the last stage of
     whichever path the run took: published, stopped by the quality gate, or skipped for unchanged data."""
     last = {
-        "deletepvc": ({"data_changed", "gate_passed"}, "store-model"),
+        "deletepvc": ({"data_changed", "gate_passed"}, "register-model"),
         "deletepvc-2": ({"data_changed", "!gate_passed"}, "report-skipped"),
         "deletepvc-3": ({"!data_changed"}, "report-skipped-2"),
     }
@@ -601,6 +601,43 @@ def test_the_data_connection_secret_is_a_run_parameter(spec, platform, step, par
         assert source(spec, owner, task, "s3_secret") == ("param", parameter)
     assert connection["optional"] is True
     assert {entry["envVar"] for entry in connection["keyToEnv"]} >= {"AWS_ACCESS_KEY_ID", "AWS_S3_ENDPOINT"}
+
+
+def test_no_storage_credential_in_the_compiling_environment_reaches_the_yaml(tmp_path):
+    """S3 keys and registry credentials set where the pipeline is compiled stay out of the YAML and the output."""
+    auth_file = tmp_path / "auth.json"
+    auth_file.write_text('{"auths": {"quay.io": {"auth": "Q0FOQVJZLXJlZ2lzdHJ5"}}}')
+    out = tmp_path / "p.yaml"
+    canaries = {"AWS_SECRET_ACCESS_KEY": "CANARY-s3-key-compile", "REGISTRY_AUTH_FILE": str(auth_file)}
+    result = compile_cli("--output", out, env=canaries)
+    assert result.returncode == 0, result.stderr
+    text = out.read_text() + result.stdout + result.stderr
+    assert "CANARY-s3-key-compile" not in text and "Q0FOQVJZLXJlZ2lzdHJ5" not in text and str(auth_file) not in text
+
+
+def test_the_registry_secret_is_mounted_where_the_store_step_reads_it(spec, platform):
+    """The push credentials of model_oci_secret (a dockerconfigjson Secret) reach the store step as files at the
+    path it reads, optional so a run without an OCI target needs none; never as a parameter or variable."""
+    from components.storage.oci_target import SECRET_MOUNT
+
+    owner, task = find_task(spec, "store-model")
+    (mounted,) = platform["deploymentSpec"]["executors"]["exec-store-model"]["secretAsVolume"]
+    assert mounted["mountPath"] == str(SECRET_MOUNT) and mounted["optional"] is True
+    assert mounted["secretNameParameter"]["componentInputParameter"] == "pipelinechannel--model_oci_secret"
+    assert source(spec, owner, task, "oci_secret") == ("param", "model_oci_secret")
+
+
+def test_the_registry_token_comes_from_the_secret_the_run_names(spec, platform):
+    """The register step's token is MODEL_REGISTRY_TOKEN from key 'token' of model_registry_secret, optional (the
+    service account's token stands in); it runs after the store step, whose artifacts it registers."""
+    from components.registry.stage import TOKEN_ENV, TOKEN_KEY
+
+    owner, task = find_task(spec, "register-model")
+    (token,) = platform["deploymentSpec"]["executors"]["exec-register-model"]["secretAsEnv"]
+    assert token["keyToEnv"] == [{"secretKey": TOKEN_KEY, "envVar": TOKEN_ENV}] and token["optional"] is True
+    assert token["secretNameParameter"]["componentInputParameter"] == "pipelinechannel--model_registry_secret"
+    assert source(spec, owner, task, "url") == ("param", "model_registry_url")
+    assert "store-model" in waits_for(spec, "register-model")
 
 
 def test_a_lost_train_launcher_is_retried(spec):

@@ -176,13 +176,35 @@ def export_gguf(
 
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
-def store_model(workspace_root: str, run_id: str, train_dir: str, model_name: str, s3_uri: str, s3_secret: str) -> str:
-    """Copy the published version (the publish step's upload folder) to the storage targets the run names (S3).
+def store_model(
+    workspace_root: str, run_id: str, train_dir: str, model_name: str, s3_uri: str, s3_secret: str, oci_uri: str,
+    oci_secret: str
+) -> str:  # fmt: skip
+    """Copy the published version (the publish step's upload folder) to the storage targets the run names: S3, and
+    an OCI registry as a KServe modelcar image.
 
-    The S3 credentials and endpoint are the AWS_* variables from the data connection Secret ``s3_secret``; none is
-    a parameter. Returns the version's S3 URI, empty when no target is set.
+    The S3 credentials and endpoint are the AWS_* variables from the data connection Secret ``s3_secret``, the
+    registry's the dockerconfigjson Secret ``oci_secret`` mounted as a file; none is a parameter. Returns the
+    first copy's URI, empty when no target is set.
     """
     inputs = dict(locals())  # every input by name, taken before anything else is bound here
     from components.storage.stage import run_step
+
+    return run_step(inputs)
+
+
+@dsl.component(base_image=runtime_image(), install_kfp_package=False)
+def register_model(
+    workspace_root: str, run_id: str, train_dir: str, model_name: str, repo_id: str, s3_secret: str, url: str,
+    secret: str
+) -> str:  # fmt: skip
+    """Register the stored version in the Kubeflow Model Registry at ``url``: the model by name, the run as a
+    version, an artifact per place the version went (S3, OCI, the Hub) and its provenance as properties.
+
+    The token is MODEL_REGISTRY_TOKEN from the Secret ``secret`` (key token), else the pod's service account token;
+    never a parameter. Returns the version's id, empty when no registry is set.
+    """
+    inputs = dict(locals())  # every input by name, taken before anything else is bound here
+    from components.registry.stage import run_step
 
     return run_step(inputs)

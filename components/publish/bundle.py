@@ -88,7 +88,7 @@ class RunOutputs:
 
 def read_run_outputs(dirs: RunDirs) -> RunOutputs:
     """Read what data, train, evaluate and export left; a missing piece is a clear error."""
-    stats = _read_json(dirs.data / DATA_STATS, "the data stage")
+    stats = read_stage_json(dirs.data / DATA_STATS, "the data stage")
     ggufs = sorted(dirs.export.glob("*.gguf")) if dirs.export.is_dir() else []
     models = [path for path in ggufs if LORA_MARKER not in path.name]
     if not models:
@@ -103,15 +103,15 @@ def read_run_outputs(dirs: RunDirs) -> RunOutputs:
     samples_path = dirs.evaluate / SAMPLE_RESPONSES
     return RunOutputs(
         fingerprint=stats["fingerprint"],
-        summary=_read_json(dirs.train / TRAINING_SUMMARY, "the training stage"),
-        evaluation=_read_json(dirs.evaluate / EVALUATION, "the evaluation stage"),
-        samples=_read_json(samples_path, "the evaluation stage") if samples_path.exists() else [],
+        summary=read_stage_json(dirs.train / TRAINING_SUMMARY, "the training stage"),
+        evaluation=read_stage_json(dirs.evaluate / EVALUATION, "the evaluation stage"),
+        samples=read_stage_json(samples_path, "the evaluation stage") if samples_path.exists() else [],
         ggufs=models,
         lora_ggufs=[path for path in ggufs if LORA_MARKER in path.name],
     )
 
 
-def _read_json(path: Path, stage: str) -> Any:
+def read_stage_json(path: Path, stage: str) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

@@ -23,6 +23,8 @@ from components.export.options import ExportStageOptions
 from components.export.options import option_problems as export_problems
 from components.publish.options import PublishOptions
 from components.publish.options import option_problems as publish_problems
+from components.registry.options import RegistryOptions
+from components.registry.options import option_problems as registry_problems
 from components.run_form.options import (
     RunInputs,
     StepResources,
@@ -54,6 +56,7 @@ RUN_FORM: tuple[tuple[type, Callable[[Any], dict[str, str]]], ...] = (
     (ExportStageOptions, export_problems),
     (PublishOptions, publish_problems),
     (StorageOptions, storage_problems),
+    (RegistryOptions, registry_problems),
     (WorkspaceOptions, workspace_problems),
     (StepResources, resources_problems),
 )

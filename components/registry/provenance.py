@@ -1,0 +1,60 @@
+"""A version's provenance as flat properties: what the Model Registry shows beside each version.
+
+Read from what the earlier stages left in the run's folders, so the registry
+says the same as the model card: the base model and its commit, the data's
+fingerprint and counts, the method and its key options, the evaluation loss of
+the base, the published and the new model, the gate's verdict and reason, the
+GGUF verification, and the pipeline run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from common.errors import UserError
+from common.run_layout import DATA_STATS, VERIFICATION_JSON
+from components.publish.bundle import RunDirs, read_run_outputs, read_stage_json
+
+Property = str | int | float | bool
+
+
+def version_properties(dirs: RunDirs, run_id: str) -> dict[str, Property]:
+    """The provenance of run ``run_id``'s version; refuses a version that failed the gate."""
+    outputs = read_run_outputs(dirs)
+    gate = outputs.evaluation.get("gate", {})
+    if not outputs.gate_passed:
+        raise UserError(
+            f"Run {run_id} failed the quality gate ({gate.get('reason', 'no reason recorded')}): a version that "
+            "failed the gate is not registered."
+        )
+    stats = read_stage_json(dirs.data / DATA_STATS, "the data stage")
+    verification = read_stage_json(dirs.export / VERIFICATION_JSON, "the export stage")
+    summary, evaluation = outputs.summary, outputs.evaluation
+    config = summary.get("config", {})
+    properties: dict[str, Any] = {
+        "pipeline_run_id": run_id,
+        "base_model": config.get("model"),
+        "base_model_commit": summary.get("base_model_commit"),
+        "data_fingerprint": outputs.fingerprint,
+        "data_records": stats.get("records"),
+        "data_rejected": stats.get("rejected"),
+        "data_duplicates": stats.get("duplicates"),
+        "train_conversations": summary.get("train_examples"),
+        "eval_conversations": summary.get("eval_examples"),
+        "method": config.get("method"),
+        "learning_rate": summary.get("learning_rate"),
+        "epochs": summary.get("epochs"),
+        "max_length": config.get("max_length"),
+        "precision": summary.get("precision"),
+        "eval_loss_base": evaluation.get("base", {}).get("eval_loss"),
+        "eval_loss_published": (evaluation.get("published") or {}).get("eval_loss"),
+        "eval_loss_new": evaluation.get("fine_tuned", {}).get("eval_loss"),
+        "gate_passed": True,
+        "gate_forced": bool(gate.get("forced")),
+        "gate_reason": gate.get("reason"),
+        "gguf_verified": bool(verification.get("passed")),
+        "gguf_files": ", ".join(path.name for path in outputs.ggufs),
+    }
+    if config.get("method") in ("lora", "qlora"):
+        properties |= {key: config.get(key) for key in ("lora_r", "lora_alpha", "lora_dropout")}
+    return {key: value for key, value in properties.items() if isinstance(value, Property)}

@@ -1,0 +1,145 @@
+"""Registration stage: catalogue the run's version in the Model Registry, with where it went and its provenance.
+
+    python -m components.registry.stage --workspace-root local-run/workspace --run-id RUN \\
+        --model-name smol-ft --model-registry-url http://127.0.0.1:8080
+
+Runs after the store step: the version's artifacts are its S3 copy and modelcar
+image (``store/stored.json``) and its Hub repository when it was uploaded
+(the publish record). The token comes from ``$MODEL_REGISTRY_TOKEN`` (the
+Secret model_registry_secret names, key ``token``), else the pod's service
+account token; neither is ever printed or written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from common.atomic import write_text_atomic
+from common.cli_options import add_options, options_from, options_from_inputs
+from common.errors import UserError, exit_on_user_error
+from common.run_layout import REGISTER, REGISTERED, STORE, STORED, stage_dir
+from components.export.options import model_name_of, trained_from
+from components.publish.bundle import MERGED_CONFIG, RunDirs
+from components.publish.record import PublishedRecord, record_path
+from components.registry.catalogue import ArtifactSpec, Registration, register_version
+from components.registry.options import RegistryOptions
+from components.registry.provenance import version_properties
+from components.storage.s3_target import bucket_and_key
+
+TOKEN_ENV = "MODEL_REGISTRY_TOKEN"
+TOKEN_KEY = "token"  # the key of model_registry_secret the pipeline maps to TOKEN_ENV
+SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+def register(
+    workspace_root: str, run_id: str, model_name: str, options: RegistryOptions, s3_secret: str, repo_id: str
+) -> Registration | None:
+    """Register run ``run_id``'s version when ``options.url`` is set; also recorded in ``register/registered.json``."""
+    record_file = stage_dir(workspace_root, run_id, REGISTER) / REGISTERED
+    if not options.url:
+        write_text_atomic(record_file, "null\n")
+        return None
+    dirs = RunDirs.of(workspace_root, run_id)
+    properties = version_properties(dirs, run_id)
+    artifacts = artifact_specs(workspace_root, run_id, model_name, s3_secret, repo_id, dirs.upload)
+    if not artifacts:
+        raise UserError(
+            f"Run {run_id} has nothing to register: its version was stored nowhere a deployment can read it "
+            "(set model_s3_uri or model_oci_uri) and not uploaded to the Hub (repo_id)."
+        )
+    token, hint = _token(options)
+    service_ca = SERVICE_ACCOUNT / "service-ca.crt"
+    custom_ca = str(service_ca) if service_ca.is_file() and ".svc" in options.url else None
+    registration = register_version(
+        options.url, token, model_name, run_id, properties, artifacts, custom_ca, hint
+    )  # fmt: skip
+    write_text_atomic(record_file, json.dumps(dataclasses.asdict(registration), indent=1) + "\n")
+    return registration
+
+
+def artifact_specs(
+    workspace_root: str, run_id: str, model_name: str, s3_secret: str, repo_id: str, upload: Path
+) -> list[ArtifactSpec]:
+    """One model artifact per place the version went: S3, the OCI registry, the Hub."""
+    stored = stage_dir(workspace_root, run_id, STORE) / STORED
+    copies = json.loads(stored.read_text()) if stored.is_file() else []
+    # A serving runtime loads the merged checkpoint (vLLM); without one the version is its GGUF files.
+    model_format = ("vLLM", "1") if (upload / MERGED_CONFIG).is_file() else ("gguf", "3")
+    specs = []
+    for copy in copies:
+        kind = copy["uri"].split("://")[0]
+        storage = {"storage_key": s3_secret, "storage_path": bucket_and_key(copy["uri"])[1]} if kind == "s3" else {}
+        specs.append(ArtifactSpec(f"{model_name}-{kind}", copy["uri"], *model_format, **storage))
+    published = record_path(workspace_root, repo_id) if repo_id else None
+    if published and published.is_file():
+        record = PublishedRecord(**json.loads(published.read_text()))
+        if record.uploaded and record.run_id == run_id:
+            specs.append(ArtifactSpec(f"{model_name}-hf", f"hf://{record.repo_id}", *model_format))
+    return specs
+
+
+def _token(options: RegistryOptions) -> tuple[str | None, str]:
+    """The bearer token and, for an error, where it came from."""
+    if token := os.environ.get(TOKEN_ENV, "").strip():
+        return token, f"the token is the Secret '{options.secret}' (model_registry_secret), key '{TOKEN_KEY}'"
+    path = SERVICE_ACCOUNT / "token"
+    if path.is_file():
+        print(f"no {TOKEN_ENV} (Secret '{options.secret}'): presenting the pod's service account token", flush=True)
+        return path.read_text().strip(), (
+            f"the token is the pod's service account's (no Secret '{options.secret}' with a key '{TOKEN_KEY}')"
+        )
+    print(f"no {TOKEN_ENV} and no service account token: registering without a token", flush=True)
+    return None, f"no token was sent (set {TOKEN_ENV}, or the Secret '{options.secret}' in the cluster)"
+
+
+def summary(registration: Registration | None) -> str:
+    if registration is None:
+        return "no model_registry_url: not registered"
+    verb = "registered" if registration.created else "updated"
+    return (
+        f"{verb} version {registration.model_version_id} of registered model {registration.registered_model_id} at "
+        f"{registration.url} with {len(registration.artifact_ids)} artifacts"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m components.registry.stage",
+        description="Register a run's stored model version in the Kubeflow Model Registry.",
+    )
+    parser.add_argument("--workspace-root", required=True, help="the workspace holding runs/<run-id>/")
+    parser.add_argument("--run-id", required=True, help="the run whose version to register (the version's name)")
+    parser.add_argument("--model-name", required=True, help="the registered model's name")
+    parser.add_argument("--s3-secret", default="", help="the data connection an s3:// artifact is read with")
+    parser.add_argument("--repo-id", default="", help="the Hub repository the version was uploaded to, if any")
+    add_options(parser, RegistryOptions)
+    return parser
+
+
+@exit_on_user_error
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    options = options_from(args, RegistryOptions)
+    print(summary(register(args.workspace_root, args.run_id, args.model_name, options, args.s3_secret, args.repo_id)))
+
+
+@exit_on_user_error
+def run_step(inputs: Mapping[str, Any]) -> str:
+    """What the ``register_model`` component calls with every input by name; returns the version's id (empty:
+    not registered)."""
+    model_name = model_name_of(inputs["model_name"], trained_from(Path(inputs["train_dir"])))
+    options = options_from_inputs(RegistryOptions, inputs)
+    registration = register(
+        inputs["workspace_root"], inputs["run_id"], model_name, options, inputs["s3_secret"], inputs["repo_id"]
+    )
+    print(summary(registration), flush=True)
+    return registration.model_version_id if registration else ""
+
+
+if __name__ == "__main__":
+    main()
