@@ -95,7 +95,7 @@ def finish(process: subprocess.Popen, timeout: float = 600) -> int:
 
 
 SHUTDOWN_SECONDS = 20  # torchrun's --shutdown-timeout in the eviction test (the launcher sets grace - 10 s)
-TORCHRUN_SIGTERM_EXIT = 1  # what torchrun exits with after forwarding SIGTERM (measured; see the README)
+TORCHRUN_SIGTERM_EXIT = 1  # torchrun exits with this after forwarding SIGTERM (measured; docs/stages/train.md)
 
 
 def wait_for(condition, timeout: float, what: str) -> None:

@@ -93,13 +93,16 @@ def _instruction_with(extra: str, answer: str) -> Callable[[Columns], tuple[pa.A
 SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
 
 
+SHAREGPT_KEYS = ("from", "value")  # a ShareGPT turn's speaker and text
+
+
 def _from_sharegpt(fields: Columns) -> pa.ListArray:
     """ShareGPT ``{from, value}`` turns as ``{role, content}`` messages (an unknown speaker keeps its name, which
     the role check then rejects)."""
     turns = fields["conversations"]
     turns = pc.fill_null(turns, pa.scalar([], turns.type))
     flat = turns.flatten()
-    speakers, values = flat.field("from"), flat.field("value")
+    speakers, values = (flat.field(key) for key in SHAREGPT_KEYS)
     known = pc.index_in(speakers, value_set=pa.array(list(SHAREGPT_ROLES)))
     roles = pc.coalesce(pc.take(pa.array(list(SHAREGPT_ROLES.values())), known), speakers)
     messages = pa.StructArray.from_arrays([roles, values], fields=list(MESSAGE_TYPE), mask=flat.is_null())
@@ -113,7 +116,7 @@ SHAPES: tuple[RecordShape, ...] = (
         "sharegpt",
         ("conversations",),
         messages=_from_sharegpt,
-        item_keys=("from", "value"),
+        item_keys=SHAREGPT_KEYS,
         item="turn",
         roles_hint="ShareGPT speakers must be human, gpt or system (user and assistant are accepted too)",
     ),

@@ -32,7 +32,7 @@ the larger of the two. On CPU the resident peak is the sum of every part.
 
 Tokens per micro-batch are ``per_device_batch_size x max_length`` (packed rows are full; unpacked
 rows are at most that long, so the estimate is an upper bound). Measured against CPU runs in
-``benchmarks/fit_bench.py`` and GPU runs in ``benchmarks/gpu_train_bench.py`` (see the README for
+``benchmarks/fit_bench.py`` and GPU runs in ``benchmarks/gpu_train_bench.py`` (see docs/benchmarks.md for
 the errors).
 """
 
