@@ -43,7 +43,7 @@ def load_spec() -> OpenAPI:
 
 
 class FakeModelRegistry(LocalServer):
-    def __init__(self, token: str | None = None) -> None:
+    def __init__(self, token: str | None = None, port: int = 0) -> None:
         self.token = token
         self.openapi = load_spec()
         self.registered_models: dict[str, dict] = {}
@@ -53,7 +53,7 @@ class FakeModelRegistry(LocalServer):
         self.violations: list[str] = []
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
-        super().__init__(self._handler_class())
+        super().__init__(self._handler_class(), port)
 
     def version_artifacts(self, version_id: str) -> list[dict]:
         return [self._public(a) for a in self.artifacts.values() if a["_version"] == version_id]
@@ -94,6 +94,9 @@ class FakeModelRegistry(LocalServer):
             version = self._new(body, state=body.get("state", "LIVE"))
             self.model_versions[version["id"]] = version
             return 201, version
+        if len(parts) == 2 and parts[0] == "model_versions" and method == "GET":
+            found = self.model_versions.get(parts[1])
+            return (200, found) if found else _not_found(f"model version {parts[1]}")
         if len(parts) == 2 and parts[0] == "model_versions" and method == "PATCH":
             if parts[1] not in self.model_versions:
                 return _not_found(f"model version {parts[1]}")
@@ -173,3 +176,16 @@ class FakeModelRegistry(LocalServer):
 
 def _not_found(what: str) -> tuple[int, dict]:
     return 404, {"code": "404", "message": f"{what} not found"}
+
+
+if __name__ == "__main__":  # for the local --param set of docs/getting-started/local.md
+    import sys
+    import time
+
+    registry = FakeModelRegistry(port=int(sys.argv[1]) if len(sys.argv) > 1 else 8089).start()
+    print(f"fake Model Registry at {registry.url} (no token needed); Ctrl-C stops it", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        registry.close()

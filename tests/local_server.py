@@ -7,10 +7,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class LocalServer:
-    """Serves ``handler_class`` on a free port of 127.0.0.1 from ``start()`` (or ``with``) until ``close()``."""
+    """Serves ``handler_class`` on ``port`` (0: a free one) of 127.0.0.1 from ``start()`` (or ``with``) until
+    ``close()``."""
 
-    def __init__(self, handler_class: type[BaseHTTPRequestHandler]) -> None:
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler_class)
+    def __init__(self, handler_class: type[BaseHTTPRequestHandler], port: int = 0) -> None:
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), handler_class)
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 

@@ -47,12 +47,13 @@ def write_auth_file(path: Path, host: str, user: str, password: str) -> Path:
     return path
 
 
-def start_registry(folder: Path):
-    """Start the registry under ``folder``; returns (LocalRegistry, process)."""
+def start_registry(folder: Path, port: int = 0):
+    """Start the registry under ``folder`` on ``port`` (0: a free one); returns (LocalRegistry, process)."""
     binary = require("docker-registry")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    if not port:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
     host = f"127.0.0.1:{port}"
     (folder / "htpasswd").write_bytes(USER.encode() + b":" + bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(10)))
     config = folder / "config.yml"
@@ -81,3 +82,20 @@ def start_registry(folder: Path):
             raise RuntimeError(f"docker-registry did not start: {(folder / 'registry.log').read_text()}")
         time.sleep(0.2)
     return LocalRegistry(host, write_auth_file(folder / "auth.json", host, USER, PASSWORD)), process
+
+
+if __name__ == "__main__":  # for the local --param set of docs/getting-started/local.md
+    import signal
+    import sys
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # kill or Ctrl-C: the registry goes too
+    folder = Path(sys.argv[1] if len(sys.argv) > 1 else "local-run/oci-registry").resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    registry, process = start_registry(folder, int(sys.argv[2]) if len(sys.argv) > 2 else 5055)
+    print(f"registry at {registry.host}; REGISTRY_AUTH_FILE={registry.auth_file}; Ctrl-C stops it", flush=True)
+    try:
+        process.wait()
+    except (KeyboardInterrupt, SystemExit):
+        pass
+    finally:
+        process.terminate()
