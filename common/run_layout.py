@@ -37,6 +37,9 @@ shared across runs is the publish record.
                                         image and digest (model_oci_uri), files, bytes
         register/      written by register
           registered.json               the Model Registry's ids of the model, version and artifacts
+        serve/         written by serve
+          inferenceservice.yaml         the KServe InferenceService (vLLM) of the stored version, for oc apply
+          served.json                   deploy: the endpoint, and the question asked and its answer (null: none)
       token-cache/<key>/                written by tokenise; read by train and evaluate of every run whose data,
                                         tokenizer and settings give the same key (see trainer.token_cache)
       .cache/huggingface/               HF_HOME of the training pods; the tokenise step fetches tokenizers here
@@ -64,8 +67,8 @@ EVAL_CONVERSATIONS = "eval_conversations.arrow"
 TOKENS_MANIFEST = "manifest.json"
 RUNS = "runs"
 DATA, TRAIN, EVALUATE, EXPORT, PUBLISH = "data", "train", "evaluate", "export", "publish"
-STORE, REGISTER = "store", "register"
-STAGES = (DATA, TRAIN, EVALUATE, EXPORT, PUBLISH, STORE, REGISTER)
+STORE, REGISTER, SERVE = "store", "register", "serve"
+STAGES = (DATA, TRAIN, EVALUATE, EXPORT, PUBLISH, STORE, REGISTER, SERVE)
 
 # data/
 TRAIN_SPLIT = "train.parquet"
@@ -97,6 +100,9 @@ UPLOAD = "upload"
 STORED = "stored.json"
 # register/
 REGISTERED = "registered.json"
+# serve/
+SERVICE_MANIFEST = "inferenceservice.yaml"
+SERVED = "served.json"
 # beside runs/
 PUBLISHED = "published"
 

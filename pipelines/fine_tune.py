@@ -22,6 +22,7 @@ from typing import Any
 from kfp import dsl, kubernetes
 
 from components.dataprep.options import PrepareOptions
+from components.evaluation.gate import GATED_STAGES
 from components.evaluation.options import EvaluateOptions
 from components.export.options import ExportStageOptions
 from components.hub_auth import SECRET_KEY, SECRET_NAME, TOKEN_ENV
@@ -33,6 +34,7 @@ from components.pipeline_steps.stages import (
     publish_model,
     register_model,
     report_skipped,
+    serve_model,
     store_model,
     tokenise_data,
 )
@@ -44,6 +46,7 @@ from components.registry.stage import TOKEN_KEY as REGISTRY_TOKEN_KEY
 from components.run_form.docs import docstring
 from components.run_form.table import PIPELINE_NAME, arguments_for
 from components.runtime_image import runtime_image
+from components.serving.options import ServingOptions
 from components.storage.oci_target import SECRET_MOUNT
 from components.storage.options import StorageOptions
 from components.training.options import LaunchOptions
@@ -53,7 +56,10 @@ from pipelines.tasks import consumes, sized, small
 from pipelines.workspace import ClusterWorkspace, Workspace
 from trainer.config import TrainConfig
 
-DESCRIPTION = "Fine-tune a small LLM on JSONL questions and answers: prepare, train, evaluate, export, publish."
+DESCRIPTION = (
+    "Fine-tune a small LLM on JSONL questions and answers: prepare, train, evaluate, export, publish, store, "
+    "register, serve."
+)
 GPU_RESOURCE = "nvidia.com/gpu"
 # What an OpenShift AI data connection's Secret holds; the prepare step reads S3
 # credentials and the endpoint from them when the Secret exists.
@@ -232,15 +238,27 @@ def build_pipeline(workspace: Workspace):
                     ).after(stored)
                 )
                 with_registry_token(small(registered), run["model_registry_secret"])
-                workspace.release(registered, run["pvc_name"], run["keep_pvc"])
-            with dsl.Else(name="quality-gate-failed"):
-                gate_failed = small(
-                    report_skipped(skipped="export and publish", reason=evaluated.outputs["gate_reason"])
+                served = workspace.mount(
+                    serve_model(
+                        workspace_root=workspace.root,
+                        run_id=run_id,
+                        train_dir=trained.outputs["train_dir"],
+                        model_name=run["model_name"],
+                        s3_secret=run["model_s3_secret"],
+                        oci_secret=run["model_oci_secret"],
+                        registry_url=run["model_registry_url"],
+                        registry_secret=run["model_registry_secret"],
+                        **arguments_for(ServingOptions, run),
+                    ).after(registered)
                 )
+                with_registry_token(small(served), run["model_registry_secret"])
+                workspace.release(served, run["pvc_name"], run["keep_pvc"])
+            with dsl.Else(name="quality-gate-failed"):
+                gate_failed = small(report_skipped(skipped=GATED_STAGES, reason=evaluated.outputs["gate_reason"]))
                 workspace.release(gate_failed, run["pvc_name"], run["keep_pvc"])
         with dsl.Else(name="data-unchanged"):
             unchanged = small(
-                report_skipped(skipped="training, evaluation, export and publish", reason=changed.outputs["reason"])
+                report_skipped(skipped=f"training, evaluation, {GATED_STAGES}", reason=changed.outputs["reason"])
             )
             workspace.release(unchanged, run["pvc_name"], run["keep_pvc"])
 

@@ -22,6 +22,9 @@ from common.run_layout import (
     PUBLISHED,
     REGISTER,
     REGISTERED,
+    SERVE,
+    SERVED,
+    SERVICE_MANIFEST,
     STORE,
     STORED,
     TRAIN,
@@ -91,6 +94,11 @@ def summary_lines(run_dir: Path) -> list[str]:
             f"  registered: model {registration['registered_model_id']}, version {registration['model_version_id']}"
             f" ({run_dir.name}) at {registration['url']}, {len(registration['artifact_ids'])} artifacts"
         )
+    if (run_dir / SERVE / SERVICE_MANIFEST).is_file():
+        lines.append(f"  serving:    {run_dir / SERVE / SERVICE_MANIFEST} (the InferenceService, for oc apply)")
+    if served := _read(run_dir / SERVE / SERVED):
+        lines.append(f"  served:     {served['endpoint']} ({served['namespace']}/{served['name']})")
+        lines.append(f"  asked:      {served['question']!r} -> {served['answer']!r}")
     lines += [
         "",
         "next:",

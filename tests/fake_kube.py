@@ -5,7 +5,9 @@ in-memory server speaks just the HTTP the official ``kubernetes`` client sends
 for the launcher's calls, the way the real API server answers them:
 
 - discovery ``GET /apis/<group>/<version>`` (404 when the CRD is not installed);
-- custom objects: create (409 when the name exists), get, list, watch, delete;
+- custom objects: create (409 when the name exists), get, list, watch, delete,
+  replace (PUT: 409 Conflict unless it carries the stored resourceVersion; the
+  status is kept, as for a CRD with a status subresource);
   a create with ``fieldValidation=Strict`` is refused (400) for spec fields the
   CRD does not know (``unknown_spec_fields``: an older operator), which are
   otherwise dropped silently, as the API server prunes them;
@@ -49,6 +51,7 @@ SERVED = {
     "kubeflow.org/v1": {"pytorchjobs": "PyTorchJob", "notebooks": "Notebook"},
     "trainer.kubeflow.org/v1alpha1": {"trainjobs": "TrainJob"},
     "kueue.x-k8s.io/v1beta1": {"workloads": "Workload", "localqueues": "LocalQueue"},
+    "serving.kserve.io/v1beta1": {"inferenceservices": "InferenceService"},
 }
 CORE = {"pods": "Pod", "events": "Event"}  # the /api/v1 resources served
 # Field selectors the API server accepts (k8s pkg/apis/core/v1/conversion.go, AddFieldLabelConversionsForEvent;
@@ -207,6 +210,13 @@ class FakeKube:
             if drop:
                 self.drops += 1
             self.changed.notify_all()
+
+    def set_status(self, plural: str, name: str, **fields: Any) -> None:
+        """Merge ``fields`` into the object's status, as its controller does (e.g. KServe's url and address)."""
+        with self.changed:
+            item = self.objects[plural][name]
+            item.setdefault("status", {}).update(copy.deepcopy(fields))
+            self._stored(plural, "MODIFIED", item)
 
     def add_step_pod(self, name: str, owners: list[dict[str, Any]], conditions: Iterable[dict[str, Any]] = ()) -> None:
         """A pipeline step's pod as Argo creates it: its ``main`` container, labelled with and owned by its
@@ -525,7 +535,7 @@ class FakeKube:
 
     def _forbidden(self, method: str, query: dict[str, str], group: str, resource: str, name: str | None):
         """403 as the RBAC authorizer words it (k8s.io/apiserver endpoints/handlers/responsewriters/errors.go)."""
-        verb = {"POST": "create", "DELETE": "delete"}.get(method) or (
+        verb = {"POST": "create", "DELETE": "delete", "PUT": "update"}.get(method) or (
             "get" if name else "watch" if query.get("watch") == "true" else "list"
         )
         plural, _, subresource = resource.partition("/")
@@ -567,6 +577,25 @@ class FakeKube:
             self._hold_in_queue(plural, created)
         return 201, created
 
+    def _replace(self, plural: str, name: str, body: dict[str, Any]) -> tuple[int, Any]:
+        """Replace an object as the API server does: optimistic concurrency on resourceVersion
+        (k8s.io/apiserver registry/generic/registry/store.go Update), the status left to the status subresource."""
+        with self.changed:
+            current = self.objects.get(plural, {}).get(name)
+            if current is None:
+                return 404, _status(404, "NotFound", f'{plural} "{name}" not found')
+            if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+                message = (
+                    f'Operation cannot be fulfilled on {plural} "{name}": the object has been modified; please '
+                    "apply your changes to the latest version and try again"
+                )
+                return 409, _status(409, "Conflict", message)
+            item = copy.deepcopy(body)
+            item["metadata"].update(uid=current["metadata"]["uid"], namespace=self.namespace)
+            item["status"] = copy.deepcopy(current.get("status") or {})
+            self._stored(plural, "MODIFIED", item)
+            return 200, copy.deepcopy(item)
+
     def _discovery(self, group_version: str) -> tuple[int, Any]:
         if group_version not in self.served:
             return 404, _status(404, "NotFound", "the server could not find the requested resource")
@@ -576,7 +605,7 @@ class FakeKube:
                 "singularName": kind.lower(),
                 "namespaced": True,
                 "kind": kind,
-                "verbs": ["create", "delete", "get", "list", "watch"],
+                "verbs": ["create", "delete", "get", "list", "update", "watch"],
             }
             for plural, kind in self.served[group_version].items()
         ]
@@ -609,6 +638,8 @@ class FakeKube:
                 for workload in self._workloads_of(item):
                     self._stored("workloads", "DELETED", workload)  # owned by the job: garbage-collected
                 return 200, item
+        if method == "PUT" and name is not None:
+            return self._replace(plural, name, body)
         if method == "GET" and query.get("watch") == "true":
             return self._watch(plural, query)
         if method == "GET":
@@ -806,5 +837,8 @@ def _handler_for(fake: FakeKube) -> type[BaseHTTPRequestHandler]:
 
         def do_DELETE(self) -> None:
             self._serve("DELETE")
+
+        def do_PUT(self) -> None:
+            self._serve("PUT")
 
     return Handler

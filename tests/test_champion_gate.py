@@ -244,9 +244,9 @@ def test_a_worse_model_is_not_published_and_the_gate_says_which_comparison_faile
         f"(published {evaluation['published']['eval_loss']:.4f}, new {evaluation['fine_tuned']['eval_loss']:.4f}), "
         "which falls short of the required minimum improvement of 0.0000." in gate["reason"]
     )
-    assert squash(f"quality gate FAILED (export and publish are skipped): {gate['reason']}") in squash(
-        history["worse_evaluation"].stdout
-    )
+    assert squash(
+        f"quality gate FAILED (export, publish, store, register and serve are skipped): {gate['reason']}"
+    ) in squash(history["worse_evaluation"].stdout)
     report = history["worse_report"]
     assert "Quality gate failed" in report and "got worse by" in report
     # The publish step refuses it too (the pipeline does not even run it), and the Hub is untouched.

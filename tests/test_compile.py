@@ -356,7 +356,7 @@ def test_delete_pvc_guarded_by_keep_pvc_and_runs_last_on_every_path(spec):
     """The per-run PVC is deleted only when this run created it and keep_pvc is off, after the last stage of
     whichever path the run took: published, stopped by the quality gate, or skipped for unchanged data."""
     last = {
-        "deletepvc": ({"data_changed", "gate_passed"}, "register-model"),
+        "deletepvc": ({"data_changed", "gate_passed"}, "serve-model"),
         "deletepvc-2": ({"data_changed", "!gate_passed"}, "report-skipped"),
         "deletepvc-3": ({"!data_changed"}, "report-skipped-2"),
     }
@@ -604,15 +604,18 @@ def test_the_data_connection_secret_is_a_run_parameter(spec, platform, step, par
 
 
 def test_no_storage_credential_in_the_compiling_environment_reaches_the_yaml(tmp_path):
-    """S3 keys and registry credentials set where the pipeline is compiled stay out of the YAML and the output."""
+    """S3 keys, registry credentials and the Model Registry token set where the pipeline is compiled stay out of
+    the YAML and the output."""
     auth_file = tmp_path / "auth.json"
     auth_file.write_text('{"auths": {"quay.io": {"auth": "Q0FOQVJZLXJlZ2lzdHJ5"}}}')
     out = tmp_path / "p.yaml"
     canaries = {"AWS_SECRET_ACCESS_KEY": "CANARY-s3-key-compile", "REGISTRY_AUTH_FILE": str(auth_file)}
+    canaries["MODEL_REGISTRY_TOKEN"] = "CANARY-model-registry-token"
     result = compile_cli("--output", out, env=canaries)
     assert result.returncode == 0, result.stderr
     text = out.read_text() + result.stdout + result.stderr
     assert "CANARY-s3-key-compile" not in text and "Q0FOQVJZLXJlZ2lzdHJ5" not in text and str(auth_file) not in text
+    assert "CANARY-model-registry-token" not in text
 
 
 def test_the_registry_secret_is_mounted_where_the_store_step_reads_it(spec, platform):
@@ -638,6 +641,12 @@ def test_the_registry_token_comes_from_the_secret_the_run_names(spec, platform):
     assert token["secretNameParameter"]["componentInputParameter"] == "pipelinechannel--model_registry_secret"
     assert source(spec, owner, task, "url") == ("param", "model_registry_url")
     assert "store-model" in waits_for(spec, "register-model")
+    # The serve step records its endpoint in the same registry, with the same token.
+    owner, task = find_task(spec, "serve-model")
+    assert platform["deploymentSpec"]["executors"]["exec-serve-model"]["secretAsEnv"] == [token]
+    assert source(spec, owner, task, "registry_url") == ("param", "model_registry_url")
+    assert source(spec, owner, task, "deploy") == ("param", "deploy")
+    assert "register-model" in waits_for(spec, "serve-model")
 
 
 def test_a_lost_train_launcher_is_retried(spec):

@@ -253,7 +253,7 @@ def test_failed_gate_is_a_result_not_an_error_and_fills_the_kfp_artifacts(
     assert outputs.gate_passed is False
     reason = outputs.gate_reason
     assert "which falls short of the required minimum improvement of 10.0000" in reason
-    assert "FAILED (export and publish are skipped)" in capsys.readouterr().out
+    assert "FAILED (export, publish, store, register and serve are skipped)" in capsys.readouterr().out
 
     evaluation = read_json(eval_dir / "evaluation.json")
     assert evaluation["gate"] == {

@@ -107,7 +107,7 @@ def test_gguf_export_and_common_import_without_torch():
 # What sits above the stages inside ``components``: the run form (it reads every stage's options) and the
 # KFP adapters (they call every stage). A stage that imported them would load every other stage with it.
 ABOVE_THE_STAGES = ("components.run_form", "components.pipeline_steps")
-STAGES = ("dataprep", "tokenise", "training", "evaluation", "export", "publish", "storage")
+STAGES = ("dataprep", "tokenise", "training", "evaluation", "export", "publish", "storage", "registry", "serving")
 
 
 def test_no_stage_imports_the_run_form_or_the_kfp_adapters():

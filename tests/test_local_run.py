@@ -6,12 +6,14 @@ Three runs share one output directory, as scheduled runs share a PVC:
    two local torchrun processes, evaluate, export a verified GGUF, publish (a dry
    run, since no repository is set), and store a copy in S3 (moto's S3 server on
    127.0.0.1, reached as an S3-compatible store through AWS_ENDPOINT_URL) and a
-   modelcar image in an OCI registry (Debian's docker-registry on 127.0.0.1);
+   modelcar image in an OCI registry (Debian's docker-registry on 127.0.0.1), and
+   register the version in the Model Registry (the fake one, which validates
+   every exchange against the published spec);
 2. the same data again: its fingerprint matches the published model's, so
-   training, evaluation, export and publishing are skipped;
+   training, evaluation and every step after are skipped;
 3. the same data with ``force``, fine-tuning a tiny model and a quality gate no
    model can meet: it trains and evaluates (against the base and the first run's
-   published model), then skips export and publishing.
+   published model), then skips export and every step after it.
 
 Training is cut short (a few steps of short sequences) so the runs fit a CI
 budget; everything else runs as in ``make run``.
@@ -28,6 +30,7 @@ from pathlib import Path
 import boto3
 import pytest
 from conftest import REPO_ROOT, read_split, read_stats, run_module, write_jsonl
+from fake_model_registry import FakeModelRegistry
 
 from common.run_layout import PUBLISHED
 from components.publish.record import DRY_RUN_NAME
@@ -62,6 +65,7 @@ LENIENT_GATE = ("--param", "min_eval_loss_improvement=-100")
 STAGES = ("data", "train", "evaluate", "export", "publish", "store")
 MODELS_BUCKET = "models"
 MODELS_URI = f"s3://{MODELS_BUCKET}/local"
+REGISTRY_TOKEN = "local-run-registry-token"
 
 
 def run_pipeline(*args, env: dict[str, str] | None = None, timeout: float = 1800) -> subprocess.CompletedProcess:
@@ -103,15 +107,22 @@ def s3_bucket(s3_server):
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, tiny_model_dir, s3_bucket, oci_registry):
+def model_registry():
+    """The fake Model Registry (no real one installs here; tests/fake_model_registry.py) for the module's runs."""
+    with FakeModelRegistry(token=REGISTRY_TOKEN) as fake:
+        yield fake
+        assert fake.violations == []
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, tiny_model_dir, s3_bucket, oci_registry, model_registry):
     """The three runs, in order, in one output directory: (output_dir, [(result, new run directory)])."""
     output_dir = tmp_path_factory.mktemp("local-run") / "out"
-    env = {**s3_bucket[1], "REGISTRY_AUTH_FILE": str(oci_registry.auth_file)}
+    env = {**s3_bucket[1], "REGISTRY_AUTH_FILE": str(oci_registry.auth_file), "MODEL_REGISTRY_TOKEN": REGISTRY_TOKEN}
     storage = (
-        "--param",
-        f"model_s3_uri={MODELS_URI}",
-        "--param",
-        f"model_oci_uri=oci://{oci_registry.host}/models/smol",
+        *("--param", f"model_s3_uri={MODELS_URI}"),
+        *("--param", f"model_oci_uri=oci://{oci_registry.host}/models/smol"),
+        *("--param", f"model_registry_url={model_registry.url}"),
     )
     arguments = [
         (*DATA_PARAMS, *SHORT_TRAINING, *SHORT_EVALUATION, *LENIENT_GATE, *storage),
@@ -157,6 +168,8 @@ def test_whole_pipeline_runs_locally_and_says_where_outputs_went(runs):
         "export-gguf",
         "publish-model",
         "store-model",
+        "register-model",
+        "serve-model",
     ]
     assert f"running pipeline locally; outputs go to {output_dir}" in result.stdout
     assert f"local defaults: epochs={LOCAL_DEFAULTS['epochs']}" in result.stdout
@@ -294,6 +307,25 @@ def test_the_store_step_pushes_the_published_version_as_a_modelcar_image(runs, o
     assert f"stored:     {pushed['uri']} ({len(local)} files, complete)" in result.stdout
 
 
+def test_the_register_step_catalogues_the_stored_version(runs, model_registry):
+    """With model_registry_url set, the first run is a version of its model with an artifact per copy and its
+    provenance; the runs that published nothing registered nothing."""
+    _, [(result, run_dir), *_] = runs
+    succeeded(result)
+    (model,) = model_registry.registered_models.values()
+    (version,) = model_registry.model_versions.values()
+    assert (model["name"], version["name"]) == ("SmolLM2-135M-Instruct-ft", run_dir.name)
+    stored = json.loads((run_dir / "store" / "stored.json").read_text())
+    artifacts = model_registry.version_artifacts(version["id"])
+    assert sorted(a["uri"] for a in artifacts) == sorted(copy["uri"] for copy in stored)
+    properties = version["customProperties"]
+    assert properties["gate_passed"]["bool_value"] is True and properties["gguf_verified"]["bool_value"] is True
+    assert properties["pipeline_run_id"]["string_value"] == run_dir.name
+    fingerprint = json.loads((run_dir / "data" / "stats.json").read_text())["fingerprint"]
+    assert properties["data_fingerprint"]["string_value"] == fingerprint
+    assert f"registered: model {model['id']}, version {version['id']} ({run_dir.name})" in result.stdout
+
+
 def test_unchanged_data_skips_training_export_and_publish(runs):
     """A scheduled run on the data the published model was trained on costs one preparation step."""
     _, [(first, first_dir), (second, second_dir), _] = runs
@@ -301,7 +333,10 @@ def test_unchanged_data_skips_training_export_and_publish(runs):
     assert executed(second) == ["validate-parameters", "prepare-dataset", "check-data-changed", "report-skipped-2"]
     assert "data unchanged: training is skipped" in second.log
     assert "training:   not run: the data has not changed since the last publish" in second.stdout
-    assert "skipped: training, evaluation, export and publish. Why: the prepared data has the fingerprint" in second.log
+    assert (
+        "skipped: training, evaluation, export, publish, store, register and serve. Why: the prepared data has the "
+        "fingerprint" in second.log
+    )
     assert sorted(path.name for path in second_dir.iterdir()) == ["data"]
     # The runs share the workspace without touching each other's files.
     assert read_stats(second_dir / "data")["fingerprint"] == read_stats(first_dir / "data")["fingerprint"]
@@ -324,7 +359,7 @@ def test_force_trains_again_and_a_failed_gate_skips_export_and_publish(runs):
     assert "force is set" in third.log
     assert not list((output_dir / "workspace" / "token-cache").glob(".building-*"))
     gate = json.loads((third_dir / "evaluate" / "evaluation.json").read_text())["gate"]
-    assert squash(f"skipped: export and publish. Why: {gate['reason']}") in squash(third.log)
+    assert squash(f"skipped: export, publish, store, register and serve. Why: {gate['reason']}") in squash(third.log)
     assert "gate:       FAILED" in third.stdout and "export:     not run: the quality gate failed" in third.stdout
     assert sorted(path.name for path in third_dir.iterdir()) == ["data", "evaluate", "train"]
     assert gate["passed"] is False and "100" in gate["reason"]

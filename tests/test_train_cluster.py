@@ -157,7 +157,7 @@ def authorization_attributes(request: Request) -> tuple[str, str, str] | None:
     assert rest[0] == "namespaces", request
     resource = rest[2] + (f"/{rest[4]}" if len(rest) > 4 else "")
     named = len(rest) > 3
-    verb = {"POST": "create", "DELETE": "delete"}.get(request.method) or (
+    verb = {"POST": "create", "DELETE": "delete", "PUT": "update"}.get(request.method) or (
         "get" if named else "watch" if request.query.get("watch") == "true" else "list"
     )
     return group, resource, verb
@@ -197,7 +197,8 @@ def test_rbac_grants_exactly_what_the_issue_asks():
     events = {("", "events", "list")}  # why pods do not start
     kueue = {("kueue.x-k8s.io", "localqueues", "get"), ("kueue.x-k8s.io", "localqueues", "list")}
     kueue |= {("kueue.x-k8s.io", "workloads", "list")}  # why a queued job waits
-    assert granted == jobs | pods | events | kueue
+    serving = {("serving.kserve.io", "inferenceservices", verb) for verb in ("create", "get", "update")}
+    assert granted == jobs | pods | events | kueue | serving
 
 
 # --- lifecycle ----------------------------------------------------------------------------------

@@ -22,6 +22,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+# The stages a failed gate skips, as the step's log and the pipeline's skip notice name them.
+GATED_STAGES = "export, publish, store, register and serve"
+
 
 @dataclass(frozen=True)
 class Comparison:

@@ -46,7 +46,13 @@ from components.evaluation.champion import (
     check_comparable,
     published_files,
 )
-from components.evaluation.gate import GateDecision, decide, decide_with_published, decide_without_published
+from components.evaluation.gate import (
+    GATED_STAGES,
+    GateDecision,
+    decide,
+    decide_with_published,
+    decide_without_published,
+)
 from components.evaluation.generation import generate_answers
 from components.evaluation.heldout import HeldOutLoss, held_out_loss, usable_conversations
 from components.evaluation.models import (
@@ -336,7 +342,7 @@ def summary(evaluated: Evaluated) -> str:
         )
     gate = evaluation["gate"]
     lines.append(
-        f"quality gate {'passed' if gate['passed'] else 'FAILED (export and publish are skipped)'}: {gate['reason']}"
+        f"quality gate {'passed' if gate['passed'] else f'FAILED ({GATED_STAGES} are skipped)'}: {gate['reason']}"
     )
     lines += [
         f"{name} -> {evaluated.output_dir / name}"

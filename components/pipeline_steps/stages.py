@@ -208,3 +208,19 @@ def register_model(
     from components.registry.stage import run_step
 
     return run_step(inputs)
+
+
+@dsl.component(base_image=runtime_image(), install_kfp_package=False)
+def serve_model(
+    workspace_root: str, run_id: str, train_dir: str, model_name: str, s3_secret: str, oci_secret: str,
+    registry_url: str, registry_secret: str, deploy: bool, runtime: str, gpus: int, cpu: str, memory: str,
+    timeout_s: int
+) -> str:  # fmt: skip
+    """Write the stored version's KServe InferenceService (vLLM) to serve/inferenceservice.yaml; with ``deploy``,
+    create or update it in this namespace, wait until Ready, ask it one chat question and record the endpoint and
+    answer (run summary, Model Registry). Returns the endpoint, empty when not deployed.
+    """
+    inputs = dict(locals())  # every input by name, taken before anything else is bound here
+    from components.serving.stage import run_step
+
+    return run_step(inputs)

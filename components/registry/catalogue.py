@@ -56,12 +56,25 @@ def register_version(
     token_hint: str,
 ) -> Registration:
     """Create or update ``model_name``'s version ``version_name`` with ``properties`` and ``artifacts``."""
+    api = _client(url, token, custom_ca)
+    return _run(url, _register(api, url, model_name, version_name, properties, artifacts), token_hint)
+
+
+def add_version_properties(
+    url: str, token: str | None, version_id: str, properties: dict, custom_ca: str | None, token_hint: str
+) -> None:
+    """Add ``properties`` to (or replace them in) the version ``version_id``, keeping its others."""
+    api = _client(url, token, custom_ca)
+    _run(url, _add_properties(api, version_id, properties), token_hint)
+
+
+def _run(url: str, coroutine, token_hint: str):
+    """Run a call on the registry's async client; its refusals and network failures as UserErrors."""
     from aiohttp import ClientError
     from mr_openapi.exceptions import ApiException, ForbiddenException, UnauthorizedException
 
-    api = _client(url, token, custom_ca)
     try:
-        return asyncio.run(_register(api, url, model_name, version_name, properties, artifacts))
+        return asyncio.run(coroutine)
     except (UnauthorizedException, ForbiddenException) as error:
         raise UserError(
             f"The Model Registry at {url} refused the step ({error.status} {error.reason}): {token_hint}. Give the "
@@ -118,3 +131,11 @@ async def _register(api, url, model_name, version_name, properties, artifacts) -
             artifact = await api.upsert_model_version_artifact(ModelArtifact(name=spec.name, **fields), version.id)
         ids[spec.name] = artifact.id
     return Registration(url, model.id, version.id, ids, created)
+
+
+async def _add_properties(api, version_id: str, properties: dict) -> None:
+    version = await api.get_model_version_by_id(version_id)
+    if version is None:
+        raise UserError(f"The Model Registry has no model version {version_id} (deleted since it was registered?).")
+    version.custom_properties = {**(version.custom_properties or {}), **properties}
+    await api.upsert_model_version(version)

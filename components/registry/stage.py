@@ -52,12 +52,8 @@ def register(
             f"Run {run_id} has nothing to register: its version was stored nowhere a deployment can read it "
             "(set model_s3_uri or model_oci_uri) and not uploaded to the Hub (repo_id)."
         )
-    token, hint = _token(options)
-    service_ca = SERVICE_ACCOUNT / "service-ca.crt"
-    custom_ca = str(service_ca) if service_ca.is_file() and ".svc" in options.url else None
-    registration = register_version(
-        options.url, token, model_name, run_id, properties, artifacts, custom_ca, hint
-    )  # fmt: skip
+    token, hint, custom_ca = connection(options)
+    registration = register_version(options.url, token, model_name, run_id, properties, artifacts, custom_ca, hint)
     write_text_atomic(record_file, json.dumps(dataclasses.asdict(registration), indent=1) + "\n")
     return registration
 
@@ -83,18 +79,21 @@ def artifact_specs(
     return specs
 
 
-def _token(options: RegistryOptions) -> tuple[str | None, str]:
-    """The bearer token and, for an error, where it came from."""
+def connection(options: RegistryOptions) -> tuple[str | None, str, str | None]:
+    """The bearer token, where it came from (for an error), and the CA to trust (OpenShift's service CA for an
+    in-cluster ``.svc`` URL, else the system's)."""
+    service_ca = SERVICE_ACCOUNT / "service-ca.crt"
+    custom_ca = str(service_ca) if service_ca.is_file() and ".svc" in options.url else None
     if token := os.environ.get(TOKEN_ENV, "").strip():
-        return token, f"the token is the Secret '{options.secret}' (model_registry_secret), key '{TOKEN_KEY}'"
+        hint = f"the token is the Secret '{options.secret}' (model_registry_secret), key '{TOKEN_KEY}'"
+        return token, hint, custom_ca
     path = SERVICE_ACCOUNT / "token"
     if path.is_file():
         print(f"no {TOKEN_ENV} (Secret '{options.secret}'): presenting the pod's service account token", flush=True)
-        return path.read_text().strip(), (
-            f"the token is the pod's service account's (no Secret '{options.secret}' with a key '{TOKEN_KEY}')"
-        )
-    print(f"no {TOKEN_ENV} and no service account token: registering without a token", flush=True)
-    return None, f"no token was sent (set {TOKEN_ENV}, or the Secret '{options.secret}' in the cluster)"
+        hint = f"the token is the pod's service account's (no Secret '{options.secret}' with a key '{TOKEN_KEY}')"
+        return path.read_text().strip(), hint, custom_ca
+    print(f"no {TOKEN_ENV} and no service account token: calling the registry without a token", flush=True)
+    return None, f"no token was sent (set {TOKEN_ENV}, or the Secret '{options.secret}' in the cluster)", custom_ca
 
 
 def summary(registration: Registration | None) -> str:

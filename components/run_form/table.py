@@ -33,6 +33,8 @@ from components.run_form.options import (
     resources_problems,
     workspace_problems,
 )
+from components.serving.options import ServingOptions
+from components.serving.options import option_problems as serving_problems
 from components.storage.options import StorageOptions
 from components.storage.options import option_problems as storage_problems
 from components.tokenise.options import TokeniseOptions
@@ -57,6 +59,7 @@ RUN_FORM: tuple[tuple[type, Callable[[Any], dict[str, str]]], ...] = (
     (PublishOptions, publish_problems),
     (StorageOptions, storage_problems),
     (RegistryOptions, registry_problems),
+    (ServingOptions, serving_problems),
     (WorkspaceOptions, workspace_problems),
     (StepResources, resources_problems),
 )

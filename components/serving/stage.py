@@ -1,0 +1,174 @@
+"""Serving stage: the KServe InferenceService of the stored version, written for oc apply, or deployed and tried.
+
+    python -m components.serving.stage --workspace-root local-run/workspace --run-id RUN --model-name smol-ft
+
+Always (when the version was stored and holds the merged checkpoint) it writes
+``serve/inferenceservice.yaml``. With ``deploy`` it creates or updates that
+InferenceService in the run's namespace, waits until it is Ready, asks it the
+evaluation's first sample question, and records the endpoint and the answer
+in ``serve/served.json``, the run summary and, when the version was
+registered, the Model Registry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from common.atomic import write_text_atomic
+from common.cli_options import add_options, options_from, options_from_inputs
+from common.errors import UserError, exit_on_user_error
+from common.kube import SERVICE_ACCOUNT_NAMESPACE, connect, default_namespace
+from common.run_layout import (
+    EVALUATE,
+    PUBLISH,
+    REGISTER,
+    REGISTERED,
+    SAMPLE_RESPONSES,
+    SERVE,
+    SERVED,
+    SERVICE_MANIFEST,
+    STORE,
+    STORED,
+    UPLOAD,
+    stage_dir,
+)
+from components.export.options import model_name_of, trained_from
+from components.publish.bundle import MERGED_CONFIG
+from components.registry.catalogue import add_version_properties
+from components.registry.options import RegistryOptions
+from components.registry.stage import connection
+from components.serving.deploy import Served, apply, smoke_test, wait_until_ready
+from components.serving.manifest import render_inference_service, service_name
+from components.serving.options import ServingOptions
+
+DEFAULT_QUESTION = "In one sentence, what can you help me with?"
+
+
+def serve(
+    workspace_root: str,
+    run_id: str,
+    model_name: str,
+    options: ServingOptions,
+    secrets: tuple[str, str],
+    registry: RegistryOptions,
+) -> Served | None:
+    """Write the InferenceService of run ``run_id``'s stored version; deploy and try it when ``options.deploy``.
+
+    ``secrets``: the S3 data connection and the registry pull Secret the version was stored with."""
+    serve_dir = stage_dir(workspace_root, run_id, SERVE)
+    write_text_atomic(serve_dir / SERVED, "null\n")
+    stored = stage_dir(workspace_root, run_id, STORE) / STORED
+    copies = json.loads(stored.read_text()) if stored.is_file() else []
+    problem = _unservable(copies, stage_dir(workspace_root, run_id, PUBLISH) / UPLOAD)
+    if problem and options.deploy:
+        raise UserError(f"deploy is set, but the version cannot be served: {problem}")
+    if problem:
+        print(f"no InferenceService written: {problem}", flush=True)
+        return None
+    cluster = connect("deploy the InferenceService in", "Or leave deploy off.") if options.deploy else None
+    namespace = cluster.namespace if cluster else _namespace()
+    manifest = render_inference_service(service_name(model_name), namespace, run_id, copies, options, *secrets)
+    write_text_atomic(serve_dir / SERVICE_MANIFEST, yaml.safe_dump(manifest, sort_keys=False))
+    print(f"InferenceService written to {serve_dir / SERVICE_MANIFEST} (oc apply -f it to serve the version)")
+    if not cluster:
+        return None
+    apply(cluster, manifest)
+    print(
+        f"InferenceService {manifest['metadata']['name']} applied in {namespace}; waiting until it is Ready", flush=True
+    )
+    service = wait_until_ready(cluster, manifest["metadata"]["name"], options.timeout_s)
+    served = smoke_test(service, _question(workspace_root, run_id))
+    write_text_atomic(serve_dir / SERVED, json.dumps(dataclasses.asdict(served), indent=1) + "\n")
+    _record_in_registry(workspace_root, run_id, served, registry)
+    return served
+
+
+def _unservable(copies: list[dict[str, Any]], upload: Path) -> str | None:
+    """Why the version cannot be served by KServe's vLLM runtime, or None."""
+    if not any(copy["uri"].startswith(("oci://", "s3://")) for copy in copies):
+        return "it was stored neither as an image nor in S3; set model_oci_uri or model_s3_uri"
+    if not (upload / MERGED_CONFIG).is_file():
+        return "it holds no merged checkpoint for vLLM to load; set publish_merged to true"
+    return None
+
+
+def _namespace() -> str:
+    """The pipeline pod's namespace, else the kubeconfig's: where oc apply would put it."""
+    if SERVICE_ACCOUNT_NAMESPACE.is_file():
+        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
+    return default_namespace()
+
+
+def _question(workspace_root: str, run_id: str) -> str:
+    """The evaluation's first sample question: one the model was tuned to answer."""
+    samples = stage_dir(workspace_root, run_id, EVALUATE) / SAMPLE_RESPONSES
+    questions = [s.get("question") for s in json.loads(samples.read_text())] if samples.is_file() else []
+    return next((q for q in questions if q), DEFAULT_QUESTION)
+
+
+def _record_in_registry(workspace_root: str, run_id: str, served: Served, registry: RegistryOptions) -> None:
+    record = stage_dir(workspace_root, run_id, REGISTER) / REGISTERED
+    registration = json.loads(record.read_text()) if record.is_file() else None
+    if not registration or not registry.url:
+        return
+    token, hint, custom_ca = connection(registry)
+    properties = {
+        "serving_inference_service": f"{served.namespace}/{served.name}",
+        "serving_endpoint": served.endpoint,
+        "serving_question": served.question,
+        "serving_answer": served.answer,
+    }
+    add_version_properties(registry.url, token, registration["model_version_id"], properties, custom_ca, hint)
+
+
+def summary(served: Served | None) -> str:
+    if served is None:
+        return "not deployed (deploy is off, or nothing to serve)"
+    return (
+        f"served at {served.endpoint} ({served.namespace}/{served.name}); asked {served.question!r}: {served.answer!r}"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m components.serving.stage",
+        description="Write, or deploy and try, the KServe InferenceService of a run's stored version.",
+    )
+    parser.add_argument("--workspace-root", required=True, help="the workspace holding runs/<run-id>/")
+    parser.add_argument("--run-id", required=True, help="the run whose stored version to serve")
+    parser.add_argument("--model-name", required=True, help="the model's name (the InferenceService's)")
+    parser.add_argument("--s3-secret", default="aws-connection-models", help="the data connection of the S3 copy")
+    parser.add_argument("--oci-secret", default="oci-connection-models", help="the pull Secret of the image")
+    parser.add_argument("--registry-url", default="", help="the Model Registry to record the endpoint in")
+    add_options(parser, ServingOptions)
+    return parser
+
+
+@exit_on_user_error
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    options, registry = options_from(args, ServingOptions), RegistryOptions(url=args.registry_url)
+    secrets = (args.s3_secret, args.oci_secret)
+    print(summary(serve(args.workspace_root, args.run_id, args.model_name, options, secrets, registry)))
+
+
+@exit_on_user_error
+def run_step(inputs: Mapping[str, Any]) -> str:
+    """What the ``serve_model`` component calls with every input by name; returns the endpoint (empty: none)."""
+    model_name = model_name_of(inputs["model_name"], trained_from(Path(inputs["train_dir"])))
+    options = options_from_inputs(ServingOptions, inputs)
+    registry = RegistryOptions(url=inputs["registry_url"], secret=inputs["registry_secret"])
+    secrets = (inputs["s3_secret"], inputs["oci_secret"])
+    served = serve(inputs["workspace_root"], inputs["run_id"], model_name, options, secrets, registry)
+    print(summary(served), flush=True)
+    return served.endpoint if served else ""
+
+
+if __name__ == "__main__":
+    main()
