@@ -384,14 +384,34 @@ def test_a_publish_the_next_run_could_not_compare_with_is_refused(setting, refus
         assert refused in line and "Set publish_merged to auto or true" in line
 
 
+@pytest.mark.parametrize(
+    ("setting", "parameter", "refused"),
+    [
+        ({"deploy": True}, "deploy", "stored nowhere KServe can read it: set model_oci_uri"),
+        ({"deploy": True, "model_oci_uri": "oci://quay.io/t/m"}, "deploy", "set publish_merged to true"),
+        ({"deploy": True, "model_s3_uri": "s3://b", "publish_merged": "true"}, "deploy", None),
+        ({"deploy": True, "model_oci_uri": "oci://quay.io/t/m", "method": "full"}, "deploy", None),
+        ({"model_registry_url": "http://r:8080"}, "model_registry_url", "goes nowhere a registry entry could point"),
+        ({"model_registry_url": "http://r:8080", "hub_repo_id": "me/m"}, "model_registry_url", None),
+        ({"model_registry_url": "http://r:8080", "model_s3_uri": "s3://b"}, "model_registry_url", None),
+    ],
+)
+def test_registering_and_deploying_what_is_stored_nowhere_is_refused_before_training(setting, parameter, refused):
+    """The register and serve steps come last: what they will lack is named by the first step, not hours later."""
+    found = problems({**run_params.defaults_of(fine_tune_pipeline), **setting})
+    matching = [line for line in found if line.startswith(f"parameter '{parameter}'")]
+    assert matching == [] if refused is None else refused in matching[0]
+
+
 # Every value of every enumerated run parameter: its choices, each boolean flipped, each GGUF type alone.
 ENUMERATED = {
     **{p.name: p.declaration.metadata["choices"] for p in RUN_PARAMETERS if "choices" in p.declaration.metadata},
     **{p.name: (not p.default,) for p in RUN_PARAMETERS if p.type is bool},
     "gguf_outtype": tuple(PIPELINE_OUTTYPES),
 }
-# What a refusal of one changed value may rest on: the hardware or the backend, named in its message.
-HARDWARE_OR_BACKEND = ("GPU", "CUDA", "gpus_per_node", "package")
+# What a refusal of one changed value may rest on: the hardware or the backend, named in its message, or, for
+# deploy, a storage target (the user's own bucket or registry: no default can name one).
+HARDWARE_OR_BACKEND = ("GPU", "CUDA", "gpus_per_node", "package", "set model_oci_uri (a modelcar image)")
 
 
 @pytest.mark.parametrize(

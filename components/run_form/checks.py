@@ -70,6 +70,35 @@ def _publish_rules(values: dict[str, Any]) -> dict[str, str]:
     }
 
 
+def _target_rules(values: dict[str, Any]) -> dict[str, str]:
+    """What registering and deploying need from the steps before them, so a run does not train for hours to
+    fail at its last step."""
+    names = ("deploy", "model_oci_uri", "model_s3_uri", "model_registry_url", "hub_repo_id", "publish_merged")
+    if not all(name in values for name in (*names, "method", "publish_adapter")):
+        return {}
+    found = {}
+    stored = values["model_oci_uri"] or values["model_s3_uri"]
+    if values["deploy"] and not stored:
+        found["deploy"] = (
+            "is true, but the version is stored nowhere KServe can read it: set model_oci_uri (a modelcar image) or "
+            "model_s3_uri"
+        )
+    merged = values["publish_merged"] == "true" or (
+        values["publish_merged"] == "auto" and (values["method"] == "full" or not values["publish_adapter"])
+    )
+    if values["deploy"] and stored and not merged:
+        found["deploy"] = (
+            f"is true, but with method {values['method']} and publish_merged {values['publish_merged']} the stored "
+            "version holds no merged checkpoint for vLLM to load: set publish_merged to true"
+        )
+    if values["model_registry_url"] and not (stored or values["hub_repo_id"]):
+        found["model_registry_url"] = (
+            "is set, but the version goes nowhere a registry entry could point to: set model_oci_uri or model_s3_uri "
+            "(or hub_repo_id)"
+        )
+    return found
+
+
 def problems(values: dict[str, Any]) -> list[str]:
     """One line per invalid parameter among ``values`` (run parameter name -> value), in run-form order."""
     found: dict[str, str] = {}
@@ -89,6 +118,7 @@ def problems(values: dict[str, Any]) -> list[str]:
             found[name] = problem
     found.update(_job_rules(values))
     found.update(_publish_rules(values))
+    found.update(_target_rules(values))
     return [f"parameter '{p.name}' {found[p.name]}" for p in RUN_PARAMETERS if p.name in found]
 
 
