@@ -22,7 +22,8 @@ from common.errors import UserError
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")  # at most 63 characters: PVC names, job names
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")  # at most 253
-SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")  # a pod's token, namespace and CAs
+SERVICE_ACCOUNT_NAMESPACE = SERVICE_ACCOUNT / "namespace"
 
 
 def is_label_name(value: str) -> bool:

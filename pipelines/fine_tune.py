@@ -215,12 +215,16 @@ def build_pipeline(workspace: Workspace):
                     ).after(exported)
                 )
                 with_hub_token(sized(published, run["publish_cpu"], run["publish_memory"]))
+                # What the store, register and serve steps all take: where the version is and its name.
+                version = dict(
+                    workspace_root=workspace.root,
+                    run_id=run_id,
+                    train_dir=trained.outputs["train_dir"],
+                    model_name=run["model_name"],
+                )
                 stored = workspace.mount(
                     store_model(
-                        workspace_root=workspace.root,
-                        run_id=run_id,
-                        train_dir=trained.outputs["train_dir"],
-                        model_name=run["model_name"],
+                        **version,
                         **arguments_for(StorageOptions, run),
                     ).after(published)
                 )
@@ -228,10 +232,7 @@ def build_pipeline(workspace: Workspace):
                 with_registry_credentials(stored, run["model_oci_secret"])
                 registered = workspace.mount(
                     register_model(
-                        workspace_root=workspace.root,
-                        run_id=run_id,
-                        train_dir=trained.outputs["train_dir"],
-                        model_name=run["model_name"],
+                        **version,
                         repo_id=run["hub_repo_id"],
                         s3_secret=run["model_s3_secret"],
                         **arguments_for(RegistryOptions, run),
@@ -240,10 +241,7 @@ def build_pipeline(workspace: Workspace):
                 with_registry_token(small(registered), run["model_registry_secret"])
                 served = workspace.mount(
                     serve_model(
-                        workspace_root=workspace.root,
-                        run_id=run_id,
-                        train_dir=trained.outputs["train_dir"],
-                        model_name=run["model_name"],
+                        **version,
                         s3_secret=run["model_s3_secret"],
                         oci_secret=run["model_oci_secret"],
                         registry_url=run["model_registry_url"],

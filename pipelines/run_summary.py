@@ -25,13 +25,12 @@ from common.run_layout import (
     SERVE,
     SERVED,
     SERVICE_MANIFEST,
-    STORE,
-    STORED,
     TRAIN,
     UPLOAD,
     VERIFICATION_JSON,
 )
 from components.publish.bundle import CARD_NAME
+from components.storage.stage import stored_copies
 
 
 def _read(path: Path) -> dict[str, Any] | None:
@@ -87,7 +86,7 @@ def summary_lines(run_dir: Path) -> list[str]:
             f"uploaded to {record['repo_id']}" if record and record["uploaded"] else "a dry run: set repo_id to publish"
         )
         lines.append(f"  model card: {card} ({where})")
-    for copy in json.loads(stored.read_text()) if (stored := run_dir / STORE / STORED).is_file() else []:
+    for copy in stored_copies(run_dir.parent.parent, run_dir.name):
         lines.append(f"  stored:     {copy['uri']} ({copy['files']} files, complete)")
     if registration := _read(run_dir / REGISTER / REGISTERED):
         lines.append(

@@ -22,7 +22,8 @@ from typing import Any, Mapping
 from common.atomic import write_text_atomic
 from common.cli_options import add_options, options_from, options_from_inputs
 from common.errors import UserError, exit_on_user_error
-from common.run_layout import REGISTER, REGISTERED, STORE, STORED, stage_dir
+from common.kube import SERVICE_ACCOUNT
+from common.run_layout import REGISTER, REGISTERED, stage_dir
 from components.export.options import model_name_of, trained_from
 from components.publish.bundle import MERGED_CONFIG, RunDirs
 from components.publish.record import PublishedRecord, record_path
@@ -30,10 +31,10 @@ from components.registry.catalogue import ArtifactSpec, Registration, register_v
 from components.registry.options import RegistryOptions
 from components.registry.provenance import version_properties
 from components.storage.s3_target import bucket_and_key
+from components.storage.stage import stored_copies
 
 TOKEN_ENV = "MODEL_REGISTRY_TOKEN"
 TOKEN_KEY = "token"  # the key of model_registry_secret the pipeline maps to TOKEN_ENV
-SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
 def register(
@@ -62,8 +63,7 @@ def artifact_specs(
     workspace_root: str, run_id: str, model_name: str, s3_secret: str, repo_id: str, upload: Path
 ) -> list[ArtifactSpec]:
     """One model artifact per place the version went: S3, the OCI registry, the Hub."""
-    stored = stage_dir(workspace_root, run_id, STORE) / STORED
-    copies = json.loads(stored.read_text()) if stored.is_file() else []
+    copies = stored_copies(workspace_root, run_id)
     # A serving runtime loads the merged checkpoint (vLLM); without one the version is its GGUF files.
     model_format = ("vLLM", "1") if (upload / MERGED_CONFIG).is_file() else ("gguf", "3")
     specs = []

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from common.cli_options import default_of
 from common.errors import UserError, exit_on_user_error
+from components.publish.options import PublishOptions
 from components.run_form.table import RUN_FORM, RUN_PARAMETERS, run_parameters_of
 from components.training.options import parse_node_selector, parse_tolerations, sharding_problem
 from trainer.config import packages_needed
@@ -83,9 +84,10 @@ def _target_rules(values: dict[str, Any]) -> dict[str, str]:
             "is true, but the version is stored nowhere KServe can read it: set model_oci_uri (a modelcar image) or "
             "model_s3_uri"
         )
-    merged = values["publish_merged"] == "true" or (
-        values["publish_merged"] == "auto" and (values["method"] == "full" or not values["publish_adapter"])
-    )
+    # publish's own rule for what auto means (only lora and qlora train an adapter); an invalid value is named
+    # by publish's option_problems.
+    publish = SimpleNamespace(include_merged=values["publish_merged"], include_adapter=values["publish_adapter"])
+    merged = PublishOptions.publishes_merged(publish, adapter_trained=values["method"] != "full")
     if values["deploy"] and stored and not merged:
         found["deploy"] = (
             f"is true, but with method {values['method']} and publish_merged {values['publish_merged']} the stored "

@@ -33,8 +33,6 @@ from common.run_layout import (
     SERVE,
     SERVED,
     SERVICE_MANIFEST,
-    STORE,
-    STORED,
     UPLOAD,
     stage_dir,
 )
@@ -46,6 +44,7 @@ from components.registry.stage import connection
 from components.serving.deploy import Served, apply, smoke_test, wait_until_ready
 from components.serving.manifest import render_inference_service, service_name
 from components.serving.options import ServingOptions
+from components.storage.stage import stored_copies
 
 DEFAULT_QUESTION = "In one sentence, what can you help me with?"
 
@@ -63,8 +62,7 @@ def serve(
     ``secrets``: the S3 data connection and the registry pull Secret the version was stored with."""
     serve_dir = stage_dir(workspace_root, run_id, SERVE)
     write_text_atomic(serve_dir / SERVED, "null\n")
-    stored = stage_dir(workspace_root, run_id, STORE) / STORED
-    copies = json.loads(stored.read_text()) if stored.is_file() else []
+    copies = stored_copies(workspace_root, run_id)
     problem = _unservable(copies, stage_dir(workspace_root, run_id, PUBLISH) / UPLOAD)
     if problem and options.deploy:
         raise UserError(f"deploy is set, but the version cannot be served: {problem}")

@@ -51,6 +51,13 @@ def store(workspace_root: str, run_id: str, model_name: str, options: StorageOpt
     return copies
 
 
+def stored_copies(workspace_root: str | Path, run_id: str) -> list[dict[str, Any]]:
+    """The copies ``store`` recorded for run ``run_id`` (``uri``, ``files``, ``total_bytes``, an image's
+    ``digest``); empty when the store step has not run."""
+    path = stage_dir(workspace_root, run_id, STORE) / STORED
+    return json.loads(path.read_text()) if path.is_file() else []
+
+
 def summary(copies: list[Copy]) -> str:
     if not copies:
         return "no storage target is set (model_s3_uri, model_oci_uri): nothing copied"
