@@ -21,6 +21,7 @@ from typing import Any
 
 from kfp import dsl, kubernetes
 
+from common.run_layout import HF_HOME
 from components.dataprep.options import PrepareOptions
 from components.evaluation.gate import GATED_STAGES
 from components.evaluation.options import EvaluateOptions
@@ -192,6 +193,9 @@ def build_pipeline(workspace: Workspace):
                 )
             )
             with_hub_token(sized(evaluated, run["evaluate_cpu"], run["evaluate_memory"]))
+            # The Hub cache on the PVC: the base model the training pods downloaded there is not fetched again, and
+            # the benchmark datasets lm-eval downloads are kept for the next run.
+            evaluated.set_env_variable("HF_HOME", f"{workspace.root}/{HF_HOME}")
             if workspace.gpus:  # kfp.local ignores placement, and has no GPU count to pass
                 placed_like_training(evaluated, validated)
 

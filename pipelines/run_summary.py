@@ -29,6 +29,7 @@ from common.run_layout import (
     UPLOAD,
     VERIFICATION_JSON,
 )
+from components.evaluation.report import benchmark_verdicts
 from components.publish.bundle import CARD_NAME
 from components.storage.stage import stored_copies
 
@@ -69,6 +70,7 @@ def summary_lines(run_dir: Path) -> list[str]:
         f"  eval loss:  base {evaluation['base']['eval_loss']:.3f}{published} -> fine-tuned "
         f"{evaluation['fine_tuned']['eval_loss']:.3f}"
     )
+    lines += [f"  {line}" for line in benchmark_verdicts(evaluation)]
     lines.append(f"  gate:       {'passed' if gate['passed'] else 'FAILED'}: {gate['reason']}")
     lines.append(f"  report:     {run_dir / EVALUATE / EVALUATION_HTML}")
     verification = _read(run_dir / EXPORT / VERIFICATION_JSON)

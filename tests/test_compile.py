@@ -293,7 +293,12 @@ def test_hub_token_comes_only_from_the_secret(tmp_path, platform):
     assert [(name, source(pipeline, *find_task(pipeline, name), "hf_token_secret")) for name, _ in token_inputs] == [
         ("train-model", ("constant", "hf-token"))  # the Secret's name, for the training pods
     ]
-    assert not [e for e in pipeline["deploymentSpec"]["executors"].values() if "env" in e.get("container", {})]
+    # The only literal environment is the evaluate step's Hub cache on the PVC; no token is a literal value.
+    assert {
+        label: e["container"]["env"]
+        for label, e in pipeline["deploymentSpec"]["executors"].items()
+        if "env" in e.get("container", {})
+    } == {"exec-evaluate-model": [{"name": "HF_HOME", "value": "/mnt/workspace/.cache/huggingface"}]}
     for label in (
         "exec-prepare-dataset",
         "exec-check-data-changed",

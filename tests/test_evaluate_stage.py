@@ -5,6 +5,8 @@ short sequences, one process) on a 40-record slice of the bundled data, so the
 stage reads exactly what the training stage writes: merged/,
 training_summary.json, loss_curve.png. Generation is kept short (few scored
 rows, few new tokens) to bound the run time; the code paths are the full ones.
+The standard benchmark is the bundled lm-eval task (40 practical-skills questions),
+scored for real by lm-eval on both models.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import base64
 import json
 import math
 import re
+import shutil
 import subprocess
+import sys
 from html import escape
 from pathlib import Path
 
@@ -26,12 +30,15 @@ from components.dataprep.options import PrepareOptions
 from components.dataprep.prepare import prepare
 from components.evaluation.options import DEFAULT_QUESTIONS
 from components.pipeline_steps.stages import evaluate_model
+from components.sample_data import SAMPLE_TASK, bundled_task_dir
 
 pytestmark = pytest.mark.slow
 
 EXTRA_QUESTION = "How do I tie a bowline?"
 QUESTIONS = [*DEFAULT_QUESTIONS, EXTRA_QUESTION]
 SCORED_ROWS, MAX_NEW_TOKENS = 2, 24
+# A loss threshold any fine-tune meets, for the runs that are about something else.
+LENIENT_LOSS = ("--min-eval-loss-improvement", -10)
 METRIC_NAMES = {
     "base_eval_loss",
     "fine_tuned_eval_loss",
@@ -117,6 +124,8 @@ def evaluate_cli(
         MAX_NEW_TOKENS,
         "--batch-size",
         8,
+        "--benchmark-tasks",
+        bundled_task_dir(),
         *extra,
         timeout=900,
     )
@@ -134,8 +143,9 @@ def cli_run(smollm2_dir, data_dir, train_dir, tmp_path_factory):
         output_dir,
         "--extra-questions",
         EXTRA_QUESTION,
-        "--min-eval-loss-improvement",
-        -10,
+        *LENIENT_LOSS,
+        "--max-benchmark-drop",
+        1,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return output_dir, result
@@ -243,6 +253,11 @@ def test_failed_gate_is_a_result_not_an_error_and_fills_the_kfp_artifacts(
         min_eval_loss_improvement=10.0,
         min_improvement_over_published=0.0,
         batch_size=8,
+        benchmark_tasks="",
+        benchmark_limit=1000,
+        benchmark_fewshot=0,
+        benchmark_batch_size=16,
+        max_benchmark_drop=0.02,
         repo_id="",
         force=False,
         gpus=0,
@@ -259,10 +274,13 @@ def test_failed_gate_is_a_result_not_an_error_and_fills_the_kfp_artifacts(
     assert evaluation["gate"] == {
         "passed": False,
         "min_eval_loss_improvement": 10.0,
+        "max_benchmark_drop": 0.02,
         "reason": reason,
         "forced": False,
         "comparisons": [{"against": "base", "passed": False, "reason": reason}],
     }
+    # benchmark_tasks empty: none ran, and the step and the reports say so.
+    assert evaluation["benchmarks"] == {"skipped": "benchmark_tasks is empty, so no standard benchmark was run."}
     # Nothing was published on this workspace: the step looked (its record) and compared with the base alone.
     assert evaluation["published_search"] == {"repo_id": "", "on_hub": False} and "published" not in evaluation
     assert set(metrics.metadata) == METRIC_NAMES
@@ -277,6 +295,8 @@ def test_failed_gate_is_a_result_not_an_error_and_fills_the_kfp_artifacts(
     assert html_text == (eval_dir / "report.html").read_text(encoding="utf-8")
     assert "Quality gate failed: the model is not exported or published." in html_text and escape(reason) in html_text
     assert "Quality gate failed" in markdown_text and "](data:image/png;base64," in markdown_text
+    for text in (html_text, markdown_text):
+        assert "No standard benchmarks: benchmark_tasks is empty" in text
     assert [sample["question"] for sample in read_json(eval_dir / "demo_outputs" / "sample_responses.json")] == list(
         DEFAULT_QUESTIONS
     )
@@ -307,3 +327,116 @@ def test_no_usable_eval_rows_is_a_clear_error(smollm2_dir, bundled_records, tmp_
     assert str(tokens) in error
     assert re.search(message, error), error
     assert not (tmp_path / "out").exists()
+
+
+def test_lm_eval_scores_both_models_on_the_same_examples_and_the_reports_show_the_table(cli_run):
+    output_dir, result = cli_run
+    benchmarks = read_json(output_dir / "evaluation.json")["benchmarks"]
+    assert benchmarks["tasks"] == [SAMPLE_TASK] and benchmarks["requested"] == [str(bundled_task_dir())]
+    assert (benchmarks["limit"], benchmarks["num_fewshot"], benchmarks["batch_size"]) == (1000, 0, 16)
+    scores = benchmarks["scores"]
+    assert set(scores) == {"base", "fine_tuned"}
+    for role in ("base", "fine_tuned"):
+        entry = scores[role][SAMPLE_TASK]
+        assert entry["metric"] == "acc_norm" and entry["higher_is_better"] is True
+        assert entry["examples"] == 40  # all 40 questions, for both models
+        assert 0.0 <= entry["value"] <= 1.0 and entry["value"] * 40 == pytest.approx(round(entry["value"] * 40))
+        assert entry["stderr"] == pytest.approx(math.sqrt(entry["value"] * (1 - entry["value"]) / 39))
+    base, tuned = (scores[role][SAMPLE_TASK] for role in ("base", "fine_tuned"))
+    row = (
+        f"| {SAMPLE_TASK}: acc_norm, higher is better, 40 examples | {base['value']:.4f} ± {base['stderr']:.4f} | "
+        f"{tuned['value']:.4f} ± {tuned['stderr']:.4f} | {tuned['value'] - base['value']:+.4f} | passes |"
+    )
+    assert row in (output_dir / "report.md").read_text(encoding="utf-8")
+    assert "<h2>Standard benchmarks</h2>" in (output_dir / "report.html").read_text(encoding="utf-8")
+    assert (
+        f"benchmark {SAMPLE_TASK}: acc_norm, higher is better, 40 examples: base {base['value']:.4f}" in result.stdout
+    )
+    assert "benchmarks (zero-shot, batch 16): practical_skills_mc (40 examples)" in result.stdout
+
+
+def test_the_stage_scores_the_base_model_as_lm_eval_s_own_command_line_does(cli_run, smollm2_dir, tmp_path):
+    """Our scoring wraps the model the stage loaded; lm-eval's CLI loads it itself: the same number."""
+    output_dir, _ = cli_run
+    ours = read_json(output_dir / "evaluation.json")["benchmarks"]["scores"]["base"][SAMPLE_TASK]
+    result = subprocess.run(
+        [
+            str(Path(sys.executable)),
+            "-m",
+            "lm_eval",
+            "run",
+            "--model",
+            "hf",
+            "--model_args",
+            f"pretrained={smollm2_dir},dtype=float32",
+            "--tasks",
+            SAMPLE_TASK,
+            "--include_path",
+            str(bundled_task_dir()),
+            "--device",
+            "cpu",
+            "--batch_size",
+            "16",
+            "--output_path",
+            str(tmp_path / "lm-eval"),
+        ],
+        cwd=bundled_task_dir(),  # lm-eval reads the task's relative data file against the working directory
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (results_file,) = (tmp_path / "lm-eval").rglob("results_*.json")
+    theirs = read_json(results_file)["results"][SAMPLE_TASK]
+    assert ours["value"] == pytest.approx(theirs["acc_norm,none"], abs=1e-9)
+
+
+def test_a_benchmark_drop_beyond_the_maximum_fails_the_gate_naming_the_task(smollm2_dir, data_dir, train_dir, tmp_path):
+    """max_benchmark_drop -1 asks the fine-tune to gain a whole point of accuracy: no model can, so the gate fails on
+    the benchmark alone (the loss comparison is set to pass)."""
+    output_dir = tmp_path / "evaluate"
+    result = evaluate_cli(
+        smollm2_dir, train_dir / "merged", data_dir, train_dir, output_dir, *LENIENT_LOSS, "--max-benchmark-drop", -1
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    evaluation = read_json(output_dir / "evaluation.json")
+    gate = evaluation["gate"]
+    assert not gate["passed"] and not gate["forced"]
+    assert [(c["against"], c["passed"], c.get("benchmark")) for c in gate["comparisons"]] == [
+        ("base", True, None),
+        ("base", False, SAMPLE_TASK),
+    ]
+    base, tuned = (evaluation["benchmarks"]["scores"][role][SAMPLE_TASK]["value"] for role in ("base", "fine_tuned"))
+    assert (
+        f"{SAMPLE_TASK} acc_norm" in gate["reason"]
+        and f"(base {base:.4f}, new {tuned:.4f}), more than max_benchmark_drop -1.0000" in gate["reason"]
+    )
+    assert f"quality gate FAILED (export, publish, store, register and serve are skipped): {gate['reason']}" in (
+        result.stdout
+    )
+    assert f"benchmark {SAMPLE_TASK}: acc_norm" in result.stdout and "fails against base" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("tasks", "message"),
+    [
+        ("arc_eazy", r"benchmark_tasks names tasks lm-eval does not have: arc_eazy \(did you mean arc_easy"),
+        ("BROKEN", r"the benchmark task practical_skills_mc \(.*\) cannot be loaded \(UndefinedError: 'prompt' is"),
+    ],
+)
+def test_a_task_that_cannot_load_stops_the_step_before_any_model_is_scored(
+    smollm2_dir, data_dir, train_dir, tmp_path, tasks, message
+):
+    if tasks == "BROKEN":
+        broken = Path(shutil.copytree(bundled_task_dir(), tmp_path / "broken"))
+        yaml_file = broken / f"{SAMPLE_TASK}.yaml"
+        yaml_file.write_text(yaml_file.read_text().replace("{{question}}", "{{prompt}}"))
+        tasks = str(broken)
+    result = evaluate_cli(
+        smollm2_dir, train_dir / "merged", data_dir, train_dir, tmp_path / "out", "--benchmark-tasks", tasks
+    )
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    error = " ".join(result.stderr.split("error: ", 1)[1].split())
+    assert re.search(message, error), error
+    assert "base:" not in result.stdout and not (tmp_path / "out").exists()

@@ -286,8 +286,8 @@ def test_cli_lists_every_bad_parameter(tmp_path):
             "evil_fraction=0.2",
             (
                 "--param 'evil_fraction' is not a pipeline parameter (did you mean eval_fraction?); "
-                "the parameters are: attention, base_model, base_model_revision, checkpoint_every, "
-                "collective_timeout_minutes, compile_blocks,"
+                "the parameters are: attention, base_model, base_model_revision, benchmark_batch_size, "
+                "benchmark_fewshot, benchmark_limit, benchmark_tasks, checkpoint_every,"
             ),
         ),
         ("split_seed=abc", "--param split_seed='abc': split_seed must be a whole number."),

@@ -15,12 +15,18 @@ who changed the data or the training on purpose may replace the published model)
 never the first: a fine-tune worse than its base is never published. A failed
 gate is an outcome, not an error: the evaluation step succeeds and says which
 comparison failed and by how much, and the pipeline skips the steps after it.
+
+Standard benchmarks (``benchmarks``) add one comparison per task and reference
+model: the new model's main metric may fall at most ``max_benchmark_drop`` below
+the base's and the published model's, so a fine-tune that wins on its own data by
+forgetting general ability does not pass. The same ``force`` rule holds for them.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 # The stages a failed gate skips, as the step's log and the pipeline's skip notice name them.
 GATED_STAGES = "export, publish, store, register and serve"
@@ -33,6 +39,7 @@ class Comparison:
     against: str  # "base" or "published"
     passed: bool
     reason: str  # one sentence with the numbers
+    benchmark: str = ""  # the benchmark task compared; empty for the held-out loss
 
 
 @dataclass(frozen=True)
@@ -106,3 +113,54 @@ def decide_without_published(
         else base.reason
     )
     return GateDecision(base.passed, min_eval_loss_improvement, reason, base.comparisons, forced=base.passed)
+
+
+def benchmark_comparisons(scores: dict[str, dict[str, dict[str, Any]]], max_drop: float) -> tuple[Comparison, ...]:
+    """Each task's main metric, the new model's against the base's and (when it was scored) the published one's.
+
+    ``scores``: role ("base", "published", "fine_tuned") -> task -> entry (``benchmarks.main_metric``). A drop is
+    counted in the direction the metric is better in; more than ``max_drop`` fails.
+    """
+    comparisons = []
+    for against in ("base", "published"):
+        for task, reference in scores.get(against, {}).items():
+            new = scores["fine_tuned"][task]
+            drop = reference["value"] - new["value"] if new["higher_is_better"] else new["value"] - reference["value"]
+            passed = math.isfinite(drop) and drop <= max_drop
+            change = f"fell by {drop:.4f}" if drop > 0 else f"rose by {-drop:.4f}" if drop < 0 else "did not change"
+            verdict = "within" if passed else "more than"
+            comparisons.append(
+                Comparison(
+                    against,
+                    passed,
+                    f"{task} {new['metric']} {change} against the {against} model ({against} {reference['value']:.4f}, "
+                    f"new {new['value']:.4f}), {verdict} max_benchmark_drop {max_drop:.4f}.",
+                    benchmark=task,
+                )
+            )
+    return tuple(comparisons)
+
+
+def with_benchmarks(decision: GateDecision, benchmarks: tuple[Comparison, ...], force: bool) -> GateDecision:
+    """The loss gate's ``decision`` joined with the benchmark comparisons: all must pass, the published ones or
+    ``force``, which never overrides a comparison with the base model."""
+    if not benchmarks:
+        return decision
+    comparisons = decision.comparisons + benchmarks
+    base_passed = all(comparison.passed for comparison in comparisons if comparison.against == "base")
+    published_passed = all(comparison.passed for comparison in comparisons if comparison.against == "published")
+    passed = base_passed and (published_passed or force)
+    failed = [comparison.reason for comparison in benchmarks if not comparison.passed]
+    reason = f"{decision.reason} Benchmarks: " + " ".join(failed or [comparison.reason for comparison in benchmarks])
+    benchmark_forced = force and base_passed and not all(c.passed for c in benchmarks if c.against == "published")
+    if benchmark_forced and not decision.forced:
+        reason += " force is set, so the new model is published although it falls behind the published model."
+    elif force and not all(c.passed for c in benchmarks if c.against == "base") and decision.passed:
+        reason += " force does not override the comparison with the base model."
+    return GateDecision(
+        passed,
+        decision.min_eval_loss_improvement,
+        reason,
+        comparisons,
+        passed and (decision.forced or benchmark_forced),
+    )

@@ -79,6 +79,16 @@ def load_model(name_or_path: str | Path, revision: str | None = None) -> PreTrai
     return model.to(device).eval()
 
 
+def parameter_count(path: Path) -> int:
+    """The parameters of the checkpoint at ``path``, counted on the meta device from its config alone (no weights
+    are read)."""
+    from transformers import AutoConfig
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))
+    return sum(parameter.numel() for parameter in model.parameters())
+
+
 def release_memory() -> None:
     """Return a freed model's memory (module reference cycles included) before the next one loads."""
     gc.collect()

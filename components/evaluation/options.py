@@ -84,6 +84,31 @@ class EvaluateOptions:
         "exported or published (0: the new model must be no worse). force overrides it.",
     )
 
+    benchmark_tasks: str = run_option(
+        "arc_easy,hellaswag",
+        "Standard benchmarks every model is scored on with lm-evaluation-harness, comma-separated: lm-eval task, "
+        "group or tag names (their data come from the Hub at run time, into HF_HOME on the workspace), or "
+        "directories of lm-eval task YAMLs with their data files (an entry with a /; relative to the workspace root), "
+        "for air-gapped clusters. Empty: no benchmarks, and the report says so.",
+    )
+    benchmark_limit: int = run_option(
+        1000,
+        "Examples per benchmark task, the same first ones for every model (0: all of them; hellaswag has 10,042).",
+    )
+    benchmark_fewshot: int = run_option(
+        0, "Few-shot examples before each benchmark question, drawn with lm-eval's fixed seed (0: zero-shot)."
+    )
+    benchmark_batch_size: int = run_option(16, "Requests per forward pass in the benchmarks.")
+    max_benchmark_drop: float = run_option(
+        0.02,
+        "Gate: the largest drop of a benchmark task's main metric (absolute, in the metric's own units: 0.02 is 2 "
+        "points of accuracy) allowed against the base model and against the published one; a larger drop fails the "
+        "gate. force overrides the comparison with the published model only.",
+    )
+    tasks_root: Path = option(
+        Path("."), "Where a relative benchmark task directory is looked for (the pipeline: the workspace root)."
+    )
+
     def __post_init__(self) -> None:
         found = option_problems(self)
         if found:
@@ -92,21 +117,43 @@ class EvaluateOptions:
             )
 
     @property
+    def benchmark_entries(self) -> list[str]:
+        """The benchmark tasks as written, stripped, each once; [] when none are asked for."""
+        return task_entries(self.benchmark_tasks)
+
+    @property
     def questions(self) -> list[str]:
         """The built-in questions, then the user's (stripped, each asked once)."""
         return list(dict.fromkeys([*DEFAULT_QUESTIONS, *(question.strip() for question in self.extra_questions)]))
+
+
+def task_entries(benchmark_tasks: str) -> list[str]:
+    """The entries of a benchmark_tasks value, stripped, each once, in order."""
+    return list(dict.fromkeys(entry.strip() for entry in benchmark_tasks.split(",") if entry.strip()))
 
 
 def option_problems(options: EvaluateOptions) -> dict[str, str]:
     """Field name -> what is wrong with its value; callers name the field their way (CLI flag, run parameter)."""
     problems = {
         name: f"must be at least {minimum} (got {getattr(options, name)})"
-        for name, minimum in (("max_new_tokens", 1), ("score_rows", 1), ("batch_size", 1), ("max_length", 0))
+        for name, minimum in (
+            ("max_new_tokens", 1),
+            ("score_rows", 1),
+            ("batch_size", 1),
+            ("max_length", 0),
+            ("benchmark_limit", 0),
+            ("benchmark_fewshot", 0),
+            ("benchmark_batch_size", 1),
+        )
         if getattr(options, name) < minimum
     }
-    for name in ("min_eval_loss_improvement", "min_improvement_over_published"):
+    for name in ("min_eval_loss_improvement", "min_improvement_over_published", "max_benchmark_drop"):
         if not math.isfinite(getattr(options, name)):
             problems[name] = f"must be a finite number (got {getattr(options, name)})"
+    if any(not entry.strip() for entry in options.benchmark_tasks.split(",")) and options.benchmark_tasks.strip():
+        problems["benchmark_tasks"] = (
+            f"holds an empty entry ({options.benchmark_tasks!r}); separate task names with single commas"
+        )
     if any(not question.strip() for question in options.extra_questions):
         problems["extra_questions"] = "holds an empty question; remove it or write the question"
     return problems

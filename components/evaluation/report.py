@@ -4,7 +4,8 @@ Both show the gate's verdict first, then the metrics table, the training run
 and its loss curve, and every sample question with the base and fine-tuned
 answers side by side. When a model was published before, it is a third
 column between them (base, published, new), with the new model's change
-against each. The HTML embeds the loss curve as a data URI, because
+against each. Below it, the standard benchmarks: a task x model table of each
+task's main metric with lm-eval's standard error, and the verdict. The HTML embeds the loss curve as a data URI, because
 the pipelines UI shows an HTML artifact as a single file; the Markdown takes
 the image source from its caller (a relative link beside report.md on the
 workspace, a data URI in the KFP artifact). Model output is escaped: it is
@@ -80,6 +81,60 @@ def metric_rows(evaluation: Evaluation) -> list[tuple[str, list[str], list[str]]
     return rows
 
 
+def benchmark_rows(evaluation: Evaluation) -> list[tuple[str, list[str], list[str], str]]:
+    """(task and metric, each model's score ± stderr, the new model's changes, verdict) per benchmark task."""
+    benchmarks = evaluation.get("benchmarks") or {}
+    comparisons = evaluation.get("gate", {}).get("comparisons", [])
+    rows = []
+    for task in benchmarks.get("tasks", []):
+        scores = benchmarks["scores"]
+        new = scores["fine_tuned"][task]
+        values = [
+            f"{scores[role][task]['value']:.4f}"
+            + (f" ± {scores[role][task]['stderr']:.4f}" if scores[role][task]["stderr"] is not None else "")
+            for role, _ in columns(evaluation)
+        ]
+        references = ["base", "published"] if "published" in scores else ["base"]
+        changes = [f"{new['value'] - scores[role][task]['value']:+.4f}" for role in references]
+        failed = [c["against"] for c in comparisons if c.get("benchmark") == task and not c["passed"]]
+        verdict = f"fails against {' and '.join(failed)}" if failed else "passes"
+        better = "higher" if new["higher_is_better"] else "lower"
+        rows.append(
+            (f"{task}: {new['metric']}, {better} is better, {new['examples']} examples", values, changes, verdict)
+        )
+    return rows
+
+
+def benchmark_verdicts(evaluation: Evaluation) -> list[str]:
+    """One line per benchmark task for a log or a run summary: each model's score and the gate's verdict."""
+    benchmarks = evaluation.get("benchmarks") or {}
+    if "skipped" in benchmarks:
+        return [f"benchmarks: none: {benchmarks['skipped']}"]
+    headers = [header for _, header in columns(evaluation)]
+    return [
+        f"benchmark {label}: "
+        + ", ".join(f"{header.lower()} {value}" for header, value in zip(headers, values))
+        + f": {verdict}"
+        for label, values, _, verdict in benchmark_rows(evaluation)
+    ]
+
+
+def benchmark_note(evaluation: Evaluation) -> str:
+    """How the benchmarks were run and judged, or why none were."""
+    benchmarks = evaluation.get("benchmarks") or {}
+    if "skipped" in benchmarks:
+        return f"No standard benchmarks: {benchmarks['skipped']}"
+    if not benchmarks:
+        return "No standard benchmarks: this evaluation predates them."
+    shots = f"{benchmarks['num_fewshot']}-shot" if benchmarks["num_fewshot"] else "zero-shot"
+    limit = f"at most the first {benchmarks['limit']} examples of each task" if benchmarks["limit"] else "every example"
+    return (
+        f"Scored by lm-evaluation-harness {benchmarks['lm_eval_version']}, {shots}, on {limit} (the same for every "
+        f"model), ± one standard error as lm-eval reports it. The gate fails when a task's main metric falls more "
+        f"than {benchmarks['max_drop']:.4f} (max_benchmark_drop) below the base or the published model's."
+    )
+
+
 def held_out_note(held_out: dict[str, Any]) -> str:
     """The held-out conversations in words: a sample or the whole split, and any left without a loss."""
     used, kept, split = held_out["conversations"], held_out["tokenised"], held_out["split_conversations"]
@@ -144,7 +199,19 @@ def render_markdown(
     lines += [
         f"| {label} | " + " | ".join(values + changes) + " |" for label, values, changes in metric_rows(evaluation)
     ]
-    lines += ["", _markdown_text(notes(evaluation)), "", "## Training run", ""]
+    lines += ["", _markdown_text(notes(evaluation)), "", "## Standard benchmarks", ""]
+    rows = benchmark_rows(evaluation)
+    if rows:
+        lines += [
+            "| Task | " + " | ".join(headers) + " | Gate |",
+            "|---|" + "---:|" * len(headers) + "---|",
+        ]
+        lines += [
+            f"| {_markdown_text(label)} | " + " | ".join(values + changes) + f" | {verdict} |"
+            for label, values, changes, verdict in rows
+        ]
+        lines.append("")
+    lines += [_markdown_text(benchmark_note(evaluation)), "", "## Training run", ""]
     lines += [f"- {label}: {_markdown_text(value)}" for label, value in training_facts(training)] or [
         "- training_summary.json was not found."
     ]
@@ -187,6 +254,8 @@ def render_html(
         change_headers=change_headers(evaluation),
         metrics=metric_rows(evaluation),
         notes=notes(evaluation),
+        benchmarks=benchmark_rows(evaluation),
+        benchmark_note=benchmark_note(evaluation),
         facts=training_facts(training),
         loss_curve_src=png_data_uri(loss_curve_png) if loss_curve_png else None,
         samples=samples,

@@ -5,10 +5,11 @@
         [--workspace-root WORKSPACE [--repo-id OWNER/NAME] [--force]]
 
 One path: options → the tokenise step's eval conversations (the held-out split) → the published
-model, when one is found (``--workspace-root``: see ``champion``) → for the base
-model, the published one and the fine-tuned one (each loaded once and freed
-before the next): held-out loss, answers to the sample questions and to the
-scored rows → ROUGE-L → the quality gate → evaluation.json,
+model, when one is found (``--workspace-root``: see ``champion``) → the benchmark
+tasks, loaded and checked (``benchmarks``) → for the base model, the published one
+and the fine-tuned one (each loaded once and freed before the next): held-out loss,
+answers to the sample questions and to the scored rows, benchmark scores → ROUGE-L
+→ the quality gate → evaluation.json,
 demo_outputs/sample_responses.json, report.md (+ loss_curve.png) and report.html
 in the output directory. A failed gate is a result, not an error: the stage
 succeeds and says why.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -37,6 +39,13 @@ from common.run_layout import (
     TRAINING_SUMMARY,
     stage_dir,
 )
+from components.evaluation.benchmarks import (
+    BenchmarkSettings,
+    BenchmarkTasks,
+    check_placement,
+    load_tasks,
+)
+from components.evaluation.benchmarks import score as score_benchmarks
 from components.evaluation.champion import (
     FORCE_FIX,
     Champion,
@@ -49,22 +58,26 @@ from components.evaluation.champion import (
 from components.evaluation.gate import (
     GATED_STAGES,
     GateDecision,
+    benchmark_comparisons,
     decide,
     decide_with_published,
     decide_without_published,
+    with_benchmarks,
 )
 from components.evaluation.generation import generate_answers
 from components.evaluation.heldout import HeldOutLoss, held_out_loss, usable_conversations
 from components.evaluation.models import (
     check_fine_tuned_dir,
     check_same_vocabulary,
+    device_and_dtype,
     load_model,
     load_tokenizer,
+    parameter_count,
     release_memory,
 )
 from components.evaluation.options import EvaluateOptions, build_parser
 from components.evaluation.reference import ReferenceRow, reference_rows, rouge_l
-from components.evaluation.report import held_out_note, png_data_uri, render_html, render_markdown
+from components.evaluation.report import benchmark_verdicts, held_out_note, png_data_uri, render_html, render_markdown
 from components.hub_auth import hub_token
 from components.publish.published import PublishedModel, find_published
 from trainer.config import TrainConfig
@@ -78,11 +91,13 @@ COMPARED = ("eval_loss", "perplexity", "rouge_l")
 
 @dataclass(frozen=True)
 class ModelRun:
-    """What one model produced: its held-out loss, its sample answers, its answers to the scored rows."""
+    """What one model produced: its held-out loss, its sample answers, its answers to the scored rows, and its
+    benchmark scores (task -> main metric entry; empty without benchmarks)."""
 
     loss: HeldOutLoss
     sample_answers: list[str]
     scored_answers: list[str]
+    benchmarks: dict[str, dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -125,8 +140,10 @@ def run_model(
     prompts: list[list[Message]],
     sample_count: int,
     options: EvaluateOptions,
+    benchmarks: tuple[BenchmarkTasks, BenchmarkSettings] | None,
 ) -> ModelRun:
-    """Load one model, measure it and generate with it; it is freed when this returns."""
+    """Load one model, measure it, generate with it and score it on the benchmarks; it is freed when this
+    returns."""
     model = load()
     loss = held_out_loss(model, conversations, tokenizer.pad_token_id, options.batch_size)
     print(
@@ -134,7 +151,21 @@ def run_model(
         flush=True,
     )
     answers = generate_answers(model, tokenizer, prompts, options.max_new_tokens, options.batch_size)
-    return ModelRun(loss, answers[:sample_count], answers[sample_count:])
+    scores = {}
+    if benchmarks is not None:
+        started = time.monotonic()
+        scores = score_benchmarks(model, tokenizer, *benchmarks)
+        print(
+            "  benchmarks: "
+            + ", ".join(
+                f"{task} {entry['metric']} {entry['value']:.4f}"
+                + (f" ± {entry['stderr']:.4f}" if entry["stderr"] is not None else "")
+                for task, entry in scores.items()
+            )
+            + f" ({time.monotonic() - started:.0f} s)",
+            flush=True,
+        )
+    return ModelRun(loss, answers[:sample_count], answers[sample_count:], scores)
 
 
 def model_entry(run: ModelRun, rows: list[ReferenceRow]) -> dict[str, Any]:
@@ -185,10 +216,11 @@ def evaluate(options: EvaluateOptions, target: PublishedTarget | None = None) ->
         f"{len(rows)} scored rows",
         flush=True,
     )
+    benchmarks = prepare_benchmarks(options, max_length)
 
     def measure(role: str, name: str, load: Callable[[], PreTrainedModel]) -> ModelRun:
         print(f"{role}: {name}", flush=True)
-        run = run_model(load, tokenizer, conversations, prompts, len(questions), options)
+        run = run_model(load, tokenizer, conversations, prompts, len(questions), options, benchmarks)
         release_memory()
         return run
 
@@ -224,7 +256,12 @@ def evaluate(options: EvaluateOptions, target: PublishedTarget | None = None) ->
 
     entries = {role: model_entry(run, rows) for role, run in runs.items()}
     base, tuned = entries["base"], entries["fine_tuned"]
-    gate = gate_decision(options, entries, published, target, problem)
+    benchmark_scores = {role: run.benchmarks for role, run in runs.items()} if benchmarks else {}
+    gate = with_benchmarks(
+        gate_decision(options, entries, published, target, problem),
+        benchmark_comparisons(benchmark_scores, options.max_benchmark_drop) if benchmarks else (),
+        bool(target and target.force),
+    )
     evaluation = {
         "base_model": options.base_model,
         "base_model_commit": base_revision,
@@ -234,13 +271,20 @@ def evaluate(options: EvaluateOptions, target: PublishedTarget | None = None) ->
         "deltas": {key: tuned[key] - base[key] for key in COMPARED},
         "scored_rows": len(rows),
         "held_out": held_out,
+        "benchmarks": benchmark_record(options, benchmarks, benchmark_scores),
         "gate": {
             "passed": gate.passed,
             "min_eval_loss_improvement": gate.min_eval_loss_improvement,
             "reason": gate.reason,
             "forced": gate.forced,
+            "max_benchmark_drop": options.max_benchmark_drop,
             "comparisons": [
-                {"against": comparison.against, "passed": comparison.passed, "reason": comparison.reason}
+                {
+                    "against": comparison.against,
+                    "passed": comparison.passed,
+                    "reason": comparison.reason,
+                    **({"benchmark": comparison.benchmark} if comparison.benchmark else {}),
+                }
                 for comparison in gate.comparisons
             ],
         },
@@ -263,6 +307,55 @@ def evaluate(options: EvaluateOptions, target: PublishedTarget | None = None) ->
     )
     write_outputs(evaluated)
     return evaluated
+
+
+def prepare_benchmarks(options: EvaluateOptions, max_length: int) -> tuple[BenchmarkTasks, BenchmarkSettings] | None:
+    """The benchmark tasks loaded and checked against where the step runs, before any model is scored; None when
+    benchmark_tasks is empty."""
+    entries = options.benchmark_entries
+    if not entries:
+        print("benchmarks: none (benchmark_tasks is empty)", flush=True)
+        return None
+    tasks = load_tasks(entries, options.tasks_root, options.benchmark_limit)
+    device, _ = device_and_dtype()
+    check_placement(
+        tasks, device.type == "cuda", parameter_count(options.fine_tuned_model), str(options.fine_tuned_model)
+    )
+    shot = f"{options.benchmark_fewshot}-shot" if options.benchmark_fewshot else "zero-shot"
+    print(
+        f"benchmarks ({shot}, batch {options.benchmark_batch_size}): "
+        + ", ".join(f"{name} ({count} examples)" for name, count in tasks.examples.items()),
+        flush=True,
+    )
+    settings = BenchmarkSettings(
+        options.benchmark_limit, options.benchmark_fewshot, options.benchmark_batch_size, max_length
+    )
+    return tasks, settings
+
+
+def benchmark_record(
+    options: EvaluateOptions,
+    benchmarks: tuple[BenchmarkTasks, BenchmarkSettings] | None,
+    scores: dict[str, dict[str, dict[str, Any]]],
+) -> dict[str, Any]:
+    """evaluation.json's account of the benchmarks: what ran with which settings and each model's scores, or why
+    none ran."""
+    if benchmarks is None:
+        return {"skipped": "benchmark_tasks is empty, so no standard benchmark was run."}
+    from importlib.metadata import version
+
+    tasks, settings = benchmarks
+    return {
+        "tasks": list(tasks.names),
+        "requested": options.benchmark_entries,
+        "limit": settings.limit,
+        "num_fewshot": settings.num_fewshot,
+        "batch_size": settings.batch_size,
+        "max_length": settings.max_length,
+        "max_drop": options.max_benchmark_drop,
+        "lm_eval_version": version("lm-eval"),
+        "scores": scores,
+    }
 
 
 def held_out_counts(tokens_dir: Path, usable: int) -> dict[str, int]:
@@ -340,6 +433,7 @@ def summary(evaluated: Evaluated) -> str:
             f"{label}  eval loss {entry['eval_loss']:.4f}  perplexity {entry['perplexity']:.3f}  "
             f"ROUGE-L {entry['rouge_l']:.4f}"
         )
+    lines += benchmark_verdicts(evaluation)
     gate = evaluation["gate"]
     lines.append(
         f"quality gate {'passed' if gate['passed'] else f'FAILED ({GATED_STAGES} are skipped)'}: {gate['reason']}"
@@ -353,7 +447,8 @@ def summary(evaluated: Evaluated) -> str:
 
 def metrics_to_log(evaluation: dict[str, Any]) -> dict[str, float]:
     """The KFP Metrics: each model's compared numbers, the new model's changes against the base (and the published
-    model when there is one), and the gate as 1/0."""
+    model when there is one), each model's benchmark scores (``fine_tuned_arc_easy_acc_norm``), and the gate as
+    1/0."""
     values = {}
     for key in COMPARED:
         values[f"base_{key}"] = evaluation["base"][key]
@@ -363,6 +458,10 @@ def metrics_to_log(evaluation: dict[str, Any]) -> dict[str, float]:
         values[f"{key}_delta"] = evaluation["deltas"][key]
         if "published" in evaluation:
             values[f"{key}_delta_vs_published"] = evaluation["deltas_vs_published"][key]
+    scores = (evaluation.get("benchmarks") or {}).get("scores", {})
+    for role, tasks in scores.items():
+        for task, entry in tasks.items():
+            values[f"{role}_{task}_{entry['metric'].split(' ', 1)[0]}"] = entry["value"]
     values["gate_passed"] = 1 if evaluation["gate"]["passed"] else 0
     values["gate_forced"] = 1 if evaluation["gate"]["forced"] else 0
     return values
@@ -442,6 +541,7 @@ def run_step(inputs: Mapping[str, Any]) -> tuple[bool, str]:
         data_dir=Path(inputs["data_dir"]),
         train_dir=train_dir,
         output_dir=stage_dir(inputs["workspace_root"], inputs["run_id"], "evaluate"),
+        tasks_root=Path(inputs["workspace_root"]),
     )
     target = PublishedTarget(inputs["repo_id"], inputs["workspace_root"], inputs["force"])
     return run_in_pipeline(

@@ -127,6 +127,11 @@ def evaluate_model(
     min_eval_loss_improvement: float,
     min_improvement_over_published: float,
     batch_size: int,
+    benchmark_tasks: str,
+    benchmark_limit: int,
+    benchmark_fewshot: int,
+    benchmark_batch_size: int,
+    max_benchmark_drop: float,
     repo_id: str,
     force: bool,
     gpus: int,
@@ -135,7 +140,8 @@ def evaluate_model(
     report_markdown: dsl.Output[dsl.Markdown],
 ) -> NamedTuple("EvaluateOutputs", [("gate_passed", bool), ("gate_reason", str)]):
     """Compare the fine-tuned model with its base and with the published model (the Hub repository ``repo_id``
-    with HF_TOKEN, else the workspace's publish record) on held-out data; report it and decide the quality gate.
+    with HF_TOKEN, else the workspace's publish record) on held-out data and standard benchmarks (lm-eval); report
+    it and decide the quality gate.
 
     ``force`` lets a model that does not beat the published one pass. ``gpus``: the GPUs the step's pod was
     given (0: none); with any, it stops rather than run on the CPU when CUDA fails.

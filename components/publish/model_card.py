@@ -24,6 +24,7 @@ from huggingface_hub.utils import validate_repo_id
 
 from common.run_layout import LORA_MARKER, MODELFILE
 from components.dataprep.sources import describe_uri, hub_dataset_id
+from components.evaluation.report import benchmark_note, benchmark_rows, change_headers, columns
 from components.local_model import LOCAL_MODEL_NAME
 from components.publish.bundle import MERGED_CONFIG, RunOutputs
 from components.publish.options import PublishOptions
@@ -66,6 +67,9 @@ def render_model_card(outputs: RunOutputs, options: PublishOptions, context: Car
         metrics=_metric_rows(outputs.evaluation),
         published=_published_name(outputs.evaluation),
         gate_verdict=_gate_verdict(outputs.evaluation),
+        benchmark_rows=benchmark_rows(outputs.evaluation),
+        benchmark_headers=[header for _, header in columns(outputs.evaluation)] + change_headers(outputs.evaluation),
+        benchmark_note=benchmark_note(outputs.evaluation),
         gate_reason=outputs.evaluation.get("gate", {}).get("reason", ""),
         samples=[
             {

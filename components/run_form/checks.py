@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from common.cli_options import default_of
 from common.errors import UserError, exit_on_user_error
+from components.evaluation.options import task_entries
 from components.publish.options import PublishOptions
 from components.run_form.table import RUN_FORM, RUN_PARAMETERS, run_parameters_of
 from components.training.options import parse_node_selector, parse_tolerations, sharding_problem
@@ -101,6 +102,18 @@ def _target_rules(values: dict[str, Any]) -> dict[str, str]:
     return found
 
 
+def _benchmark_rules(values: dict[str, Any]) -> dict[str, str]:
+    """The registry names in benchmark_tasks must be lm-eval's: a misspelt task fails here, not after training. A
+    local task directory is checked by the evaluate step, which mounts the workspace it lives on."""
+    if "benchmark_tasks" not in values:
+        return {}
+    from components.evaluation.benchmarks import is_local, registry_problem
+
+    named = [entry for entry in task_entries(values["benchmark_tasks"]) if not is_local(entry)]
+    problem = registry_problem(named)
+    return {"benchmark_tasks": problem} if problem else {}
+
+
 def problems(values: dict[str, Any]) -> list[str]:
     """One line per invalid parameter among ``values`` (run parameter name -> value), in run-form order."""
     found: dict[str, str] = {}
@@ -121,6 +134,8 @@ def problems(values: dict[str, Any]) -> list[str]:
     found.update(_job_rules(values))
     found.update(_publish_rules(values))
     found.update(_target_rules(values))
+    if "benchmark_tasks" not in found:
+        found.update(_benchmark_rules(values))
     return [f"parameter '{p.name}' {found[p.name]}" for p in RUN_PARAMETERS if p.name in found]
 
 

@@ -101,11 +101,14 @@ class StepResources:
         "500m", "CPU of the train step's launcher pod, which starts the training job and streams its logs."
     )
     train_launcher_memory: str = run_option("1Gi", "Memory of the train step's launcher pod.")
-    evaluate_cpu: str = run_option("4", "CPU of the evaluate step (generates with the base and fine-tuned models).")
+    evaluate_cpu: str = run_option(
+        "4", "CPU of the evaluate step (generates with the models and scores them on the benchmarks)."
+    )
     evaluate_memory: str = run_option(
         "32Gi",
-        "Memory of the evaluate step: it loads the base and the fine-tuned model, two 3B models by default "
-        "(on the CPU, with gpus_per_node=0, about 12 GB each in float32).",
+        "Memory of the evaluate step: it loads the base, published and fine-tuned models one at a time, 3B models "
+        "by default (on the CPU, with gpus_per_node=0, about 12 GB each in float32, plus the benchmark batches' "
+        "logits: benchmark_batch_size x tokens x vocabulary x 8 bytes, about 3 GB for hellaswag at 16).",
     )
     export_cpu: str = run_option(
         "4", "CPU of the export step (GGUF conversion and the llama.cpp check run on the CPU)."
