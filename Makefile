@@ -111,6 +111,7 @@ bench: install
 	$(PY) benchmarks/train_bench.py
 	$(PY) benchmarks/fit_bench.py
 	$(PY) benchmarks/gguf_bench.py
+	$(PY) benchmarks/lm_eval_bench.py
 
 clean:
 	rm -rf local-run .pytest_cache
