@@ -189,6 +189,9 @@ def test_whole_pipeline_runs_locally_and_says_where_outputs_went(runs):
     for fact in (
         f"run {run_dir.name} ({run_dir})",
         f"eval loss:  base {base:.3f} -> fine-tuned {tuned:.3f}",
+        # The local default benchmark: the bundled lm-eval task, scored on both models.
+        f"benchmark practical_skills_mc: acc_norm, higher is better, 40 examples: base "
+        f"{evaluation['benchmarks']['scores']['base']['practical_skills_mc']['value']:.4f}",
         f"gate:       passed: {evaluation['gate']['reason']}",
         f"report:     {run_dir / 'evaluate' / 'report.html'}",
         f"GGUF:       {gguf}",
@@ -264,6 +267,7 @@ def test_publish_dry_run_writes_the_upload_folder_and_the_record(runs):
     fingerprint = read_stats(run_dir / "data")["fingerprint"]
     assert f"data_fingerprint: {fingerprint}" in card and "base_model: HuggingFaceTB/SmolLM2-135M-Instruct" in card
     assert {path.name for path in upload.iterdir()} >= {"README.md", "Modelfile", "training_summary.json"}
+    assert "| practical_skills_mc: acc_norm, higher is better, 40 examples | " in card  # the benchmark table
     assert any(path.suffix == ".gguf" for path in upload.iterdir())
     record = json.loads((output_dir / "workspace" / PUBLISHED / f"{DRY_RUN_NAME}.json").read_text())
     assert record["data_fingerprint"] == fingerprint and record["run_id"] == run_dir.name
