@@ -22,7 +22,13 @@ from components.evaluation.benchmarks import (
     load_tasks,
     main_metric,
 )
-from components.evaluation.gate import benchmark_comparisons, decide, decide_with_published, with_benchmarks
+from components.evaluation.gate import (
+    benchmark_comparisons,
+    decide,
+    decide_with_published,
+    decide_without_published,
+    with_benchmarks,
+)
 from components.evaluation.options import EvaluateOptions
 from components.evaluation.report import benchmark_verdicts, render_html, render_markdown
 from components.run_form.checks import problems
@@ -122,6 +128,13 @@ def test_a_broken_local_task_is_one_paragraph_naming_it(task_copy, breakage, mes
     assert "\n" not in str(raised.value) and "Traceback" not in str(raised.value)
 
 
+def test_a_task_listed_twice_is_refused(task_copy, tmp_path):
+    """Two entries bringing the same task (a tag or group and one of its tasks) would score and gate it twice."""
+    again = Path(shutil.copytree(task_copy, tmp_path / "again"))
+    with pytest.raises(UserError, match=rf"lists the task {TASK} twice: in .*/task and in .*/again"):
+        load_tasks([str(task_copy), str(again)], Path("."), limit=0)
+
+
 def test_generative_tasks_are_refused_for_a_large_model_on_the_cpu_only():
     tasks = BenchmarkTasks(("ifeval", "arc_easy"), ("ifeval", "arc_easy"), {}, ("ifeval",), None)
     with pytest.raises(UserError, match=r"the benchmark tasks ifeval generate text, .* \(3\.0B parameters\)"):
@@ -164,8 +177,11 @@ def test_the_main_metric_is_acc_norm_where_reported_else_the_first():
     assert main_metric(results, "ifeval", 541)["metric"] == "prompt_level_strict_acc"
     lower = main_metric(results, "perplexity_task", 10)
     assert lower["higher_is_better"] is False and lower["stderr"] is None and lower["examples"] == 10
-    with pytest.raises(UserError, match="a group without an aggregate score"):
+    with pytest.raises(UserError, match="lm-eval reports no score for bbh. Name its tasks"):
         main_metric({"results": {"bbh": {"alias": "bbh"}}}, "bbh", None)
+    mixed = {"results": {"g": {"acc,none": 0.5}}, "higher_is_better": {"g": {"acc": None}}}
+    with pytest.raises(UserError, match="lm-eval reports no direction for g's acc"):
+        main_metric(mixed, "g", None)
 
 
 def entry(value: float, higher: bool = True) -> dict:
@@ -188,7 +204,7 @@ LOSS_PASSES = decide(2.0, 1.5, 0.0)
         ),  # fmt: skip
         (0.50, 0.50, -0.0, True, "did not change against the base model (base 0.5000, new 0.5000), within"),
         (0.50, 0.60, -1.0, False, "rose by 0.1000 against the base model (base 0.5000, new 0.6000), more than"),
-        (0.50, math.nan, 0.02, False, "more than max_benchmark_drop"),
+        (0.50, math.nan, 0.02, False, "acc_norm is not a finite number against the base model (base 0.5000, new nan)"),
     ],
 )
 def test_a_benchmark_drop_beyond_the_maximum_fails_the_gate(base, new, max_drop, passed, words):
@@ -223,6 +239,28 @@ def test_force_overrides_a_benchmark_loss_against_the_published_model_only():
     still_refused = with_benchmarks(loss, benchmark_comparisons(scores, 0.02), force=True)
     assert not still_refused.passed and not still_refused.forced
     assert "force does not override the comparison with the base model" in still_refused.reason
+
+
+@pytest.mark.parametrize(
+    "loss",
+    [
+        decide_with_published(2.0, 1.5, 0.0, 1.4, 0.0, "run r1", True),  # forced past the published model's loss
+        decide_without_published(2.0, 1.5, 0.0, "its folder is gone"),  # forced without a published model
+    ],
+    ids=["forced-past-published", "forced-without-published"],
+)
+def test_a_benchmark_loss_against_the_base_undoes_a_forced_loss_decision(loss):
+    """force got the loss decision past the published model, but a benchmark fell behind the base: the gate fails,
+    and its reason no longer says the model is published."""
+    assert loss.passed and loss.forced
+    scores = {"base": {"arc_easy": entry(0.50)}, "fine_tuned": {"arc_easy": entry(0.40)}}
+    decision = with_benchmarks(loss, benchmark_comparisons(scores, 0.02), force=True)
+    assert not decision.passed and not decision.forced
+    assert "is published" not in decision.reason and decision.reason.count("force does not override") == 1
+    assert decision.reason.endswith(
+        "arc_easy acc_norm fell by 0.1000 against the base model (base 0.5000, new 0.4000), more than "
+        "max_benchmark_drop 0.0200. force does not override the comparison with the base model."
+    )
 
 
 def test_no_benchmarks_leave_the_loss_gate_as_it_is():

@@ -14,9 +14,11 @@ Hub and for the tests. Every YAML in such a directory is one task. lm-eval reads
 a relative ``data_files`` path against the working directory; here it is read
 against the YAML's directory, which is what its author means.
 
-Everything is loaded, and every task's first document rendered, before any model
-is scored, so an unknown name, a missing file or a broken template stops the step
-in seconds with the task's name, not after the first model's hour.
+Every task is loaded, and its first document rendered, before any model is
+scored, so an unknown name, a missing file, a broken template, a group without a
+score of its own or a task listed twice stops the step in seconds with the task's
+name, not after the first model's hour. (``simple_evaluate`` loads the tasks again
+for each model, from the datasets cache; only the ``TaskManager`` is shared.)
 
 Each task is judged on one number, its main metric: ``acc_norm`` where the task
 reports it (arc, hellaswag: length-normalised accuracy, as the Open LLM
@@ -49,7 +51,6 @@ class BenchmarkSettings:
     limit: int  # examples per task; 0: all
     num_fewshot: int
     batch_size: int
-    max_length: int  # tokens of context, as the held-out loss truncates
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ class BenchmarkTasks:
     names: tuple[str, ...]  # one per row: a task, or a group with its aggregate score
     examples: dict[str, int]  # task -> examples scored per model (after the limit)
     generative: tuple[str, ...]  # the tasks that generate text, not only score choices
-    manager: Any  # lm_eval.tasks.TaskManager, reused for every model
+    manager: Any  # lm_eval.tasks.TaskManager, shared by every model's simple_evaluate
 
 
 def is_local(entry: str) -> bool:
@@ -199,6 +200,7 @@ def load_tasks(entries: list[str], root: Path, limit: int) -> BenchmarkTasks:
     names: list[str] = []
     examples: dict[str, int] = {}
     generative: list[str] = []
+    listed_by: dict[str, str] = {}  # task -> the entry that brought it, to refuse a task listed twice
     for entry in entries:
         for spec in local.get(entry, [entry]):
             try:
@@ -210,12 +212,25 @@ def load_tasks(entries: list[str], root: Path, limit: int) -> BenchmarkTasks:
                     f"{_load_fix(entry)}"
                 ) from None
             for name, task in loaded["tasks"].items():
+                if name in listed_by:
+                    raise UserError(
+                        f"benchmark_tasks lists the task {name} twice: in {listed_by[name]} and in {entry} (a group "
+                        "or tag holds its tasks). Keep one of them."
+                    )
+                listed_by[name] = entry
                 count = _first_document_renders(task, name, entry)
                 examples[name] = min(count, limit) if limit else count
                 if task.OUTPUT_TYPE == "generate_until":
                     generative.append(name)
-            group = spec if isinstance(spec, str) and spec in loaded["groups"] else None
-            names += [group] if group else list(loaded["tasks"])
+            group = loaded["groups"].get(spec) if isinstance(spec, str) else None
+            if group is not None and not group.has_aggregation:
+                raise UserError(
+                    f"the benchmark group {spec} has no score of its own (no aggregate_metric_list), so it cannot be "
+                    f"gated on. Name its tasks in benchmark_tasks instead: {', '.join(loaded['tasks'])}."
+                )
+            if group is not None:
+                examples[spec] = sum(examples[name] for name in loaded["tasks"])
+            names += [spec] if group is not None else list(loaded["tasks"])
             specs.append(spec)
     return BenchmarkTasks(tuple(specs), tuple(names), examples, tuple(generative), manager)
 
@@ -238,7 +253,9 @@ def score(model: Any, tokenizer: Any, tasks: BenchmarkTasks, settings: Benchmark
     from lm_eval import simple_evaluate
     from lm_eval.models.huggingface import HFLM
 
-    lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=settings.batch_size, max_length=settings.max_length)
+    # No max_length: lm-eval takes the model's own context length, as its command line does, so generative tasks
+    # keep room for their max_gen_toks and long few-shot prompts are not cut.
+    lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=settings.batch_size)
     results = simple_evaluate(
         model=lm,
         tasks=list(tasks.specs),
@@ -255,15 +272,17 @@ def main_metric(results: dict[str, Any], name: str, examples: int | None) -> dic
     reported = results["results"][name]
     metrics = [key.split(",", 1)[0] for key in reported if "," in key and "_stderr," not in key]
     if not metrics:
-        raise UserError(
-            f"lm-eval reports no score for {name}: a group without an aggregate score. Name its tasks in "
-            "benchmark_tasks instead."
-        )
+        raise UserError(f"lm-eval reports no score for {name}. Name its tasks in benchmark_tasks instead.")
     metric = PREFERRED_METRIC if PREFERRED_METRIC in metrics else metrics[0]
     key = next(key for key in reported if key.split(",", 1)[0] == metric)
     filter_name = key.split(",", 1)[1]
     stderr = reported.get(f"{metric}_stderr,{filter_name}")
     higher = results.get("higher_is_better", {}).get(name, {}).get(metric, True)
+    if higher is None:  # a group whose tasks disagree on the metric's direction
+        raise UserError(
+            f"lm-eval reports no direction for {name}'s {metric} (its tasks disagree on whether higher is better). "
+            "Name its tasks in benchmark_tasks instead."
+        )
     samples = results.get("n-samples", {}).get(name, {}).get("effective", examples)
     return {
         "metric": metric if filter_name == NO_FILTER else f"{metric} ({filter_name})",

@@ -28,13 +28,17 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+FORCED_PAST_PUBLISHED = "force is set, so the new model is published although it does not beat the published model."
+FORCED_WITHOUT_PUBLISHED = "force is set, so the new model is published without that comparison."
+FORCE_NOT_PAST_BASE = "force does not override the comparison with the base model."
 # The stages a failed gate skips, as the step's log and the pipeline's skip notice name them.
 GATED_STAGES = "export, publish, store, register and serve"
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """One of the gate's comparisons: the new model's loss against a reference model's."""
+    """One of the gate's comparisons: the new model's held-out loss, or one benchmark score, against a reference
+    model's."""
 
     against: str  # "base" or "published"
     passed: bool
@@ -92,9 +96,9 @@ def decide_with_published(
     forced = force and base.passed and not published.passed
     reason = f"Against the base model: {base.reason} Against the published model ({published_name}): {published.reason}"
     if forced:
-        reason += " force is set, so the new model is published although it does not beat the published model."
+        reason += " " + FORCED_PAST_PUBLISHED
     elif force and not base.passed:
-        reason += " force does not override the comparison with the base model."
+        reason += " " + FORCE_NOT_PAST_BASE
     return GateDecision(
         base.passed and (published.passed or force), min_eval_loss_improvement, reason, (base, published), forced
     )
@@ -107,8 +111,8 @@ def decide_without_published(
     and the reason says so."""
     base = decide(base_eval_loss, fine_tuned_eval_loss, min_eval_loss_improvement)
     reason = (
-        f"Against the base model: {base.reason} The published model could not be compared ({problem}); force is "
-        "set, so the new model is published without that comparison."
+        f"Against the base model: {base.reason} The published model could not be compared ({problem}); "
+        f"{FORCED_WITHOUT_PUBLISHED}"
         if base.passed
         else base.reason
     )
@@ -127,7 +131,15 @@ def benchmark_comparisons(scores: dict[str, dict[str, dict[str, Any]]], max_drop
             new = scores["fine_tuned"][task]
             drop = reference["value"] - new["value"] if new["higher_is_better"] else new["value"] - reference["value"]
             passed = math.isfinite(drop) and drop <= max_drop
-            change = f"fell by {drop:.4f}" if drop > 0 else f"rose by {-drop:.4f}" if drop < 0 else "did not change"
+            change = (
+                "is not a finite number"
+                if not math.isfinite(drop)
+                else f"fell by {drop:.4f}"
+                if drop > 0
+                else f"rose by {-drop:.4f}"
+                if drop < 0
+                else "did not change"
+            )
             verdict = "within" if passed else "more than"
             comparisons.append(
                 Comparison(
@@ -151,12 +163,17 @@ def with_benchmarks(decision: GateDecision, benchmarks: tuple[Comparison, ...], 
     published_passed = all(comparison.passed for comparison in comparisons if comparison.against == "published")
     passed = base_passed and (published_passed or force)
     failed = [comparison.reason for comparison in benchmarks if not comparison.passed]
-    reason = f"{decision.reason} Benchmarks: " + " ".join(failed or [comparison.reason for comparison in benchmarks])
+    loss_reason = decision.reason
+    if not passed:  # a loss decision forced past the published model is not published after all
+        for sentence, ending in ((" " + FORCED_PAST_PUBLISHED, ""), ("; " + FORCED_WITHOUT_PUBLISHED, ".")):
+            if loss_reason.endswith(sentence):
+                loss_reason = loss_reason.removesuffix(sentence) + ending
+    reason = f"{loss_reason} Benchmarks: " + " ".join(failed or [comparison.reason for comparison in benchmarks])
     benchmark_forced = force and base_passed and not all(c.passed for c in benchmarks if c.against == "published")
     if benchmark_forced and not decision.forced:
         reason += " force is set, so the new model is published although it falls behind the published model."
-    elif force and not all(c.passed for c in benchmarks if c.against == "base") and decision.passed:
-        reason += " force does not override the comparison with the base model."
+    elif force and not base_passed and FORCE_NOT_PAST_BASE not in reason:
+        reason += " " + FORCE_NOT_PAST_BASE
     return GateDecision(
         passed,
         decision.min_eval_loss_improvement,

@@ -216,7 +216,7 @@ def evaluate(options: EvaluateOptions, target: PublishedTarget | None = None) ->
         f"{len(rows)} scored rows",
         flush=True,
     )
-    benchmarks = prepare_benchmarks(options, max_length)
+    benchmarks = prepare_benchmarks(options)
 
     def measure(role: str, name: str, load: Callable[[], PreTrainedModel]) -> ModelRun:
         print(f"{role}: {name}", flush=True)
@@ -309,7 +309,7 @@ def evaluate(options: EvaluateOptions, target: PublishedTarget | None = None) ->
     return evaluated
 
 
-def prepare_benchmarks(options: EvaluateOptions, max_length: int) -> tuple[BenchmarkTasks, BenchmarkSettings] | None:
+def prepare_benchmarks(options: EvaluateOptions) -> tuple[BenchmarkTasks, BenchmarkSettings] | None:
     """The benchmark tasks loaded and checked against where the step runs, before any model is scored; None when
     benchmark_tasks is empty."""
     entries = options.benchmark_entries
@@ -327,9 +327,7 @@ def prepare_benchmarks(options: EvaluateOptions, max_length: int) -> tuple[Bench
         + ", ".join(f"{name} ({count} examples)" for name, count in tasks.examples.items()),
         flush=True,
     )
-    settings = BenchmarkSettings(
-        options.benchmark_limit, options.benchmark_fewshot, options.benchmark_batch_size, max_length
-    )
+    settings = BenchmarkSettings(options.benchmark_limit, options.benchmark_fewshot, options.benchmark_batch_size)
     return tasks, settings
 
 
@@ -351,7 +349,6 @@ def benchmark_record(
         "limit": settings.limit,
         "num_fewshot": settings.num_fewshot,
         "batch_size": settings.batch_size,
-        "max_length": settings.max_length,
         "max_drop": options.max_benchmark_drop,
         "lm_eval_version": version("lm-eval"),
         "scores": scores,
