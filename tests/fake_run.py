@@ -42,6 +42,26 @@ def _bytes(path: Path, size: int, seed: int) -> None:
 BASE_COMMIT = "a1b2c3d4e5f60718293a4b5c6d7e8f9012345678"
 
 
+def _score(value: float) -> dict:
+    return {"metric": "acc_norm", "value": value, "stderr": 0.0157, "higher_is_better": True, "examples": 1000}
+
+
+# The standard benchmarks as the evaluation records them: the fine-tune within 0.02 of its base on both.
+BENCHMARKS = {
+    "tasks": ["arc_easy", "hellaswag"],
+    "requested": ["arc_easy", "hellaswag"],
+    "limit": 1000,
+    "num_fewshot": 0,
+    "batch_size": 16,
+    "max_drop": 0.02,
+    "lm_eval_version": "0.4.13",
+    "scores": {
+        "base": {"arc_easy": _score(0.712), "hellaswag": _score(0.538)},
+        "fine_tuned": {"arc_easy": _score(0.705), "hellaswag": _score(0.541)},
+    },
+}
+
+
 def make_run(
     workspace: Path,
     run_id: str = "run-1",
@@ -108,6 +128,7 @@ def make_run(
             "deltas": {"eval_loss": 0.9511 - 2.3456, "perplexity": 2.59 - 10.44, "rouge_l": 0.4567 - 0.1234},
             "scored_rows": 30,
             "held_out": {"conversations": 40, "tokenised": 40, "split_conversations": 40, "eval_max_rows": 1000},
+            "benchmarks": BENCHMARKS,
             "gate": {
                 "passed": gate_passed,
                 "min_eval_loss_improvement": 0.0,

@@ -103,6 +103,12 @@ def test_model_card_metadata_and_sections(tmp_path):
     assert metadata["data_fingerprint"] == FINGERPRINT
     assert "| eval loss (lower is better) | 2.3456 | 0.9511 | -1.3945 |" in text
     assert "| ROUGE-L (higher is better) | 0.123 | 0.457 | +0.333 |" in text
+    # The standard benchmarks: the task x model table with standard errors and the verdict per task.
+    assert "| task | Base | Fine-tuned | Change | gate |" in text
+    assert (
+        "| arc_easy: acc_norm, higher is better, 1000 examples | 0.7120 ± 0.0157 | 0.7050 ± 0.0157 | -0.0070 |" in text
+    )
+    assert "lm-evaluation-harness 0.4.13, zero-shot, on at most the first 1000 examples" in " ".join(text.split())
     assert "| LoRA rank / alpha / dropout | 16 / 32 / 0.05 |" in text
     assert "| world size (processes) | 2 (2 × NVIDIA H100 80GB HBM3) |" in text
     assert "| throughput | 2,226 non-padding tokens/s |" in text

@@ -71,6 +71,7 @@ def test_a_version_is_registered_with_its_artifacts_and_provenance(registry, tmp
     assert properties["base_model"] == "HuggingFaceTB/SmolLM3-3B" and properties["base_model_commit"] == BASE_COMMIT
     assert (properties["eval_loss_base"], properties["eval_loss_new"]) == (2.3456, 0.9511)
     assert "eval_loss_published" not in properties  # nothing was published before this run
+    assert (properties["benchmark_arc_easy_acc_norm"], properties["benchmark_hellaswag_acc_norm"]) == (0.705, 0.541)
     assert properties["gate_passed"] is True and properties["gate_reason"] == "eval loss improved by 1.3945"
     assert properties["gguf_verified"] is True and properties["method"] == "lora" and properties["lora_r"] == 16
     assert (properties["train_conversations"], properties["eval_conversations"]) == (270, 30)

@@ -3,8 +3,8 @@
 Read from what the earlier stages left in the run's folders, so the registry
 says the same as the model card: the base model and its commit, the data's
 fingerprint and counts, the method and its key options, the evaluation loss of
-the base, the published and the new model, the gate's verdict and reason, the
-GGUF verification, and the pipeline run.
+the base, the published and the new model, the new model's standard benchmark
+scores, the gate's verdict and reason, the GGUF verification, and the pipeline run.
 """
 
 from __future__ import annotations
@@ -54,6 +54,11 @@ def version_properties(dirs: RunDirs, run_id: str) -> dict[str, Property]:
         "gate_reason": gate.get("reason"),
         "gguf_verified": bool(verification.get("passed")),
         "gguf_files": ", ".join(path.name for path in outputs.ggufs),
+    }
+    # The new model's standard benchmark scores (benchmark_arc_easy_acc_norm), what the gate checked it kept.
+    scores = (evaluation.get("benchmarks") or {}).get("scores", {}).get("fine_tuned", {})
+    properties |= {
+        f"benchmark_{task}_{entry['metric'].split(' ', 1)[0]}": entry["value"] for task, entry in scores.items()
     }
     if config.get("method") in ("lora", "qlora"):
         properties |= {key: config.get(key) for key in ("lora_r", "lora_alpha", "lora_dropout")}
