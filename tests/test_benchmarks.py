@@ -68,6 +68,18 @@ def test_an_unknown_task_name_is_named_with_the_closest_ones():
     assert "`lm-eval ls tasks`" in message
 
 
+def test_a_registry_task_whose_data_cannot_be_fetched_is_one_paragraph(no_hub, monkeypatch):
+    """arc_easy's data come from the Hub at run time; with none reachable the step stops before any model runs."""
+    import datasets.config
+
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)  # datasets read the variable when imported
+    with pytest.raises(UserError) as raised:
+        load_tasks(["arc_easy"], Path("."), limit=0)
+    message = str(raised.value)
+    assert message.startswith("the benchmark task arc_easy cannot be loaded (ConnectionError: ")
+    assert "Its data come from the Hub at run time" in message and "name that directory instead" in message
+
+
 def test_the_first_step_refuses_an_unknown_task_name_before_training():
     found = problems({"benchmark_tasks": "arc_easy, hellasvag"})
     assert len(found) == 1 and found[0].startswith(

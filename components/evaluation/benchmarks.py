@@ -154,7 +154,8 @@ def _load_fix(entry: str) -> str:
         return "Fix the task's YAML or its data files."
     return (
         "Its data come from the Hub at run time: check that the step can reach it (HF_ENDPOINT for a mirror, HF_TOKEN "
-        "for a gated dataset), or copy the task into a directory on the workspace and name that directory instead."
+        "for a gated dataset, HF_HUB_OFFLINE unset), or copy the task into a directory on the workspace and name that "
+        "directory instead."
     )
 
 
