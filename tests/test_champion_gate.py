@@ -28,6 +28,7 @@ from huggingface_hub import ModelCard
 from common.run_layout import PUBLISHED, stage_dir
 from components.dataprep.options import PrepareOptions
 from components.dataprep.prepare import prepare
+from components.sample_data import SAMPLE_TASK, bundled_task_dir
 
 pytestmark = pytest.mark.slow
 
@@ -37,6 +38,7 @@ GGUF = "practical-skills-q8_0.gguf"
 BUNDLED = REPO_ROOT / "components" / "sample_data" / "practical_skills.jsonl"
 # The standard benchmarks are not what these tests are about either (test_evaluate_stage.py runs them).
 QUICK_EVALUATION = ("--score-rows", 2, "--max-new-tokens", 8, "--batch-size", 8, "--benchmark-tasks", "")
+BENCHMARKED = ("--benchmark-tasks", bundled_task_dir(), "--max-benchmark-drop", 1)
 # The base comparison is not what these tests are about: let every model pass it.
 LENIENT_BASE_GATE = ("--min-eval-loss-improvement", -100)
 
@@ -153,7 +155,9 @@ def history(hub, tiny_model_dir, tmp_path_factory):
     done["first_commit"] = hub.repos[("model", REPO)].commits[-1]
 
     trained_run(workspace, "better", tiny_model_dir, 240, "--max-steps", 40, "--learning-rate", "1e-2")
-    done["better_evaluation"] = evaluate(workspace, "better", tiny_model_dir, env, *hub_args)
+    # This one also scores the three models on the bundled benchmark (the random tiny model's scores are near chance,
+    # so any drop is allowed: the test is that the published model is scored like the others).
+    done["better_evaluation"] = evaluate(workspace, "better", tiny_model_dir, env, *hub_args, *BENCHMARKED)
     done["better_publish"] = publish(workspace, "better", env, *hub_args)
     done["better_head"] = hub.repos[("model", REPO)].head
     done["better_commit"] = hub.repos[("model", REPO)].commits[-1]
@@ -199,8 +203,17 @@ def test_a_better_model_beats_the_published_one_and_the_card_lists_both(history,
     )
     gate = evaluation["gate"]
     assert gate["passed"] and not gate["forced"]
-    assert [(c["against"], c["passed"]) for c in gate["comparisons"]] == [("base", True), ("published", True)]
+    assert [(c["against"], c["passed"], c.get("benchmark")) for c in gate["comparisons"]] == [
+        ("base", True, None),
+        ("published", True, None),
+        ("base", True, SAMPLE_TASK),
+        ("published", True, SAMPLE_TASK),
+    ]
     assert "Against the published model (run first): The eval loss improved by" in gate["reason"]
+    # The published model is scored on the benchmark like the base and the new one, on the same 40 questions.
+    scores = evaluation["benchmarks"]["scores"]
+    assert set(scores) == {"base", "published", "fine_tuned"}
+    assert {scores[role][SAMPLE_TASK]["examples"] for role in scores} == {40}
 
     succeeded(history["better_publish"])
     assert history["better_commit"]["summary"] == "Publish the model of pipeline run better"
@@ -220,6 +233,7 @@ def test_the_report_shows_base_published_and_new_side_by_side(history):
     evaluate_dir = stage_dir(history["workspace"], "better", "evaluate")
     markdown = (evaluate_dir / "report.md").read_text()
     assert "| Metric | Base | Published | New | Change vs base | Change vs published |" in markdown
+    assert "| Task | Base | Published | New | Change vs base | Change vs published | Gate |" in markdown
     assert "**Published**" in markdown and "**New**" in markdown
     html = (evaluate_dir / "report.html").read_text()
     assert "<th>Base</th><th>Published</th><th>New</th>" in html
