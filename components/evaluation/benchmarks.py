@@ -162,8 +162,8 @@ def _load_fix(entry: str) -> str:
 def _first_document_renders(task: Any, name: str, entry: str) -> int:
     """The task's prompt, choices and target for its first document render; returns how many documents it has."""
     try:
-        documents = list(task.eval_docs)
-        if not documents:
+        documents = task.eval_docs  # a datasets.Dataset or a list: counted and indexed, never copied
+        if not len(documents):
             raise ValueError("its evaluation split holds no documents")
         document = documents[0]
         task.doc_to_text(document)

@@ -5,8 +5,9 @@ and its loss curve, and every sample question with the base and fine-tuned
 answers side by side. When a model was published before, it is a third
 column between them (base, published, new), with the new model's change
 against each. Below it, the standard benchmarks: a task x model table of each
-task's main metric with lm-eval's standard error, and the verdict. The HTML embeds the loss curve as a data URI, because
-the pipelines UI shows an HTML artifact as a single file; the Markdown takes
+task's main metric with lm-eval's standard error, and the verdict. The HTML
+embeds the loss curve as a data URI, because the pipelines UI shows an HTML
+artifact as a single file; the Markdown takes
 the image source from its caller (a relative link beside report.md on the
 workspace, a data URI in the KFP artifact). Model output is escaped: it is
 untrusted text, not markup. The HTML is the Jinja template report.html.j2
@@ -81,6 +82,12 @@ def metric_rows(evaluation: Evaluation) -> list[tuple[str, list[str], list[str]]
     return rows
 
 
+def score_text(entry: dict[str, Any]) -> str:
+    """A benchmark score as the reports and the log show it: the value ± lm-eval's standard error, when it gave one."""
+    stderr = f" ± {entry['stderr']:.4f}" if entry["stderr"] is not None else ""
+    return f"{entry['value']:.4f}{stderr}"
+
+
 def benchmark_rows(evaluation: Evaluation) -> list[tuple[str, list[str], list[str], str]]:
     """(task and metric, each model's score ± stderr, the new model's changes, verdict) per benchmark task."""
     benchmarks = evaluation.get("benchmarks") or {}
@@ -89,11 +96,7 @@ def benchmark_rows(evaluation: Evaluation) -> list[tuple[str, list[str], list[st
     for task in benchmarks.get("tasks", []):
         scores = benchmarks["scores"]
         new = scores["fine_tuned"][task]
-        values = [
-            f"{scores[role][task]['value']:.4f}"
-            + (f" ± {scores[role][task]['stderr']:.4f}" if scores[role][task]["stderr"] is not None else "")
-            for role, _ in columns(evaluation)
-        ]
+        values = [score_text(scores[role][task]) for role, _ in columns(evaluation)]
         references = ["base", "published"] if "published" in scores else ["base"]
         changes = [f"{new['value'] - scores[role][task]['value']:+.4f}" for role in references]
         failed = [c["against"] for c in comparisons if c.get("benchmark") == task and not c["passed"]]

@@ -77,7 +77,14 @@ from components.evaluation.models import (
 )
 from components.evaluation.options import EvaluateOptions, build_parser
 from components.evaluation.reference import ReferenceRow, reference_rows, rouge_l
-from components.evaluation.report import benchmark_verdicts, held_out_note, png_data_uri, render_html, render_markdown
+from components.evaluation.report import (
+    benchmark_verdicts,
+    held_out_note,
+    png_data_uri,
+    render_html,
+    render_markdown,
+    score_text,
+)
 from components.hub_auth import hub_token
 from components.publish.published import PublishedModel, find_published
 from trainer.config import TrainConfig
@@ -155,16 +162,8 @@ def run_model(
     if benchmarks is not None:
         started = time.monotonic()
         scores = score_benchmarks(model, tokenizer, *benchmarks)
-        print(
-            "  benchmarks: "
-            + ", ".join(
-                f"{task} {entry['metric']} {entry['value']:.4f}"
-                + (f" ± {entry['stderr']:.4f}" if entry["stderr"] is not None else "")
-                for task, entry in scores.items()
-            )
-            + f" ({time.monotonic() - started:.0f} s)",
-            flush=True,
-        )
+        listed = ", ".join(f"{task} {entry['metric']} {score_text(entry)}" for task, entry in scores.items())
+        print(f"  benchmarks: {listed} ({time.monotonic() - started:.0f} s)", flush=True)
     return ModelRun(loss, answers[:sample_count], answers[sample_count:], scores)
 
 
