@@ -236,10 +236,13 @@ def attention_flops(tokens_dir: Path, batch: int, kernel: str, model_config: dic
 
 
 def attention_kernel(config: object) -> str:
-    """The kernel the trainer runs for ``config`` on this bench's CUDA GPU (auto: flex_attention for packed rows)."""
+    """The kernel the trainer runs for ``config`` on this bench's CUDA GPU (auto: flex_attention for packed rows in
+    compiled blocks)."""
     from trainer.attention import attention_kernel
+    from trainer.compiled import why_not_compiled
 
-    return attention_kernel(config.attention, config.packing, cuda=True)
+    compiled = why_not_compiled(config.compile_blocks, True, config.sharding) is None
+    return attention_kernel(config.attention, config.packing, cuda=True, blocks_compiled=compiled)
 
 
 def case_config(case: Case, max_length: int, path: str, **run: object) -> object:

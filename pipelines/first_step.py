@@ -26,6 +26,7 @@ def validate_parameters(
     sharding: str,
     attention: str,
     compile_blocks: bool,
+    strict_compile: bool,
     liger_kernels: bool,
     lora_r: int,
     lora_alpha: int,

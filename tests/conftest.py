@@ -123,33 +123,42 @@ def smollm2_dir(tmp_path_factory) -> Path:
     return local_base_model(cache_dir=tmp_path_factory.mktemp("model-cache"))
 
 
-@pytest.fixture(scope="session")
-def tiny_model_dir(smollm2_dir, tmp_path_factory) -> Path:
-    """A 2-layer, 64-wide Llama sharing SmolLM2's tokenizer, chat template and special tokens."""
-    import torch
-    from transformers import AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
-
-    tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
-    config = LlamaConfig(
+def tiny_shape(tokenizer) -> dict:
+    """The config fields of the tests' tiny models: 64 wide, SmolLM2's vocabulary and special tokens."""
+    return dict(
         vocab_size=len(tokenizer),
         hidden_size=64,
         intermediate_size=128,
-        num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=2048,
-        tie_word_embeddings=True,
         bos_token_id=1,
         eos_token_id=2,
         pad_token_id=2,
     )
+
+
+def save_tiny_model(config, tokenizer, target: Path) -> Path:
+    """A model of ``config``, randomly initialised from seed 0, saved with ``tokenizer`` into ``target``."""
+    import torch
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
     torch.manual_seed(0)
-    model = LlamaForCausalLM(config)
+    model = AutoModelForCausalLM.from_config(config)
     model.generation_config = GenerationConfig(bos_token_id=1, eos_token_id=2, pad_token_id=2)
-    target = tmp_path_factory.mktemp("tiny-model")
     model.save_pretrained(target)
     tokenizer.save_pretrained(target)
     return target
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(smollm2_dir, tmp_path_factory) -> Path:
+    """A 2-layer, 64-wide Llama sharing SmolLM2's tokenizer, chat template and special tokens."""
+    from transformers import AutoTokenizer, LlamaConfig
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
+    config = LlamaConfig(**tiny_shape(tokenizer), num_hidden_layers=2, tie_word_embeddings=True)
+    return save_tiny_model(config, tokenizer, tmp_path_factory.mktemp("tiny-model"))
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,7 @@ from common.errors import UserError
 from trainer import attention, compiled
 from trainer.config import TrainConfig
 from trainer.distributed import Topology
-from trainer.train import check_config, load_model, lora_config
+from trainer.train import attention_of, check_config, load_model, lora_config
 
 SMOLLM2_BLOCKS = 4
 CONVERSATIONS = (37, 80, 11, 120, 52)  # tokens of each conversation packed into one row
@@ -116,31 +116,46 @@ def test_a_conversation_never_attends_to_another(kernel, tiny_model_dir):
 
 
 @pytest.mark.parametrize(
-    ("asked", "packing", "cuda", "runs"),
+    ("asked", "packing", "cuda", "compiled", "runs"),
     [
-        ("auto", True, True, "flex_attention"),
-        ("auto", False, True, "sdpa"),
-        ("auto", True, False, "sdpa"),
-        ("auto", False, False, "sdpa"),
-        ("sdpa", True, True, "sdpa"),
-        ("eager", True, False, "eager"),
+        ("auto", True, True, True, "flex_attention"),
+        ("auto", True, True, False, "sdpa"),
+        ("auto", False, True, True, "sdpa"),
+        ("auto", True, False, False, "sdpa"),
+        ("auto", False, False, False, "sdpa"),
+        ("sdpa", True, True, True, "sdpa"),
+        ("flex_attention", True, True, False, "flex_attention"),
+        ("eager", True, False, False, "eager"),
     ],
 )
-def test_auto_picks_flex_attention_for_packed_rows_on_cuda_only(
-    asked, packing, cuda, runs, tiny_model_dir, monkeypatch
+def test_auto_picks_flex_attention_only_for_packed_rows_in_compiled_blocks(
+    asked, packing, cuda, compiled, runs, tiny_model_dir, monkeypatch
 ):
-    assert attention.attention_kernel(asked, packing, cuda) == runs
+    """Outside compiled blocks flex_attention is compiled on its own, and past that compile's recompile limit runs
+    unfused over every S x S score: auto does not pick it there."""
+    assert attention.attention_kernel(asked, packing, cuda, compiled) == runs
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
-    config = TrainConfig(model=str(tiny_model_dir), attention=asked, packing=packing)
+    blocks = {} if compiled or not cuda else {"compile_blocks": False}
+    config = TrainConfig(model=str(tiny_model_dir), attention=asked, packing=packing, **blocks)
     assert load_model(config, tiny_model_dir, bf16=False).config._attn_implementation == runs
 
 
+@pytest.mark.parametrize(
+    ("sharding", "compile_blocks", "why"),
+    [("fsdp", True, "the blocks are not compiled"), ("none", False, "the blocks are not compiled")],
+)
+def test_auto_says_why_it_left_flex_attention_out(sharding, compile_blocks, why, monkeypatch, tiny_model_dir):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    config = TrainConfig(model=str(tiny_model_dir), sharding=sharding, compile_blocks=compile_blocks)
+    assert attention_of(config) == "sdpa"
+    reason = attention.why_auto("sdpa", packing=True, cuda=True, blocks_compiled=False)
+    assert why in reason and "unfused" in reason
+
+
 def test_the_log_says_when_packed_attention_is_dense():
-    for cuda in (True, False):
-        assert "DENSE" in attention.describe("sdpa", packing=True, cuda=cuda)
-    assert "flex_attention" in attention.describe("sdpa", packing=True, cuda=True)
-    assert "block-sparse" in attention.describe("flex_attention", packing=True, cuda=True)
-    assert "DENSE" not in attention.describe("sdpa", packing=False, cuda=True)
+    assert "DENSE" in attention.describe("sdpa", packing=True)
+    assert "block-sparse" in attention.describe("flex_attention", packing=True)
+    assert "DENSE" not in attention.describe("sdpa", packing=False)
 
 
 def test_flex_attention_without_cuda_is_refused_before_the_model_loads(tiny_model_dir):
@@ -152,16 +167,19 @@ def test_flex_attention_without_cuda_is_refused_before_the_model_loads(tiny_mode
 
 
 @pytest.mark.parametrize(
-    ("asked", "cuda", "sharding", "compiles"),
+    ("asked", "cuda", "sharding", "backend", "compiles"),
     [
-        (True, True, "none", True),
-        (True, False, "none", False),
-        (True, True, "fsdp", False),
-        (False, True, "none", False),
+        (True, True, "none", "inductor", True),
+        (True, False, "none", "inductor", False),
+        (True, False, "none", "eager", True),
+        (True, True, "fsdp", "inductor", False),
+        (True, False, "fsdp", "eager", False),
+        (False, True, "none", "inductor", False),
     ],
 )
-def test_blocks_are_compiled_on_cuda_without_fsdp_unless_turned_off(asked, cuda, sharding, compiles):
-    reason = compiled.why_not_compiled(asked, cuda, sharding)
+def test_blocks_are_compiled_on_cuda_without_fsdp_unless_turned_off(asked, cuda, sharding, backend, compiles):
+    """A backend other than inductor generates no code, so it compiles on CPU too (how the tests drive it)."""
+    reason = compiled.why_not_compiled(asked, cuda, sharding, backend)
     assert (reason is None) == compiles
 
 
@@ -204,3 +222,42 @@ def test_a_compile_failure_ends_the_run_naming_the_switches_that_avoid_compiling
     assert "no compiler for this GPU" in str(error.value)
     assert "compile_blocks false and attention sdpa" in str(error.value)
     assert "Traceback" not in str(error.value) and "torch.compile failed" in caplog.text
+
+
+def test_the_recompile_limit_is_explained_too():
+    """``FailOnRecompileLimitHit`` is a plain ``Exception``, not a ``TorchDynamoException`` (torch 2.11, 2.13)."""
+
+    def add(x):
+        return x + 1
+
+    with torch._dynamo.config.patch(recompile_limit=1, fail_on_recompile_limit_hit=True):
+        with pytest.raises(UserError) as error, compiled.compile_failures_explained():
+            compiled_add = torch.compile(add, backend="eager", dynamic=False)
+            for dtype in (torch.float32, torch.float64):
+                compiled_add(torch.ones(2, dtype=dtype))
+    assert "FailOnRecompileLimitHit" in str(error.value)
+
+
+def test_a_kernel_that_fails_at_its_first_launch_is_explained():
+    """Triton's launch errors are often plain RuntimeErrors, raised inside the compiled region."""
+
+    def refusing_backend(graph, inputs):
+        def launch(*args):
+            raise RuntimeError("Triton Error [CUDA]: out of resource: shared memory")
+
+        return launch
+
+    TritonOutOfResources = type("OutOfResources", (Exception,), {"__module__": "triton.runtime.errors"})
+    for failing in (
+        lambda: torch.compile(lambda x: x * 2, backend=refusing_backend)(torch.ones(2)),
+        lambda: (_ for _ in ()).throw(TritonOutOfResources("out of resource: shared memory")),
+    ):
+        with pytest.raises(UserError) as error, compiled.compile_failures_explained():
+            failing()
+        assert "out of resource: shared memory" in str(error.value)
+
+
+@pytest.mark.parametrize("error", [torch.OutOfMemoryError("CUDA out of memory"), ValueError("a bad row")])
+def test_other_failures_pass_through_unexplained(error):
+    with pytest.raises(type(error)), compiled.compile_failures_explained():
+        raise error

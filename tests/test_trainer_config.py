@@ -31,6 +31,8 @@ def test_every_field_changed_round_trips():
         attention="eager",
         liger_kernels=True,
         compile_blocks=False,
+        strict_compile=True,
+        compile_backend="aot_eager",
         lora_r=8,
         lora_alpha=7,
         lora_dropout=0.1,

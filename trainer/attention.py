@@ -18,8 +18,11 @@ position ids into a block-diagonal mask (``masking_utils.find_packed_sequence_in
   position ids and runs its variable-length kernel.
 
 FlexAttention's backward runs only as the Triton kernel torch.compile generates on CUDA
-(torch 2.13 on CPU: "FlexAttention does not support backward on CPU"), so ``auto`` picks it on
-CUDA devices for packed rows and sdpa elsewhere.
+(torch 2.13 on CPU: "FlexAttention does not support backward on CPU"). ``auto`` picks it only where
+it runs inside compiled blocks (CUDA, packed rows, ``compile_blocks``, no FSDP): there it is part of
+each block's graph, rehearsed before the first step (``trainer.rehearsal``). Anywhere else
+transformers compiles it on its own, and past that compile's recompile limit it silently runs
+unfused, materialising every row's S x S scores (vllm-project/vllm#27178), so ``auto`` picks sdpa.
 """
 
 from __future__ import annotations
@@ -29,14 +32,28 @@ AUTO = "auto"
 FLEX_BLOCK = 128
 
 
-def attention_kernel(asked: str, packing: bool, cuda: bool) -> str:
-    """The ``attn_implementation`` a run loads its model with: ``asked``, or for ``auto`` the best one here."""
+def attention_kernel(asked: str, packing: bool, cuda: bool, blocks_compiled: bool) -> str:
+    """The ``attn_implementation`` a run loads its model with: ``asked``, or for ``auto`` the best one proven here."""
     if asked != AUTO:
         return asked
-    return "flex_attention" if cuda and packing else "sdpa"
+    return "flex_attention" if cuda and packing and blocks_compiled else "sdpa"
 
 
-def describe(kernel: str, packing: bool, cuda: bool) -> str:
+def why_auto(kernel: str, packing: bool, cuda: bool, blocks_compiled: bool) -> str:
+    """Why ``auto`` chose ``kernel``: the reason the log gives beside the kernel's name."""
+    if kernel == "flex_attention":
+        return "attention auto: packed rows on CUDA inside compiled blocks"
+    if not packing:
+        return "attention auto: unpacked rows"
+    if not cuda:
+        return "attention auto: flex_attention has no backward on CPU"
+    return (
+        "attention auto: the blocks are not compiled, and flex_attention compiled on its own silently runs unfused "
+        "(every S x S score) past torch.compile's recompile limit"
+    )
+
+
+def describe(kernel: str, packing: bool) -> str:
     """One log line saying which kernel runs and what it computes, so a slow run can be explained from its log."""
     if kernel == "flex_attention":
         return (
@@ -47,8 +64,7 @@ def describe(kernel: str, packing: bool, cuda: bool) -> str:
         return "attention: flash_attention_2, variable-length kernel over each conversation"
     if not packing:
         return f"attention: {kernel}, causal over each padded row"
-    dense = (
+    return (
         f"attention: {kernel} with packed rows: a DENSE block-diagonal mask, every pair of a row's tokens is "
         "computed and most are masked out"
     )
-    return dense + ("; attention auto computes only the diagonal blocks (flex_attention)" if cuda else " (CPU)")

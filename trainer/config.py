@@ -70,8 +70,9 @@ class TrainConfig:
     )
     attention: str = run_option(
         "auto",
-        "Attention kernel. auto: flex_attention on CUDA GPUs when packing (only the blocks of the block-diagonal mask "
-        "that hold tokens of one conversation are computed), else sdpa; the log names the kernel that runs. "
+        "Attention kernel. auto: flex_attention on CUDA GPUs when packing inside compiled blocks (only the blocks of "
+        "the block-diagonal mask that hold tokens of one conversation are computed), else sdpa; the log names the "
+        "kernel that runs and why. "
         "flex_attention: PyTorch's FlexAttention (CUDA GPUs). sdpa: PyTorch's scaled-dot-product attention, a flash "
         "kernel for unpacked rows, but with packing a dense block-diagonal mask over every pair of a row's tokens. "
         "flash_attention_2: the flash-attn package (Ampere or newer GPUs). eager: plain matrix products.",
@@ -82,7 +83,21 @@ class TrainConfig:
         "On CUDA GPUs, compile each transformer block with torch.compile (regional compilation: one compiled block "
         "reused by every layer, micro-batches padded to a multiple of 128 tokens so shapes rarely change); the log "
         "reports the compile time and recompilations. Not applied on CPU or with sharding fsdp (the log says so); "
-        "false: eager blocks.",
+        "false: eager blocks. Before the first step the compiled blocks (and flex_attention) are rehearsed on one "
+        "training and one evaluation batch; if that fails, the run continues on eager blocks and sdpa and says so "
+        "(see strict_compile).",
+    )
+    strict_compile: bool = run_option(
+        False,
+        "Fail the run when compiled blocks or flex_attention fail in the rehearsal before the first step, instead of "
+        "continuing on eager blocks and sdpa (the default, said in the log, training_summary.json, the report and "
+        "the model card): for benchmarks, which must measure what they asked for.",
+    )
+    compile_backend: str = option(
+        "inductor",
+        "torch.compile backend of compiled blocks. inductor generates their kernels (Triton) and applies on CUDA "
+        "GPUs only; eager or aot_eager trace and guard exactly as inductor does without generating code, and also "
+        "compile the blocks on CPU: how the tests and the GPU check's CPU mode drive the compiled path.",
     )
     liger_kernels: bool = run_option(
         False,

@@ -36,6 +36,7 @@ from trainer.cuda import check_cuda_usable
 from trainer.diagnostics import ShardRecorder
 from trainer.distributed import Topology
 from trainer.precision import device_capability, precision
+from trainer.rehearsal import SpeedPath
 
 log = logging.getLogger("trainer")
 
@@ -79,7 +80,7 @@ def load_model(config: TrainConfig, source: Path, bf16: bool) -> PreTrainedModel
     """
     kwargs: dict[str, Any] = {
         "dtype": torch.bfloat16 if bf16 and config.method != "full" else torch.float32,
-        "attn_implementation": attention.attention_kernel(config.attention, config.packing, torch.cuda.is_available()),
+        "attn_implementation": attention_of(config),
     }
     if config.method == "qlora":
         from transformers import BitsAndBytesConfig
@@ -91,6 +92,20 @@ def load_model(config: TrainConfig, source: Path, bf16: bool) -> PreTrainedModel
             bnb_4bit_compute_dtype=torch.bfloat16 if bf16 else torch.float16,
         )
     return AutoModelForCausalLM.from_pretrained(source, **kwargs)
+
+
+def why_blocks_not_compiled(config: TrainConfig) -> str | None:
+    """Why this run's blocks stay eager, or None when they are compiled."""
+    return compiled.why_not_compiled(
+        config.compile_blocks, torch.cuda.is_available(), config.sharding, config.compile_backend
+    )
+
+
+def attention_of(config: TrainConfig) -> str:
+    """The attention kernel this run loads its model with."""
+    return attention.attention_kernel(
+        config.attention, config.packing, torch.cuda.is_available(), why_blocks_not_compiled(config) is None
+    )
 
 
 def lora_config(config: TrainConfig) -> LoraConfig | None:
@@ -111,9 +126,7 @@ def lora_config(config: TrainConfig) -> LoraConfig | None:
 def sft_config(config: TrainConfig, topology: Topology, has_eval: bool) -> SFTConfig:
     evaluate_by_steps = config.eval_steps > 0
     checkpointing = config.gradient_checkpointing and config.sharding == "none"  # else FSDP's own
-    blocks_compiled = (
-        compiled.why_not_compiled(config.compile_blocks, torch.cuda.is_available(), config.sharding) is None
-    )
+    blocks_compiled = why_blocks_not_compiled(config) is None
     eval_strategy = "no" if not has_eval else "steps" if evaluate_by_steps else "epoch"
     return SFTConfig(
         output_dir=str(config.checkpoints_dir),
@@ -336,27 +349,35 @@ def lora_inputs_as_they_come(model: torch.nn.Module, config: TrainConfig, mixed_
     return disable_input_dtype_casting(model, active=active)
 
 
-def speed_up(trainer: SFTTrainer, config: TrainConfig) -> None:
-    """Compile the blocks where that runs, and log what attention and compilation this run has."""
+def speed_up(trainer: SFTTrainer, config: TrainConfig, topology: Topology) -> SpeedPath:
+    """Compile the blocks where that runs, log what attention and compilation this run has, and rehearse both
+    before the first step (``trainer.rehearsal``)."""
     cuda = torch.cuda.is_available()
-    kernel = attention.attention_kernel(config.attention, config.packing, cuda)
-    log.info("%s", attention.describe(kernel, config.packing, cuda))
-    reason = compiled.why_not_compiled(config.compile_blocks, cuda, config.sharding)
+    reason = why_blocks_not_compiled(config)
+    kernel = attention_of(config)
+    why = f" ({attention.why_auto(kernel, config.packing, cuda, reason is None)})" if config.attention == "auto" else ""
+    log.info("%s%s", attention.describe(kernel, config.packing), why)
+    count = 0
     if reason:
         log.info("transformer blocks run eager: %s", reason)
-        return
-    count = compiled.compile_blocks(trainer.model)
-    if not count:
-        log.warning(
-            "compile_blocks: %s has no transformer blocks transformers can name; nothing compiled", config.model
-        )
-        return
-    log.info(
-        "compiling %d transformer blocks with torch.compile (packed rows padded to a multiple of %d tokens)",
-        count,
-        compiled.PAD_MULTIPLE,
-    )
-    trainer.add_callback(compiled.CompileReport())
+    else:
+        count = compiled.compile_blocks(trainer.model, config.compile_backend)
+        if count:
+            log.info(
+                "compiling %d transformer blocks with torch.compile (backend %s, sequence length dynamic, recompile "
+                "limit %d; packed rows padded to a multiple of %d tokens)",
+                count,
+                config.compile_backend,
+                torch._dynamo.config.recompile_limit,
+                compiled.PAD_MULTIPLE,
+            )
+        else:
+            log.warning(
+                "compile_blocks: %s has no transformer blocks transformers can name; nothing compiled", config.model
+            )
+    speed_path = SpeedPath(trainer, topology, blocks_compiled=count > 0, attention=kernel, strict=config.strict_compile)
+    trainer.add_callback(speed_path)
+    return speed_path
 
 
 def run(config: TrainConfig) -> int:
@@ -393,7 +414,7 @@ def run(config: TrainConfig) -> int:
     )
     if args.disable_tqdm:
         trainer.remove_callback(PrinterCallback)  # in pods our progress lines say it once, readably
-    speed_up(trainer, config)
+    speed_path = speed_up(trainer, config, topology)
     if resume_from:
         log.info("resuming from %s", resume_from)
     with (
@@ -454,6 +475,7 @@ def run(config: TrainConfig) -> int:
                 "mean_train_loss": result.training_loss,
                 "final_eval_loss": eval_loss,
                 "ranks": [{key: rank[key] for key in RANK_SUMMARY_KEYS} for rank in ranks],
+                **speed_path.summary(),
             },
         )
         write_json(

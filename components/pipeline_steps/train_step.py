@@ -43,6 +43,7 @@ def train_model(
     sharding: str,
     attention: str,
     compile_blocks: bool,
+    strict_compile: bool,
     liger_kernels: bool,
     lora_r: int,
     lora_alpha: int,

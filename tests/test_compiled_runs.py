@@ -1,0 +1,268 @@
+"""The trainer's own compile path through whole runs: every graph variant fits, and a failing one costs speed only.
+
+On CPU the path is forced on with ``--compile-backend eager``: dynamo traces, guards and counts
+variants against its recompile limit exactly as with inductor, and only the code generation is
+skipped. The model is a tiny SmolLM3 shaped like the cluster's default (8 blocks, NoPE every 4th:
+``use_rope`` is a per-block guard), trained on packed rows of several lengths with an evaluation
+every few steps, so a run meets every variant a real one does: RoPE and NoPE blocks, the first LoRA
+block (its input needs no gradient), checkpointed and kept blocks under ``checkpoint_every``, the
+evaluation's no-gradient variants, and new row lengths.
+
+Failures are injected as torch.compile backends registered in a ``sitecustomize`` on the workers'
+``PYTHONPATH``: one that fails to compile the training variants, one the evaluation's, one whose
+compiled code fails when first run (a Triton kernel the GPU refuses at launch), each on every rank
+or on rank 1 only. The run must continue on eager blocks and sdpa with the loss curve of a run that
+never compiled, say so in its summary and log, and fail instead under ``--strict-compile``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+from test_trainer_run import finish, summary, torchrun, trainer_args
+
+pytestmark = pytest.mark.slow
+
+STEPS = 4
+EVAL_STEPS = 2
+# Packed rows of up to 512 tokens, two to a micro-batch: micro-batches of 896 to 1024 tokens, eval rows of 384 and
+# 512 (each padded to a multiple of 128).
+MAX_LENGTH = 512
+DEFAULT_RECOMPILE_LIMIT = 8  # torch._dynamo.config.recompile_limit before the trainer raises it
+LOSS_TOLERANCE = {"rel": 1e-4, "abs": 1e-5}
+
+FAULTY_BACKENDS = """
+import os
+import torch._dynamo
+
+if os.environ.get("ALLOW_FLEX_ON_CPU"):
+    import trainer.config
+
+    del trainer.config.NEEDS_PACKAGE["attention", "flex_attention"]
+
+_rank = os.environ.get("RANK", "0")
+_only = os.environ.get("FAULT_RANK")
+_armed = _only is None or _only == _rank
+
+
+@torch._dynamo.register_backend
+def fail_training_compile(graph, inputs):
+    if _armed and torch.is_grad_enabled():
+        raise RuntimeError("injected: no compiler for this GPU")
+    return graph.forward
+
+
+@torch._dynamo.register_backend
+def fail_evaluation_compile(graph, inputs):
+    if _armed and not torch.is_grad_enabled():
+        raise RuntimeError("injected: no compiler for this GPU")
+    return graph.forward
+
+
+@torch._dynamo.register_backend
+def fail_first_launch(graph, inputs):
+    if not _armed:
+        return graph.forward
+
+    def launch(*args):
+        raise RuntimeError("injected: Triton Error [CUDA]: out of resource: shared memory")
+
+    return launch
+"""
+
+
+@pytest.fixture(scope="module")
+def smollm3_dir(smollm2_dir, tmp_path_factory) -> Path:
+    """8 blocks of 64 wide, NoPE every 4th block, with SmolLM2's tokenizer and chat template."""
+    from conftest import save_tiny_model, tiny_shape
+    from transformers import AutoTokenizer, SmolLM3Config
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
+    config = SmolLM3Config(**tiny_shape(tokenizer), num_hidden_layers=8, no_rope_layer_interval=4)
+    assert config.no_rope_layers.count(0) == 2  # blocks 3 and 7 have no RoPE
+    return save_tiny_model(config, tokenizer, tmp_path_factory.mktemp("smollm3-nope"))
+
+
+@pytest.fixture(scope="module")
+def faulty_backends(tmp_path_factory) -> Path:
+    directory = tmp_path_factory.mktemp("faulty-backends")
+    (directory / "sitecustomize.py").write_text(FAULTY_BACKENDS)
+    return directory
+
+
+def train(
+    model: Path, data: Path, output: Path, *extra: str, ranks: int = 1, env: dict[str, str] | None = None
+) -> tuple[dict, str]:
+    args = trainer_args(
+        model,
+        data,
+        output,
+        "--max-steps",
+        STEPS,
+        "--eval-steps",
+        EVAL_STEPS,
+        "--learning-rate",
+        "1e-3",
+        "--collective-timeout-minutes",
+        "2",
+        *extra,
+    )
+    args[args.index("--max-length") + 1] = str(MAX_LENGTH)
+    args[args.index("--tokens-dir") + 1] = str(tokenised_for(model, data))
+    log = output.parent / f"{output.name}.log"
+    process = torchrun(args, env={"TORCH_LOGS": "recompiles", **(env or {})}, log=log, ranks=ranks)
+    code = finish(process)
+    text = log.read_text()
+    assert code == 0, text[-4000:]
+    return summary(output), text
+
+
+def tokenised_for(model: Path, data: Path) -> Path:
+    from conftest import tokenised
+
+    return tokenised(model, data, max_length=MAX_LENGTH)
+
+
+def losses(output: Path) -> list[float]:
+    history = json.loads((output / "training_history.json").read_text())
+    return [entry["loss"] for entry in history if "loss" in entry] + [
+        entry["eval_loss"] for entry in history if "eval_loss" in entry
+    ]
+
+
+@pytest.mark.parametrize(
+    ("method", "checkpoint_every"),
+    [("lora", 0), ("lora", 1), ("lora", 2), ("lora", 3), ("full", 1), ("full", 2), ("full", 3)],
+    ids=lambda value: str(value),
+)
+def test_every_variant_of_a_run_fits_the_compiled_blocks(
+    smollm3_dir, prepared_data_dir, tmp_path, method, checkpoint_every
+):
+    checkpointing = (
+        ["--gradient-checkpointing", "--checkpoint-every", str(checkpoint_every)] if checkpoint_every else []
+    )
+    result, log = train(
+        smollm3_dir,
+        prepared_data_dir,
+        tmp_path / "run",
+        "--method",
+        method,
+        "--compile-backend",
+        "eager",
+        *checkpointing,
+    )
+
+    assert result["compiled_blocks"] and result["speed_fallback"] is None, log[-3000:]
+    assert result["compile"]["graphs_after_rehearsal"] == 0, log[-3000:]
+    assert result["global_step"] == STEPS
+    evaluations = json.loads((tmp_path / "run" / "training_history.json").read_text())
+    assert sum("eval_loss" in entry for entry in evaluations) >= STEPS // EVAL_STEPS
+    assert "SPEED FALLBACK" not in log and "recompile_limit" not in log
+    assert padded_lengths(tokenised_for(smollm3_dir, prepared_data_dir) / "eval.arrow") == {384, 512}
+    recompiles = len(re.findall(r"Recompiling function", log))
+    print(
+        f"{method} checkpoint_every={checkpoint_every}: {result['compile']['graphs']} graphs, {recompiles} recompiles"
+    )
+
+
+def padded_lengths(rows: Path) -> set[int]:
+    from datasets import Dataset
+
+    return {-(-len(ids) // 128) * 128 for ids in Dataset.from_file(str(rows))["input_ids"]}
+
+
+@pytest.fixture(scope="module")
+def eager_losses(tiny_model_dir, prepared_data_dir, tmp_path_factory):
+    """The loss curve of a run that never compiles, per number of ranks: what a run that fell back must train like."""
+    curves: dict[int, list[float]] = {}
+
+    def of(ranks: int) -> list[float]:
+        if ranks not in curves:
+            output = tmp_path_factory.mktemp(f"eager-{ranks}") / "run"
+            train(tiny_model_dir, prepared_data_dir, output, "--no-compile-blocks", ranks=ranks)
+            curves[ranks] = losses(output)
+        return curves[ranks]
+
+    return of
+
+
+def faulty_environment(faulty_backends: Path, fault_rank: str | None) -> dict[str, str]:
+    from conftest import REPO_ROOT
+
+    env = {"PYTHONPATH": f"{faulty_backends}{os.pathsep}{REPO_ROOT}"}
+    return {**env, "FAULT_RANK": fault_rank} if fault_rank is not None else env
+
+
+@pytest.mark.parametrize(
+    ("backend", "ranks", "fault_rank", "during"),
+    [
+        ("fail_training_compile", 1, None, "the first training step"),
+        ("fail_evaluation_compile", 1, None, "the first evaluation"),
+        ("fail_training_compile", 2, "1", "the first training step"),
+        ("fail_evaluation_compile", 2, "1", "the first evaluation"),
+        ("fail_first_launch", 2, "0", "the first training step"),
+    ],
+)
+def test_a_failure_in_the_rehearsal_moves_every_rank_to_the_proven_path(
+    tiny_model_dir, prepared_data_dir, tmp_path, faulty_backends, eager_losses, backend, ranks, fault_rank, during
+):
+    output = tmp_path / "run"
+    env = faulty_environment(faulty_backends, fault_rank)
+    result, log = train(tiny_model_dir, prepared_data_dir, output, "--compile-backend", backend, ranks=ranks, env=env)
+
+    assert result["speed_fallback"].startswith("compiled blocks, sdpa failed in the rehearsal of " + during)
+    assert f"on rank {fault_rank or 0} (" in result["speed_fallback"]
+    assert "trained on the proven path: eager blocks, sdpa" in result["speed_fallback"]
+    assert (result["compiled_blocks"], result["attention"], result["compile"]) == (False, "sdpa", None)
+    assert log.count("SPEED FALLBACK") == ranks, log[-4000:]  # every rank took it
+    assert "injected:" in log  # the failing rank's traceback, for the bug report
+    assert result["global_step"] == STEPS
+    assert losses(output) == pytest.approx(eager_losses(ranks), **LOSS_TOLERANCE)
+
+
+def test_flex_attention_that_fails_falls_back_to_sdpa(
+    tiny_model_dir, prepared_data_dir, tmp_path, faulty_backends, eager_losses
+):
+    """A real failure, not an injected one: FlexAttention has no backward on CPU. The sitecustomize lets the
+    trainer ask for it there (it refuses flex_attention without CUDA and Triton, rightly, before loading)."""
+    output = tmp_path / "run"
+    env = {**faulty_environment(faulty_backends, None), "ALLOW_FLEX_ON_CPU": "1"}
+    result, log = train(
+        tiny_model_dir,
+        prepared_data_dir,
+        output,
+        "--attention",
+        "flex_attention",
+        "--compile-backend",
+        "eager",
+        env=env,
+    )
+
+    assert result["speed_fallback"].startswith(
+        "compiled blocks, flex_attention failed in the rehearsal of the first training step on rank 0 ("
+    )
+    assert (result["compiled_blocks"], result["attention"]) == (False, "sdpa")
+    assert "FlexAttention does not support backward on CPU" in log
+    assert losses(output) == pytest.approx(eager_losses(1), **LOSS_TOLERANCE)
+
+
+def test_strict_compile_ends_the_run_with_one_paragraph(tiny_model_dir, prepared_data_dir, tmp_path, faulty_backends):
+    from conftest import run_module
+
+    output = tmp_path / "run"
+    args = trainer_args(tiny_model_dir, prepared_data_dir, output, "--max-steps", STEPS)
+    env = {**os.environ, **faulty_environment(faulty_backends, None)}
+    result = run_module("trainer", *args, "--compile-backend", "fail_training_compile", "--strict-compile", env=env)
+
+    assert result.returncode == 2, result.stderr[-3000:]
+    paragraph = result.stderr[result.stderr.index("error: ") :]
+    assert paragraph.startswith(
+        "error: The speed path (compiled blocks, sdpa) failed in its rehearsal: the first training step on rank 0"
+    )
+    assert "strict_compile is set" in paragraph and "Traceback" not in paragraph
+    assert "injected:" in result.stderr[: result.stderr.index("error: ")]  # the traceback stays in the log above
+    assert not (output / "training_summary.json").exists()

@@ -1,0 +1,186 @@
+"""The fast path rehearsed before the first step: a compiler or kernel failure costs speed, never the run.
+
+Compiled blocks and flex_attention are speed features, and their failures (a compile error, the
+recompile limit, a Triton kernel the GPU refuses at its first launch) surface the first time each
+variant runs: the first micro-batch (the training variants, forward and backward) and the first
+evaluation (no gradient, eval mode). So before the first step every rank runs one training
+micro-batch and one evaluation batch through the model as training will, with the arguments TRL's
+``compute_loss`` passes, under the autocast accelerate put on the model's forward: every variant
+the run needs is compiled and launched once, and the compiled code is reused by the real steps.
+
+The rehearsal calls the model itself, not DDP's wrapper, so no collective runs inside it and a rank
+that fails cannot leave the others waiting in one; its gradients are discarded and the random
+state restored, so training starts exactly as it would have. Then every rank says whether it
+failed; if any did, all of them continue on the proven path (eager blocks, sdpa), said in one loud
+log line, ``training_summary.json``, the evaluation report and the model card. ``strict_compile``
+ends the run instead, for benchmarks.
+
+Under FSDP nothing is rehearsed: its forward gathers weights collectively, so a failing rank would
+strand the others mid-collective. There ``attention auto`` is sdpa and blocks are not compiled; a
+``flex_attention`` asked for explicitly fails with ``compiled.compile_failures_explained``'s advice.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+from common.errors import UserError, one_line
+from trainer import compiled, diagnostics
+from trainer.distributed import Topology
+
+log = logging.getLogger("trainer")
+
+PROVEN_ATTENTION = "sdpa"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What failed on one rank, for the log line and the summary."""
+
+    rank: int
+    during: str  # "the first training step" or "the first evaluation"
+    error: str
+
+    def describe(self) -> str:
+        return f"{self.during} on rank {self.rank} ({self.error})"
+
+
+def model_inputs(trainer: Trainer, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """A batch of ``rows`` as the trainer's forward gets it: collated, on the device, with the arguments TRL's
+    ``SFTTrainer.compute_loss`` adds (dynamo guards on them, so the rehearsal must pass the same)."""
+    batch = trainer._prepare_inputs(trainer.data_collator(rows))
+    return {**batch, "use_cache": False, "fused_lm_head": True}
+
+
+def transformers_model(model: torch.nn.Module) -> Any:
+    """The transformers model itself, under PEFT's wrapper when there is one."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+class SpeedPath(TrainerCallback):
+    """Which blocks and attention this run trains with, rehearsed at ``on_train_begin`` (after accelerate has
+    prepared the model and the Trainer enabled gradient checkpointing, so the variants are the real ones)."""
+
+    def __init__(
+        self, trainer: Trainer, topology: Topology, *, blocks_compiled: bool, attention: str, strict: bool
+    ) -> None:
+        self.trainer = trainer
+        self.topology = topology
+        self.blocks_compiled = blocks_compiled
+        self.attention = attention
+        self.strict = strict
+        self.fallback: str | None = None
+        self.compile: dict[str, float] | None = None
+        self.rehearsal_totals: dict[str, float] | None = None
+
+    @property
+    def rehearsed(self) -> bool:
+        """Whether this run has a fast path to rehearse (it always has one to report)."""
+        return (self.blocks_compiled or self.attention == "flex_attention") and not self.trainer.is_fsdp_enabled
+
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        if not self.rehearsed:
+            return
+        started = time.monotonic()
+        failure = self._rehearse()
+        failures = [found for found in diagnostics.gather(failure, self.topology.world_size) if found]
+        self.rehearsal_totals = compiled.compile_stats()
+        if not failures:
+            log.info(
+                "speed path: %s rehearsed on a training and an evaluation batch in %.1f s, %d graph(s) compiled",
+                self.path(),
+                time.monotonic() - started,
+                self.rehearsal_totals["graphs"],
+            )
+            return
+        self._fall_back(failures)
+
+    def on_train_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        if not self.blocks_compiled or self.rehearsal_totals is None:
+            return
+        totals = compiled.compile_stats()
+        self.compile = {
+            "graphs": totals["graphs"],
+            "graphs_after_rehearsal": totals["graphs"] - self.rehearsal_totals["graphs"],
+            "seconds": totals["seconds"],
+        }
+        log.info(
+            "compiled blocks: %d graph(s) in all, %d of them after the rehearsal (a variant it did not meet: "
+            "TORCH_LOGS=recompiles says which), %.1f s compiling",
+            self.compile["graphs"],
+            self.compile["graphs_after_rehearsal"],
+            self.compile["seconds"],
+        )
+
+    def path(self) -> str:
+        return f"{'compiled' if self.blocks_compiled else 'eager'} blocks, {self.attention}"
+
+    def summary(self) -> dict[str, Any]:
+        """The fields ``training_summary.json`` records about it."""
+        return {
+            "attention": self.attention,
+            "compiled_blocks": self.blocks_compiled,
+            "compile": self.compile,
+            "speed_fallback": self.fallback,
+        }
+
+    def _rehearse(self) -> Failure | None:
+        """One training micro-batch (forward and backward) and one evaluation batch on this rank; what failed."""
+        trainer, model = self.trainer, self.trainer.model
+        rows = min(len(trainer.train_dataset), trainer.args.per_device_train_batch_size)
+        train_rows = [trainer.train_dataset[i] for i in range(rows)]
+        during = "the first training step"
+        devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+        try:
+            with torch.random.fork_rng(devices=devices):
+                model.train()
+                model(**model_inputs(trainer, train_rows)).loss.backward()
+                model.zero_grad(set_to_none=True)
+                if trainer.eval_dataset is not None and len(trainer.eval_dataset):
+                    during = "the first evaluation"
+                    model.eval()
+                    with torch.no_grad():
+                        model(**model_inputs(trainer, [trainer.eval_dataset[0]]))
+        except Exception as error:
+            if not compiled.is_compile_failure(error):
+                raise
+            log.error("speed path: %s failed in the rehearsal of %s", self.path(), during, exc_info=error)
+            return Failure(self.topology.rank, during, f"{type(error).__name__}: {one_line(error, 300)}")
+        finally:
+            model.zero_grad(set_to_none=True)
+            model.train()
+        return None
+
+    def _fall_back(self, failures: list[Failure]) -> None:
+        """Every rank onto eager blocks and sdpa, or the run ended under ``strict_compile``."""
+        what = "; ".join(failure.describe() for failure in failures)
+        if self.strict:
+            raise UserError(
+                f"The speed path ({self.path()}) failed in its rehearsal: {what}. strict_compile is set, so the run "
+                "ends here; unset it to continue on eager blocks and sdpa, or set compile_blocks false and attention "
+                "sdpa. The traceback in the failing rank's log is what to report."
+            )
+        failed_path = self.path()
+        compiled.uncompile_blocks(self.trainer.model)
+        if self.attention == "flex_attention":
+            transformers_model(self.trainer.model).set_attn_implementation(PROVEN_ATTENTION)
+        self.blocks_compiled, self.attention = False, PROVEN_ATTENTION
+        torch._dynamo.reset()  # nothing compiled runs any more; drop its code and guards
+        self.fallback = (
+            f"{failed_path} failed in the rehearsal of {what}; trained on the proven path: {self.path()} (slower)"
+        )
+        log.warning(
+            "SPEED FALLBACK: %s. The run goes on; set strict_compile to fail instead. The traceback above (on the "
+            "failing rank) is what to report.",
+            self.fallback,
+        )
