@@ -108,6 +108,10 @@ def make_run(
             "mean_train_loss": 1.1,
             "final_eval_loss": 0.9511,
             "ranks": [],
+            "attention": "flex_attention",
+            "compiled_blocks": True,
+            "compile": {"graphs": 5, "graphs_after_rehearsal": 0, "seconds": 41.2},
+            "speed_fallback": None,
         },
     )
     _json(train / "merged" / "config.json", {"architectures": ["LlamaForCausalLM"], "model_type": "llama"})

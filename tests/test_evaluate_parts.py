@@ -396,3 +396,14 @@ def test_the_base_model_is_loaded_at_the_commit_training_used(monkeypatch, tmp_p
     with pytest.raises(Stop):
         stage.evaluate(options)
     assert asked == [(str(train_dir / "merged"), None), ("org/base", "abc123")]
+
+
+def test_the_reports_say_which_kernels_trained_and_any_speed_fallback():
+    fallback = "compiled blocks, flex_attention failed in the rehearsal of the first training step on rank 0 (x)"
+    training = {"attention": "sdpa", "compiled_blocks": False, "speed_fallback": fallback}
+    evaluation = evaluation_for(True)
+    markdown = render_markdown(evaluation, [], training, None)
+    assert "- Attention kernel: sdpa" in markdown and "- Compiled blocks: False" in markdown
+    assert f"- Speed fallback: {fallback}" in markdown
+    assert f"<tr><td>Speed fallback</td><td>{fallback}</td></tr>" in render_html(evaluation, [], training, None)
+    assert "Speed fallback" not in render_markdown(evaluation, [], {**training, "speed_fallback": None}, None)

@@ -112,12 +112,31 @@ def test_model_card_metadata_and_sections(tmp_path):
     assert "| LoRA rank / alpha / dropout | 16 / 32 / 0.05 |" in text
     assert "| world size (processes) | 2 (2 × NVIDIA H100 80GB HBM3) |" in text
     assert "| throughput | 2,226 non-padding tokens/s |" in text
+    assert "| attention / transformer blocks | flex_attention / compiled |" in text
+    assert "speed fallback" not in text
     for sample in SAMPLES:
         assert f"### {sample['question']}" in text and f"> {sample['fine_tuned']}" in text
     assert "> Knots are\n> useful." in text  # a multi-line answer stays inside its quote
     assert "llama-cli -hf me/skills:Q8_0" in text and f"hf download me/skills {GGUF} --local-dir ." in text
     assert "ollama run hf.co/me/skills:Q8_0" in text and "ollama create skills -f Modelfile" in text
     assert ModelCard(text).data.data_fingerprint == FINGERPRINT  # huggingface_hub reads the metadata back
+
+
+def test_the_card_says_when_training_fell_back_to_the_proven_path(tmp_path):
+    run_dir = make_run(tmp_path)
+    summary_path = run_dir / "train" / "training_summary.json"
+    summary = json.loads(summary_path.read_text())
+    fallback = (
+        "compiled blocks, flex_attention failed in the rehearsal of the first evaluation on rank 3 "
+        "(BackendCompilerFailed: out of resource); trained on the proven path: eager blocks, sdpa (slower)"
+    )
+    summary_path.write_text(
+        json.dumps({**summary, "compiled_blocks": False, "attention": "sdpa", "speed_fallback": fallback})
+    )
+    publish(str(tmp_path), "run-1", "", PublishOptions(repo_id="me/skills"), token=None)
+    text = card_of(run_dir)
+    assert "| attention / transformer blocks | sdpa / eager |" in text
+    assert f"| speed fallback | {fallback} |" in text
 
 
 def test_local_base_model_is_named_by_its_hub_id(tmp_path):

@@ -44,6 +44,9 @@ TRAINING_FACTS = (
     ("train_runtime_s", "Training time (s)"),
     ("precision", "Precision"),
     ("world_size", "Processes"),
+    ("attention", "Attention kernel"),
+    ("compiled_blocks", "Compiled blocks"),
+    ("speed_fallback", "Speed fallback"),
 )
 
 

@@ -263,6 +263,7 @@ def _training_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
             f"{summary.get('world_size', '')}" + (f" ({_device_counts(devices)})" if devices else ""),
         ),
         ("precision", str(summary.get("precision", ""))),
+        *_speed_path_rows(summary),
         ("optimizer steps", str(summary.get("global_step", ""))),
         ("training / eval conversations", f"{summary.get('train_examples', '')} / {summary.get('eval_examples', '')}"),
         ("tokens seen", _count(summary.get("tokens_seen"))),
@@ -274,6 +275,17 @@ def _training_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
         ),
     ]
     return [(name, value.replace("|", "\\|")) for name, value in rows]
+
+
+def _speed_path_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """The kernels the model trained with, and the fallback when the fast ones failed (a run slower than asked)."""
+    if "attention" not in summary:  # a summary from before the trainer recorded them
+        return []
+    blocks = "compiled" if summary.get("compiled_blocks") else "eager"
+    rows = [("attention / transformer blocks", f"{summary['attention']} / {blocks}")]
+    if summary.get("speed_fallback"):
+        rows.append(("speed fallback", str(summary["speed_fallback"])))
+    return rows
 
 
 def _file_rows(files: list[str], repo_id: str) -> list[tuple[str, str]]:
