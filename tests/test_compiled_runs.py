@@ -95,7 +95,13 @@ def faulty_backends(tmp_path_factory) -> Path:
 
 
 def train(
-    model: Path, data: Path, output: Path, *extra: str, ranks: int = 1, env: dict[str, str] | None = None
+    model: Path,
+    data: Path,
+    output: Path,
+    *extra: str,
+    ranks: int = 1,
+    env: dict[str, str] | None = None,
+    max_length: int = MAX_LENGTH,
 ) -> tuple[dict, str]:
     args = trainer_args(
         model,
@@ -111,8 +117,8 @@ def train(
         "2",
         *extra,
     )
-    args[args.index("--max-length") + 1] = str(MAX_LENGTH)
-    args[args.index("--tokens-dir") + 1] = str(tokenised_for(model, data))
+    args[args.index("--max-length") + 1] = str(max_length)
+    args[args.index("--tokens-dir") + 1] = str(tokenised_for(model, data, max_length))
     log = output.parent / f"{output.name}.log"
     process = torchrun(args, env={"TORCH_LOGS": "recompiles", **(env or {})}, log=log, ranks=ranks)
     code = finish(process)
@@ -121,10 +127,10 @@ def train(
     return summary(output), text
 
 
-def tokenised_for(model: Path, data: Path) -> Path:
+def tokenised_for(model: Path, data: Path, max_length: int = MAX_LENGTH) -> Path:
     from conftest import tokenised
 
-    return tokenised(model, data, max_length=MAX_LENGTH)
+    return tokenised(model, data, max_length=max_length)
 
 
 def losses(output: Path) -> list[float]:
@@ -168,6 +174,14 @@ def test_every_variant_of_a_run_fits_the_compiled_blocks(
     if checkpoint_every == 3:  # RoPE/NoPE x checkpointed/kept, in training and evaluation, and the first block
         assert graphs > DEFAULT_RECOMPILE_LIMIT
     print(f"{method} checkpoint_every={checkpoint_every}: {graphs} graphs")
+
+
+def test_rows_of_one_conversation_are_rehearsed_too(smollm3_dir, prepared_data_dir, tmp_path):
+    """At 128 tokens a row holds one conversation: one that fills the row needs no attention mask, the padded ones
+    do (padding is a sequence of its own), and a compiled block guards on the mask being there."""
+    result, log = train(smollm3_dir, prepared_data_dir, tmp_path / "run", "--compile-backend", "eager", max_length=128)
+    assert result["compiled_blocks"] and result["speed_fallback"] is None, log[-3000:]
+    assert result["compile"]["graphs_after_rehearsal"] == 0, log[-3000:]
 
 
 def padded_lengths(rows: Path) -> set[int]:

@@ -3,10 +3,12 @@
 Compiled blocks and flex_attention are speed features, and their failures (a compile error, the
 recompile limit, a Triton kernel the GPU refuses at its first launch) surface the first time each
 variant runs: the first micro-batch (the training variants, forward and backward) and the first
-evaluation (no gradient, eval mode). So before the first step every rank runs one training
-micro-batch and one evaluation batch through the model as training will, with the arguments TRL's
-``compute_loss`` passes, under the autocast accelerate put on the model's forward: every variant
-the run needs is compiled and launched once, and the compiled code is reused by the real steps.
+evaluation (no gradient, eval mode). So before the first step every rank runs training
+micro-batches (forward and backward) and evaluation batches through the model as training will,
+with the arguments TRL's ``compute_loss`` passes, under the autocast accelerate put on the model's
+forward: the data's first, and two cut from it, one conversation (whose attention needs no mask, a
+variant of its own) and two. Every variant the run needs is compiled and launched once, and the compiled
+code is reused by the real steps; the summary counts any graph compiled after it.
 
 The rehearsal calls the model itself, not DDP's wrapper, so no collective runs inside it and a rank
 that fails cannot leave the others waiting in one; its gradients are discarded and the random
@@ -61,6 +63,21 @@ def model_inputs(trainer: Trainer, rows: list[dict[str, Any]]) -> dict[str, Any]
 def transformers_model(model: torch.nn.Module) -> Any:
     """The transformers model itself, under PEFT's wrapper when there is one."""
     return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def cut_rows(row: dict[str, Any]) -> list[list[dict[str, Any]]]:
+    """Two batches of ``PAD_MULTIPLE`` tokens cut from ``row``: one conversation, and the same tokens as two.
+
+    transformers skips the attention mask of a row holding one sequence without padding (sdpa then runs plain
+    causal) and builds one for a packed or padded row; a compiled block guards on the mask being there, so each
+    is a variant of its own, and the data's first batches may show only one of them (short rows often hold a
+    single conversation). Every token is a label, so the loss has some to score.
+    """
+    ids = list(row["input_ids"][: compiled.PAD_MULTIPLE])
+    half = len(ids) // 2
+    return [
+        [{"input_ids": ids, "labels": ids, "seq_lengths": lengths}] for lengths in ([len(ids)], [half, len(ids) - half])
+    ]
 
 
 class SpeedPath(TrainerCallback):
@@ -135,22 +152,26 @@ class SpeedPath(TrainerCallback):
         }
 
     def _rehearse(self) -> Failure | None:
-        """One training micro-batch (forward and backward) and one evaluation batch on this rank; what failed."""
+        """The training micro-batches (forward and backward), then the evaluation batches, on this rank; what
+        failed. Each phase runs the data's first batch and the two of ``cut_rows``."""
         trainer, model = self.trainer, self.trainer.model
         rows = min(len(trainer.train_dataset), trainer.args.per_device_train_batch_size)
-        train_rows = [trainer.train_dataset[i] for i in range(rows)]
+        first = [trainer.train_dataset[i] for i in range(rows)]
+        cut = cut_rows(first[0])
         during = "the first training step"
         devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
         try:
             with torch.random.fork_rng(devices=devices):
                 model.train()
-                model(**model_inputs(trainer, train_rows)).loss.backward()
-                model.zero_grad(set_to_none=True)
+                for batch in (first, *cut):
+                    model(**model_inputs(trainer, batch)).loss.backward()
+                    model.zero_grad(set_to_none=True)
                 if trainer.eval_dataset is not None and len(trainer.eval_dataset):
                     during = "the first evaluation"
                     model.eval()
                     with torch.no_grad():
-                        model(**model_inputs(trainer, [trainer.eval_dataset[0]]))
+                        for batch in ([trainer.eval_dataset[0]], *cut):
+                            model(**model_inputs(trainer, batch))
         except Exception as error:
             if not compiled.is_compile_failure(error):
                 raise
