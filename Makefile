@@ -113,5 +113,11 @@ bench: install
 	$(PY) benchmarks/gguf_bench.py
 	$(PY) benchmarks/lm_eval_bench.py
 
+# What the GPU check (benchmarks/gpu_check.py) carries to a GPU machine with no network: the wheels its image
+# lacks, at $(IMAGE_LOCK)'s versions, and SmolLM2's tokenizer, into .gpu-check/ (docs/benchmarks.md).
+.PHONY: gpu-check
+gpu-check: install
+	$(PY) benchmarks/gpu_check.py --fetch
+
 clean:
 	rm -rf local-run .pytest_cache
