@@ -11,15 +11,19 @@ turns that silent waste of GPU hours into an immediate failure.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
+import sys
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
 
-from common.errors import UserError
+from common.errors import UserError, one_line
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,12 @@ def barrier() -> None:
 # A gloo group beside an NCCL one, for the small host-side values ranks share during training (the pre-emption
 # flag, token counts): over NCCL each would be a GPU tensor whose .item() waits for every kernel queued before it.
 _host_group: dist.ProcessGroup | None = None
+# The run's collective_timeout_minutes, set by initialise: every group the trainer creates waits for a lost peer
+# this long, not torch's default of 30 minutes.
+_collective_timeout: dt.timedelta | None = None
+# A rank that could not join exits with this status: a failure (torchrun and the job restart the ranks), not
+# common.errors' status 2, which reports say means rejected input or options.
+JOIN_FAILED_EXIT_CODE = 1
 
 
 def _on_host(value: int, op: dist.ReduceOp) -> int:
@@ -80,7 +90,7 @@ def _on_host(value: int, op: dist.ReduceOp) -> int:
     if not (dist.is_available() and dist.is_initialized()):
         return value
     if _host_group is None and dist.get_backend() != "gloo":
-        _host_group = dist.new_group(backend="gloo")
+        _host_group = dist.new_group(backend="gloo", timeout=_collective_timeout)
     tensor = torch.tensor([value], dtype=torch.int64)
     dist.all_reduce(tensor, op=op, group=_host_group)
     return int(tensor.item())
@@ -98,11 +108,77 @@ def sum_over_ranks(value: int) -> int:
 
 def initialise(topology: Topology, timeout_minutes: float) -> None:
     """Join the job's process group now, before the model is fetched: rank 0 downloads while the others wait in
-    a collective. The Trainer (through accelerate) then reuses this group; a single process needs none."""
+    a collective. The Trainer (through accelerate) then reuses this group; a single process needs none.
+
+    Joining is bounded by ``timeout_minutes`` like every collective: a rank whose peers do not all arrive exits
+    with one line instead of waiting without a word, so that torchrun's or the job's restart acts.
+    """
+    global _collective_timeout
+    _collective_timeout = dt.timedelta(minutes=timeout_minutes)
     if topology.world_size > 1 and not dist.is_initialized():
         if torch.cuda.is_available():
             torch.cuda.set_device(topology.local_rank)  # NCCL collectives run on the current device: this rank's GPU
-        dist.init_process_group(backend=backend(), timeout=dt.timedelta(minutes=timeout_minutes))
+        with _exit_unless_joined(topology.rank, timeout_minutes):
+            dist.init_process_group(
+                backend=backend(), timeout=_collective_timeout, **_this_attempts_store(topology, _collective_timeout)
+            )
+            dist.barrier()  # gloo connects every pair in init_process_group, NCCL only at its first collective
+
+
+def _this_attempts_store(topology: Topology, timeout: dt.timedelta) -> dict[str, Any]:
+    """Under torchrun, the agent's store with the keys of this restart round apart from those of the rounds before.
+
+    torchrun's agent hosts the store the ranks rendezvous in (``TORCHELASTIC_USE_AGENT_STORE``) and keeps it for
+    all its restart rounds, and torch 2.13 writes each round's keys under the same names. gloo publishes every
+    rank's address there and reads its peers' at once if set: a restarted rank that comes first reads the dead
+    rank's address, then dials it (Connection refused, a lost restart) or waits for it to call (gloo waits 5 times
+    the group's timeout, 50 minutes at the default 10). A prefix per restart count gives each round its own keys.
+    torchrun counts restarts per agent (pytorch/pytorch#108158): one count for all ranks of a single-node job; the
+    launcher's multi-pod jobs pass no ``--max-restarts``, so their count stays 0 and Kubernetes restarts the pods.
+    Elsewhere torch's own ``env://`` rendezvous, a store per launch, is kept.
+    """
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return {}
+    agent_store = dist.TCPStore(
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False, timeout=timeout
+    )
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return {
+        "store": dist.PrefixStore(f"trainer/restart-{attempt}", agent_store),
+        "rank": topology.rank,
+        "world_size": topology.world_size,
+    }
+
+
+@contextlib.contextmanager
+def _exit_unless_joined(rank: int, timeout_minutes: float) -> Iterator[None]:
+    """Run the join; end the process with one line when it fails or outlasts ``timeout_minutes``.
+
+    The process exits from a timer thread because the main thread is blocked inside torch's C++ code, where no
+    exception or signal handler reaches it (gloo's own wait for a peer that never calls lasts 5 timeouts).
+    """
+    timer = threading.Timer(timeout_minutes * 60, _could_not_join, (rank, timeout_minutes, None))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    except RuntimeError as error:  # torch's DistError and gloo's connect errors are RuntimeErrors
+        _could_not_join(rank, timeout_minutes, error)
+    finally:
+        timer.cancel()
+
+
+def _could_not_join(rank: int, timeout_minutes: float, cause: Exception | None) -> NoReturn:
+    """Say in one line why this rank stops, and stop it at once (no interpreter shutdown to hang in)."""
+    how = f"({one_line(cause, 300)})" if cause else f"within collective_timeout_minutes ({timeout_minutes:g} min)"
+    print(
+        f"error: rank {rank} could not join the job's process group {how}: a peer rank is lost, still starting or "
+        "stuck. This rank exits so that torchrun's restart policy (--max-restarts) or the job's restart starts all "
+        f"ranks again; if ranks only start slowly, raise collective_timeout_minutes (now {timeout_minutes:g}).",
+        file=sys.stderr,
+        flush=True,
+    )
+    os._exit(JOIN_FAILED_EXIT_CODE)
 
 
 def from_main(value: Any, wait_minutes: float) -> Any:
