@@ -36,8 +36,8 @@ PAD_MULTIPLE = FLEX_BLOCK  # a padded row fills FlexAttention's last block
 # The backend that generates the blocks' kernels (Triton on CUDA). Any other backend (eager, aot_eager) traces and
 # guards exactly as inductor does without generating code, so it compiles the blocks on CPU too.
 INDUCTOR = "inductor"
-# Variants one block can need: {training, evaluation} x {input needs a gradient or not}.
-VARIANTS_PER_BLOCK_AND_MODE = 2
+# Variants one block can need: {training, evaluation} x {its input needs a gradient, or not}.
+VARIANTS_PER_BLOCK = 4
 COMPILER_PACKAGES = ("torch._dynamo", "torch._inductor", "torch._higher_order_ops", "triton")
 COMPILER_PATHS = tuple(f"/{package.replace('.', '/')}/" for package in COMPILER_PACKAGES)
 
@@ -62,7 +62,7 @@ def recompile_budget(block_count: int) -> int:
     """A recompile limit no run of ``block_count`` blocks can reach: every block its own variant in training and
     evaluation, with and without a gradient on its input. A model that needs that many has a graph break or a
     per-layer guard (the log's graph count shows it), which costs compile time but never the run."""
-    return 2 * VARIANTS_PER_BLOCK_AND_MODE * block_count
+    return VARIANTS_PER_BLOCK * block_count
 
 
 def compile_blocks(model: torch.nn.Module, backend: str = INDUCTOR) -> int:
@@ -75,7 +75,7 @@ def compile_blocks(model: torch.nn.Module, backend: str = INDUCTOR) -> int:
       checkpointed regions (pytorch/pytorch#104674, #119440). A compiled block's backward is one
       autograd node, so DDP still overlaps its gradient all-reduce block by block.
     - ``recompile_limit`` (and the accumulated limit) raised to ``recompile_budget``: the default 8 is
-      what a SmolLM3 LoRA run needs by its first evaluation, and ``checkpoint_every`` 2 or 3 needs 9-12.
+      less than a SmolLM3-shaped run with ``checkpoint_every`` 3 needs (9 graphs, tests/test_compiled_runs.py).
     - ``fail_on_recompile_limit_hit``: past the limit dynamo would run the blocks eager with only a
       warning; failing instead is caught by the rehearsal (``trainer.rehearsal``) or explained by
       ``compile_failures_explained``.

@@ -98,7 +98,7 @@ class SpeedPath(TrainerCallback):
 
     @property
     def rehearsed(self) -> bool:
-        """Whether this run has a fast path to rehearse (it always has one to report)."""
+        """Whether this run has a fast path to rehearse: compiled blocks or flex_attention, outside FSDP."""
         return (self.blocks_compiled or self.attention == "flex_attention") and not self.trainer.is_fsdp_enabled
 
     def on_train_begin(
