@@ -83,8 +83,8 @@ class TrainConfig:
         "On CUDA GPUs, compile each transformer block with torch.compile (regional compilation: one compiled block "
         "reused by every layer, micro-batches padded to a multiple of 128 tokens so shapes rarely change); the log "
         "reports the compile time and recompilations. Not applied on CPU or with sharding fsdp (the log says so); "
-        "false: eager blocks. Before the first step the compiled blocks (and flex_attention) are rehearsed on one "
-        "training and one evaluation batch; if that fails, the run continues on eager blocks and sdpa and says so "
+        "false: eager blocks. Before the first step the compiled blocks (and flex_attention) are rehearsed on the "
+        "first training and evaluation batches; if that fails, the run continues on eager blocks and sdpa and says so "
         "(see strict_compile).",
     )
     strict_compile: bool = run_option(

@@ -112,7 +112,8 @@ class SpeedPath(TrainerCallback):
         self.rehearsal_totals = compiled.compile_stats()
         if not failures:
             log.info(
-                "speed path: %s rehearsed on a training and an evaluation batch in %.1f s, %d graph(s) compiled",
+                "speed path: %s rehearsed on the first training and evaluation batches and rows cut from them "
+                "in %.1f s, %d graph(s) compiled",
                 self.path(),
                 time.monotonic() - started,
                 self.rehearsal_totals["graphs"],
