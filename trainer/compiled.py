@@ -75,7 +75,7 @@ def compile_blocks(model: torch.nn.Module, backend: str = INDUCTOR) -> int:
       checkpointed regions (pytorch/pytorch#104674, #119440). A compiled block's backward is one
       autograd node, so DDP still overlaps its gradient all-reduce block by block.
     - ``recompile_limit`` (and the accumulated limit) raised to ``recompile_budget``: the default 8 is
-      less than a SmolLM3-shaped run with ``checkpoint_every`` 3 needs (9 graphs, tests/test_compiled_runs.py).
+      less than a SmolLM3-shaped run needs (10 graphs, 18 with ``checkpoint_every`` 3: tests/test_compiled_runs.py).
     - ``fail_on_recompile_limit_hit``: past the limit dynamo would run the blocks eager with only a
       warning; failing instead is caught by the rehearsal (``trainer.rehearsal``) or explained by
       ``compile_failures_explained``.

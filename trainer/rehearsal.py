@@ -6,9 +6,10 @@ variant runs: the first micro-batch (the training variants, forward and backward
 evaluation (no gradient, eval mode). So before the first step every rank runs training
 micro-batches (forward and backward) and evaluation batches through the model as training will,
 with the arguments TRL's ``compute_loss`` passes, under the autocast accelerate put on the model's
-forward: the data's first, and two cut from it, one conversation (whose attention needs no mask, a
-variant of its own) and two. Every variant the run needs is compiled and launched once, and the compiled
-code is reused by the real steps; the summary counts any graph compiled after it.
+forward: the data's first, and rows cut from it at one and two 128-token tiles, each as one
+conversation (whose attention needs no mask, a variant of its own) and as two. Every variant the
+run needs is compiled and launched once, and the compiled code is reused by the real steps; the
+summary counts any graph compiled after it.
 
 The rehearsal calls the model itself, not DDP's wrapper, so no collective runs inside it and a rank
 that fails cannot leave the others waiting in one; its gradients are discarded and the random
@@ -66,18 +67,26 @@ def transformers_model(model: torch.nn.Module) -> Any:
 
 
 def cut_rows(row: dict[str, Any]) -> list[list[dict[str, Any]]]:
-    """Two batches of ``PAD_MULTIPLE`` tokens cut from ``row``: one conversation, and the same tokens as two.
+    """Batches cut from ``row``: its first ``PAD_MULTIPLE`` tokens and its first ``2 * PAD_MULTIPLE`` (as far as it
+    reaches), each as one conversation and as two.
 
     transformers skips the attention mask of a row holding one sequence without padding (sdpa then runs plain
     causal) and builds one for a packed or padded row; a compiled block guards on the mask being there, so each
     is a variant of its own, and the data's first batches may show only one of them (short rows often hold a
-    single conversation). Every token is a label, so the loss has some to score.
+    single conversation). The two lengths are for flex_attention's block mask, which transformers builds in a
+    ``torch.compile`` of its own that is not dynamic: it is compiled for the first batch's length, and a second
+    length makes it dynamic, but a row of one 128-token tile gets a graph only for one tile (on an H100 on
+    2026-11-27, with one-tile cuts alone, the first training batch of another length compiled one mid-run). Every
+    token is a label, so the loss has some to score.
     """
-    ids = list(row["input_ids"][: compiled.PAD_MULTIPLE])
-    half = len(ids) // 2
-    return [
-        [{"input_ids": ids, "labels": ids, "seq_lengths": lengths}] for lengths in ([len(ids)], [half, len(ids) - half])
-    ]
+    batches = []
+    for length in sorted({len(row["input_ids"][: tiles * compiled.PAD_MULTIPLE]) for tiles in (1, 2)}):
+        ids = list(row["input_ids"][:length])
+        half = length // 2
+        batches += [
+            [{"input_ids": ids, "labels": ids, "seq_lengths": lengths}] for lengths in ([length], [half, length - half])
+        ]
+    return batches
 
 
 class SpeedPath(TrainerCallback):
@@ -154,7 +163,7 @@ class SpeedPath(TrainerCallback):
 
     def _rehearse(self) -> Failure | None:
         """The training micro-batches (forward and backward), then the evaluation batches, on this rank; what
-        failed. Each phase runs the data's first batch and the two of ``cut_rows``."""
+        failed. Each phase runs the data's first batch and those of ``cut_rows``."""
         trainer, model = self.trainer, self.trainer.model
         rows = min(len(trainer.train_dataset), trainer.args.per_device_train_batch_size)
         first = [trainer.train_dataset[i] for i in range(rows)]

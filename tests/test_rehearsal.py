@@ -1,0 +1,96 @@
+"""trainer/rehearsal.py's cut rows: the lengths that leave flex_attention's block mask nothing to compile mid-run.
+
+transformers builds a packed row's ``BlockMask`` with ``create_block_mask(..., _compile=True)``, which is
+``torch.compile(create_block_mask)``: not dynamic, so its first graph is for the first batch's length, a second
+length makes the length symbolic, and a row of one 128-token tile gets a graph of its own (dynamo specialises a
+dimension of size 1). With rows cut at one tile alone, the first training batch of another length compiled a graph
+mid-run on an H100 on 2026-11-27. dynamo's guards are the same with any backend, so a counting backend on CPU shows
+the same graphs as Inductor on a GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+import torch
+import torch._dynamo
+from torch.nn.attention.flex_attention import create_block_mask
+
+from trainer import compiled
+from trainer.rehearsal import cut_rows
+
+FIRST_ROW = 1024  # tokens in the data's first (packed) row
+
+
+@pytest.fixture
+def count_block_mask_graphs() -> Iterator[tuple[Callable[[list[int]], None], list[int]]]:
+    """``build(seq_lengths)`` makes the block mask of one row of those conversations as transformers does (causal
+    alone for one conversation, causal and same-conversation for several); every graph dynamo compiles is counted."""
+    graphs: list[int] = []
+
+    def counting_backend(graph_module: torch.fx.GraphModule, example_inputs: list) -> Callable:
+        graphs.append(len(graph_module.graph.nodes))
+        return graph_module.forward
+
+    compiled_create = torch.compile(create_block_mask, backend=counting_backend)
+
+    def causal(batch, head, q_index, kv_index):
+        return q_index >= kv_index
+
+    def build(seq_lengths: list[int]) -> None:
+        conversation = torch.repeat_interleave(torch.arange(len(seq_lengths)), torch.tensor(seq_lengths))[None]
+
+        def causal_in_one_conversation(batch, head, q_index, kv_index):
+            return causal(batch, head, q_index, kv_index) & (
+                conversation[batch, q_index] == conversation[batch, kv_index]
+            )
+
+        mask = causal if len(seq_lengths) == 1 else causal_in_one_conversation
+        length = sum(seq_lengths)
+        compiled_create(mask, 1, None, length, length, device="cpu")
+
+    torch._dynamo.reset()
+    yield build, graphs
+    torch._dynamo.reset()
+
+
+def test_cut_rows_are_one_and_two_tiles_each_as_one_conversation_and_two():
+    row = {"input_ids": list(range(FIRST_ROW))}
+    tile = compiled.PAD_MULTIPLE
+    assert [batch[0]["seq_lengths"] for batch in cut_rows(row)] == [
+        [tile],
+        [tile // 2, tile // 2],
+        [2 * tile],
+        [tile, tile],
+    ]
+    for batch in cut_rows(row):
+        assert batch[0]["input_ids"] == batch[0]["labels"] == row["input_ids"][: sum(batch[0]["seq_lengths"])]
+
+    short = {"input_ids": list(range(tile + 10))}  # reaches into a second tile only: cut where it ends
+    assert [batch[0]["seq_lengths"] for batch in cut_rows(short)] == [[tile], [64, 64], [tile + 10], [69, 69]]
+    tiny = {"input_ids": list(range(40))}
+    assert [batch[0]["seq_lengths"] for batch in cut_rows(tiny)] == [[40], [20, 20]]
+
+
+def test_after_the_rehearsals_rows_no_row_length_compiles_a_block_mask(count_block_mask_graphs):
+    build, graphs = count_block_mask_graphs
+    first = [300, 400, FIRST_ROW - 700]
+    for seq_lengths in [first, *(batch[0]["seq_lengths"] for batch in cut_rows({"input_ids": [0] * FIRST_ROW}))]:
+        build(seq_lengths)
+    rehearsed = len(graphs)
+
+    for seq_lengths in ([100, 284], [500, 396], [128], [60, 68], [640], [FIRST_ROW]):
+        build(seq_lengths)
+    assert len(graphs) == rehearsed
+
+
+def test_one_tile_cuts_alone_leave_longer_rows_a_graph_to_compile(count_block_mask_graphs):
+    """Why the two-tile cuts are there: without them a packed row of a new length compiles during training."""
+    build, graphs = count_block_mask_graphs
+    for seq_lengths in ([300, 400, FIRST_ROW - 700], [128], [64, 64]):
+        build(seq_lengths)
+    rehearsed = len(graphs)
+
+    build([100, 284])
+    assert len(graphs) == rehearsed + 1
