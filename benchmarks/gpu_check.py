@@ -9,8 +9,9 @@ tokenised by the pipeline's own stages, packed into 4,096-token rows:
 
 (a) 25 LoRA steps with the trainer's defaults (compiled blocks, attention auto: flex_attention on
     a GPU), under ``--strict-compile`` so that it measures what it asked for or fails, and the same
-    25 steps with sdpa and eager blocks. Their per-step training losses must agree within
-    ``LOSS_TOLERANCE``; the compiled run's graphs are counted twice: the trainer's own count in
+    25 steps with sdpa and eager blocks. Their training losses must agree within ``LOSS_TOLERANCE``
+    at the first step and in the mean of the last ``FINAL_STEPS``; the compiled run's graphs are
+    counted twice: the trainer's own count in
     ``training_summary.json`` and the "Recompiling function" lines ``TORCH_LOGS=recompiles``
     writes to its log.
 (b) Full fine-tuning with gradient checkpointing on the defaults, when the time left says it fits
@@ -28,13 +29,17 @@ rehearsal (a variant the rehearsal missed, compiled in the middle of the timed s
 
 ``LOSS_TOLERANCE``: the two LoRA runs start from the same weights, adapters and batches and differ
 only in kernels: flex_attention and Inductor's fused blocks against sdpa and eager blocks, all
-computing in bf16, which keeps 8 significant bits (a relative rounding of 2^-9, 0.2%). Kernels that
-round differently move a loss averaged over thousands of tokens far less than that, and 25 LoRA
-steps at the default learning rate do not amplify it much (2026-11-24: LoRA with and without
-Liger's kernels, 40 steps, final losses 9.02064 and 9.02062). So 0.02 nats, 0.2% of the roughly 10
-nats a random-initialised SmolLM3 starts at, is above what two correct paths differ by and below
-what a broken one produces: NaN, padding counted in the loss, a kernel that computes garbage. A
-masking error that attention on a random model hardly feels is the trainer's CPU tests' to catch.
+computing in bf16, which keeps 8 significant bits (a relative rounding of 2^-9, 0.2%). At the first
+step only the kernels differ, and they move a loss averaged over thousands of tokens far less than
+that (2026-11-27, H100: 0.0000 at step 1, 0.0005 at step 2, whose learning rate is still 0). Then
+AdamW's first updates move every weight by about the learning rate whatever the size of its
+gradient, so rounding differences in the smallest gradients become different updates, and the
+curves part for a few steps (0.056 nats at step 3) before training pulls them together again (0.0075
+at step 25, 0.0074 over the last 5). So the check judges the first step and the mean of the last
+``FINAL_STEPS``, each within 0.02 nats (0.2% of the roughly 10 nats a random-initialised SmolLM3
+starts at), and reports the largest difference in between. A broken path misses by more: NaN,
+padding counted in the loss, a kernel that computes garbage. A masking error that attention on a
+random model hardly feels is the trainer's CPU tests' to catch.
 
 The GPU machine's image has torch 2.11 but transformers 5.17 (no ``activation_checkpointing``), no
 TRL, no datasets, and no network. So the check carries what it lacks: ``--fetch``, run here, downloads
@@ -98,7 +103,8 @@ CARRY_LIMIT_MIB = 48  # a device call carries 64 MiB with the working tree (abou
 VERSIONS = ("torch", "transformers", "trl", "peft", "datasets", "accelerate", "huggingface-hub", "tokenizers")
 VERSIONS += ("safetensors", "pyarrow", "pandas", "fsspec", "dill", "multiprocess")
 
-LOSS_TOLERANCE = 0.02  # nats, per step: see the module's docstring
+LOSS_TOLERANCE = 0.02  # nats, at the first step and in the mean of the last FINAL_STEPS: see the module's docstring
+FINAL_STEPS = 5
 BUDGET_S = 480  # issue 39: 8 minutes on one H100, the install included
 # Full fine-tuning's wall time beyond LoRA's on the same path: 141 s against 58 s on 2026-11-24, the same number of
 # steps at the same speed, the rest its fp32 load and its 36 GB checkpoint (fp32 weights and AdamW state).
@@ -355,16 +361,30 @@ def skip_for_time(elapsed: float, lora_wall: float, budget: float) -> str | None
 
 
 def compare_losses(first: Sequence[float], second: Sequence[float], tolerance: float) -> dict[str, Any]:
-    """The largest per-step difference of two loss curves, and whether it is within ``tolerance`` (a NaN is not)."""
+    """Whether two loss curves agree where two correct paths must: at the first step, where the weights and the
+    batch are the same and only the kernels differ, and in the mean of the last ``FINAL_STEPS`` steps, where training
+    has gone the same way. Every loss must be a number. The largest per-step difference in between is reported, not
+    judged: AdamW's first updates move each weight by about the learning rate whatever its gradient's size, so
+    rounding differences in the smallest gradients grow into a visible loss difference for a few steps (0.056 nats
+    at step 3 on the H100 on 2026-11-27, from 0.0000 at step 1) and shrink again as training goes on (0.0075 at
+    step 25)."""
     if not first or len(first) != len(second):
         return {"ok": False, "why": f"loss curves of {len(first)} and {len(second)} steps", "tolerance": tolerance}
-    differences = [abs(a - b) for a, b in zip(first, second)]
-    worst = max(range(len(differences)), key=lambda i: math.inf if math.isnan(differences[i]) else differences[i])
+    differences = [a - b for a, b in zip(first, second)]
+    final_steps = min(FINAL_STEPS, len(differences))
+    final_mean = sum(differences[-final_steps:]) / final_steps
+    worst = max(
+        range(len(differences)), key=lambda i: abs(differences[i]) if math.isfinite(differences[i]) else math.inf
+    )
     return {
-        "ok": all(difference <= tolerance for difference in differences),
-        "max_abs_difference": differences[worst],
+        "ok": all(map(math.isfinite, differences))
+        and abs(differences[0]) <= tolerance
+        and abs(final_mean) <= tolerance,
+        "first_step_difference": differences[0],
+        "final_mean_difference": final_mean,
+        "final_steps": final_steps,
+        "max_abs_difference": abs(differences[worst]),
         "at_step": worst + 1,
-        "final_difference": first[-1] - second[-1],
         "tolerance": tolerance,
     }
 
@@ -481,14 +501,15 @@ def report(results: dict[str, Any]) -> None:
     for run in results["runs"]:
         print(row(run, results))
     comparison = results.get("loss_comparison")
-    if comparison and "max_abs_difference" in comparison:
+    if comparison and "first_step_difference" in comparison:
         print(
-            f"\nlosses {' vs '.join(COMPARED)}: max |Δ| {comparison['max_abs_difference']:.2e} at step "
-            f"{comparison['at_step']} (tolerance {comparison['tolerance']}), "
-            f"final Δ {comparison['final_difference']:+.2e}"
+            f"\nlosses {' vs '.join(COMPARED)} (tolerance {comparison['tolerance']}): step 1 Δ "
+            f"{comparison['first_step_difference']:+.2e}, last {comparison['final_steps']} steps' mean Δ "
+            f"{comparison['final_mean_difference']:+.2e}; largest |Δ| {comparison['max_abs_difference']:.2e} at step "
+            f"{comparison['at_step']} (reported, not judged)"
         )
-    elif comparison:
-        print(f"\nlosses {' vs '.join(COMPARED)}: not compared, {comparison['why']}")
+    elif comparison:  # not compared (it says why), or judged step by step, as before 2026-11-27's first GPU run
+        print(f"\nlosses {' vs '.join(COMPARED)}: {comparison}")
     for failure in results.get("failures", []):
         print(f"FAILED: {failure}")
     if "elapsed_s" in results:

@@ -18,6 +18,7 @@ from conftest import REPO_ROOT
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))  # the benchmarks are scripts, not a package
 from gpu_check import (  # noqa: E402
     CARRIED,
+    FINAL_STEPS,
     IMAGE_LOCK,
     LOSS_TOLERANCE,
     compare_losses,
@@ -46,17 +47,27 @@ def finished(name: str = "lora-defaults", options: dict | None = None, **fields)
     }
 
 
-def test_loss_curves_further_apart_than_the_tolerance_fail_the_check():
-    assert compare_losses(CURVE, [loss + LOSS_TOLERANCE / 2 for loss in CURVE], LOSS_TOLERANCE)["ok"]
+def test_the_first_step_and_the_final_steps_are_judged_and_the_bulge_between_is_reported():
+    # The H100's curves of 2026-11-27: identical at step 1, 0.056 apart at step 3 (AdamW's first updates), close at
+    # the end. They pass; the largest difference is reported where it was.
+    defaults = [12.1933, 12.2329, 12.1062, 11.9108, 11.634, 11.2933, 9.5718, 9.5411, 9.49, 9.557, 9.4969]
+    sdpa = [12.1933, 12.2324, 12.1621, 11.9578, 11.668, 11.3139, 9.5798, 9.5484, 9.4967, 9.5643, 9.5044]
+    comparison = compare_losses(defaults, sdpa, LOSS_TOLERANCE)
+    assert comparison["ok"] and comparison["at_step"] == 3 and comparison["final_steps"] == FINAL_STEPS
+    assert comparison["max_abs_difference"] == pytest.approx(0.0559)
+    assert comparison["final_mean_difference"] == pytest.approx(-0.00736)
 
-    nudged = [*CURVE[:2], CURVE[2] + 2 * LOSS_TOLERANCE, CURVE[3]]
-    comparison = compare_losses(CURVE, nudged, LOSS_TOLERANCE)
-    assert not comparison["ok"] and comparison["at_step"] == 3
-    assert comparison["max_abs_difference"] == pytest.approx(2 * LOSS_TOLERANCE)
+    first_step_off = [CURVE[0] + 2 * LOSS_TOLERANCE, *CURVE[1:]]  # the kernels disagree on the same weights
+    comparison = compare_losses(first_step_off, CURVE, LOSS_TOLERANCE)
+    assert not comparison["ok"] and comparison["first_step_difference"] == pytest.approx(2 * LOSS_TOLERANCE)
     results = {"runs": [finished()], "loss_comparison": comparison}
     assert failures(results) == [f"the losses of lora-defaults and lora-sdpa-eager differ: {comparison}"]
 
-    assert not compare_losses(CURVE, [*CURVE[:3], math.nan], LOSS_TOLERANCE)["ok"]
+    ended_apart = [*CURVE[:2], *(loss + 3 * LOSS_TOLERANCE for loss in CURVE[2:])]  # a mean 0.03 apart
+    assert not compare_losses(ended_apart, CURVE, LOSS_TOLERANCE)["ok"]
+    assert compare_losses([loss + LOSS_TOLERANCE / 2 for loss in CURVE], CURVE, LOSS_TOLERANCE)["ok"]
+
+    assert not compare_losses(CURVE, [*CURVE[:2], math.nan, CURVE[3]], LOSS_TOLERANCE)["ok"]  # NaN in between
     assert not compare_losses(CURVE, CURVE[:3], LOSS_TOLERANCE)["ok"]  # a run that stopped early
     assert not compare_losses([], [], LOSS_TOLERANCE)["ok"]  # a run that failed
 
