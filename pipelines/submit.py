@@ -14,7 +14,8 @@ Pipelines backend version is checked against the oldest this pipeline runs on
 
 The bearer token is ``--token``, else ``$KFP_TOKEN``, else the one in the current
 kubeconfig context (``oc login`` puts it there; ``oc whoami -t`` prints it). It is
-sent only to ``--host`` and never printed.
+sent only to ``--host``, never printed, and never over plain http to another
+machine (``common.http_trust``): a cluster token read in transit is the cluster.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Iterator
 
 from common.errors import UserError, exit_on_user_error, one_line
+from common.http_trust import token_may_go_to
 from components.run_form.command_line import checked_arguments
 from pipelines.backend_versions import check_backend
 from pipelines.compile import DEFAULT_OUTPUT as DEFAULT_PACKAGE
@@ -88,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     package = _load_package(args.package)
     arguments = checked_arguments(args.param, package)
     token, source = resolve_token(args.token)
+    refuse_untrusted_host(args.host, token, source)
     print(
         f"connecting to {args.host} "
         + (
@@ -148,6 +151,17 @@ def resolve_token(option: str | None) -> tuple[str | None, str]:
         return os.environ[TOKEN_ENV].strip(), f"${TOKEN_ENV}"
     token = kubeconfig_token()
     return (token, "the current kubeconfig context") if token else (None, "")
+
+
+def refuse_untrusted_host(host: str, token: str | None, source: str) -> None:
+    """Stop before any connection when ``host`` may not receive the bearer token (plain http to another machine)."""
+    if token and (why := token_may_go_to(host)):
+        raise UserError(
+            f"Refusing to send the bearer token from {source} to --host: {why}. Use the pipelines API's https "
+            "route (oc get route -n <project> ds-pipeline-dspa shows it), with --ca-cert for a self-signed "
+            "certificate; plain http is accepted only to this machine (127.0.0.1, ::1, localhost), e.g. through "
+            "oc port-forward."
+        )
 
 
 def kubeconfig_token() -> str | None:

@@ -40,6 +40,7 @@ class FakeKfp(LocalServer):
         experiments: dict[str, str] | None = None,
         tag_name: str | None = "2.17.0",
         pipeline_store: str | None = "database",
+        host: str = "127.0.0.1",
     ) -> None:
         self.token = token
         self.experiments = dict(experiments or {})  # display name -> id
@@ -50,7 +51,7 @@ class FakeKfp(LocalServer):
             "pipeline_store": pipeline_store,
         }
         self.received: list[Received] = []
-        super().__init__(self._handler_class())
+        super().__init__(self._handler_class(), host=host)
 
     def bodies(self, method: str, path: str) -> list[dict]:
         return [r.body for r in self.received if r.method == method and r.path == path]

@@ -14,6 +14,10 @@ Every request the client sends and every answer the fake gives is validated
 against the published spec with openapi-core; a violation is recorded in
 ``violations`` (and an invalid request is answered 400, as the real server's
 generated router does), and the tests assert there is none.
+
+``failures`` makes it answer the next requests with those statuses instead
+(503, 429, ...), as a proxy or gateway in front of a restarting or busy
+registry does; the requests are recorded but not served.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ class FakeModelRegistry(LocalServer):
         self.artifacts: dict[str, dict] = {}  # id -> artifact, with its version's id under "_version"
         self.requests: list[tuple[str, str]] = []
         self.violations: list[str] = []
+        self.failures: list[int] = []  # statuses to answer the next requests with, in order, instead of serving them
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         super().__init__(self._handler_class(), port)
@@ -149,7 +154,11 @@ class FakeModelRegistry(LocalServer):
                 )  # fmt: skip
                 with fake._lock:
                     fake.requests.append((method, self.path))
-                    if fake.token and self.headers.get("Authorization") != f"Bearer {fake.token}":
+                    injected = bool(fake.failures)  # a proxy's answer, not the registry's: not in its spec
+                    if injected:
+                        status = fake.failures.pop(0)
+                        payload = {"code": str(status), "message": "injected by the test"}
+                    elif fake.token and self.headers.get("Authorization") != f"Bearer {fake.token}":
                         status, payload = 401, {"code": "401", "message": "Unauthorized"}
                     else:
                         try:
@@ -160,7 +169,7 @@ class FakeModelRegistry(LocalServer):
                         else:
                             status, payload = fake._route(method, url.path, query, json.loads(raw or b"{}"))
                     data = json.dumps(payload).encode()
-                    if status != 401:
+                    if status != 401 and not injected:
                         try:
                             fake.openapi.validate_response(request, MockResponse(data, status_code=status))
                         except Exception as error:
@@ -178,12 +187,15 @@ def _not_found(what: str) -> tuple[int, dict]:
     return 404, {"code": "404", "message": f"{what} not found"}
 
 
-if __name__ == "__main__":  # for the local --param set of docs/getting-started/local.md
+if __name__ == "__main__":  # for the local --param set of docs/getting-started/local.md: PORT [TOKEN]
     import sys
     import time
 
-    registry = FakeModelRegistry(port=int(sys.argv[1]) if len(sys.argv) > 1 else 8089).start()
-    print(f"fake Model Registry at {registry.url} (no token needed); Ctrl-C stops it", flush=True)
+    port = int(sys.argv[1]) if len(sys.argv) > 1 else 8089
+    token = sys.argv[2] if len(sys.argv) > 2 else None  # the bearer token it takes (the published spec requires one)
+    registry = FakeModelRegistry(token=token, port=port).start()
+    needs = "the bearer token given" if token else "no token: the spec's validation refuses every request"
+    print(f"fake Model Registry at {registry.url} ({needs}); Ctrl-C stops it", flush=True)
     try:
         while True:
             time.sleep(3600)

@@ -13,7 +13,7 @@ import yaml
 from conftest import REPO_ROOT
 from fake_kfp import FakeKfp
 from kfp.client import client as kfp_client
-from local_server import LocalServer
+from local_server import LocalServer, non_loopback_address
 
 from pipelines.backend_versions import MINIMUM_BACKEND
 from pipelines.cron import validate_cron
@@ -272,3 +272,40 @@ def test_a_page_instead_of_the_api_is_a_clear_error(capfd):
     error = " ".join(capfd.readouterr().err.split())
     assert f"{page.url} answered /apis/v2beta1/healthz with something other than the Kubeflow Pipelines API's" in error
     assert "<title>Log in</title>" in error and "not the dashboard or a login page" in error
+
+
+def test_the_token_never_goes_over_plain_http_to_another_host(capfd, monkeypatch):
+    """The fake KFP server on this machine's non-loopback address is another host to the rule
+    (``common.http_trust``): reachable (without a token the same command gets its run there), yet a token, given
+    or found in $KFP_TOKEN, is refused before any request. Over plain http it goes to loopback only (the other
+    tests here)."""
+    with FakeKfp(host=non_loopback_address()) as remote:
+        with pytest.raises(SystemExit):
+            submit("--host", remote.url, "--token", TOKEN)
+        error = " ".join(capfd.readouterr().err.split())
+        assert f"Refusing to send the bearer token from --token to --host: {remote.url} is plain http" in error
+        assert "https route" in error and TOKEN not in error
+        monkeypatch.setenv("KFP_TOKEN", TOKEN)
+        with pytest.raises(SystemExit):
+            submit("--host", remote.url)
+        assert "from $KFP_TOKEN" in capfd.readouterr().err
+        assert remote.received == []
+        monkeypatch.delenv("KFP_TOKEN")
+        assert submit("--host", remote.url) == 0  # the control: no token, nothing to protect, the run goes
+        assert remote.received and {request.authorization for request in remote.received} == {""}
+
+
+def test_a_host_that_parsers_read_differently_never_gets_the_token(capfd):
+    """``http://<other host>\\@127.0.0.1`` is loopback to ``urllib.parse`` but the other host to urllib3, which the
+    client connects with: without a token the command's first request lands on the other host (the control), and
+    with one it is refused before any request."""
+    with FakeKfp(host=non_loopback_address()) as remote:
+        host = f"{remote.url}\\@127.0.0.1:{remote.url.rsplit(':', 1)[1]}"
+        with pytest.raises(SystemExit):
+            submit("--host", host, "--token", TOKEN)
+        error = " ".join(capfd.readouterr().err.split())
+        assert "Refusing to send the bearer token from --token to --host" in error and TOKEN not in error
+        assert remote.received == []
+        with pytest.raises(SystemExit):  # the control: no token, and the request goes to the other host
+            submit("--host", host)
+        assert remote.received and {request.authorization for request in remote.received} == {""}

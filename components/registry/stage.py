@@ -6,8 +6,10 @@
 Runs after the store step: the version's artifacts are its S3 copy and modelcar
 image (``store/stored.json``) and its Hub repository when it was uploaded
 (the publish record). The token comes from ``$MODEL_REGISTRY_TOKEN`` (the
-Secret model_registry_secret names, key ``token``), else the pod's service
-account token; neither is ever printed or written.
+Secret model_registry_secret names, key ``token``), else, only when
+model_registry_use_service_account asks for it and only over https, the pod's
+service-account token; neither is ever printed or written, and neither goes
+anywhere ``common.http_trust.token_may_go_to`` refuses.
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ from typing import Any, Mapping
 from common.atomic import write_text_atomic
 from common.cli_options import add_options, options_from, options_from_inputs
 from common.errors import UserError, exit_on_user_error
+from common.http_trust import token_may_go_to
 from common.kube import SERVICE_ACCOUNT
 from common.run_layout import REGISTER, REGISTERED, stage_dir
 from components.export.options import model_name_of, trained_from
 from components.publish.bundle import MERGED_CONFIG, RunDirs
-from components.publish.record import PublishedRecord, record_path
-from components.registry.catalogue import ArtifactSpec, Registration, register_version
+from components.publish.record import PublishedRecord, completed_at, completes, record_path
+from components.registry.catalogue import ArtifactSpec, Connection, Registration, register_version
 from components.registry.options import RegistryOptions
 from components.registry.provenance import version_properties
 from components.storage.s3_target import bucket_and_key
@@ -35,8 +38,10 @@ from components.storage.stage import stored_copies
 
 TOKEN_ENV = "MODEL_REGISTRY_TOKEN"
 TOKEN_KEY = "token"  # the key of model_registry_secret the pipeline maps to TOKEN_ENV
+SERVICE_ACCOUNT_HINT = "the token is the pod's service account's (model_registry_use_service_account)"
 
 
+@completes(REGISTER)
 def register(
     workspace_root: str, run_id: str, model_name: str, options: RegistryOptions, s3_secret: str, repo_id: str
 ) -> Registration | None:
@@ -53,10 +58,16 @@ def register(
             f"Run {run_id} has nothing to register: its version was stored nowhere a deployment can read it "
             "(set model_s3_uri or model_oci_uri) and not uploaded to the Hub (repo_id)."
         )
-    token, hint, custom_ca = connection(options)
-    registration = register_version(options.url, token, model_name, run_id, properties, artifacts, custom_ca, hint)
+    registration = register_version(connection(options), model_name, run_id, properties, artifacts)
     write_text_atomic(record_file, json.dumps(dataclasses.asdict(registration), indent=1) + "\n")
     return registration
+
+
+def registered_version_id(workspace_root: str, run_id: str) -> str:
+    """The Model Registry version id ``register`` recorded for run ``run_id``; empty when it registered none."""
+    path = stage_dir(workspace_root, run_id, REGISTER) / REGISTERED
+    registration = json.loads(path.read_text()) if path.is_file() else None
+    return registration["model_version_id"] if registration else ""
 
 
 def artifact_specs(
@@ -79,21 +90,48 @@ def artifact_specs(
     return specs
 
 
-def connection(options: RegistryOptions) -> tuple[str | None, str, str | None]:
-    """The bearer token, where it came from (for an error), and the CA to trust (OpenShift's service CA for an
-    in-cluster ``.svc`` URL, else the system's)."""
+def connection(options: RegistryOptions) -> Connection:
+    """How to reach ``options.url``: the token, where it came from (for an error), and the CA to trust
+    (OpenShift's service CA for an in-cluster ``.svc`` URL, else the system's).
+
+    The token is the Secret's; the pod's service-account token only when the user asked for it, and only over
+    https: it is the pod's credential for the whole cluster, not one made for the registry.
+    """
     service_ca = SERVICE_ACCOUNT / "service-ca.crt"
     custom_ca = str(service_ca) if service_ca.is_file() and ".svc" in options.url else None
     if token := os.environ.get(TOKEN_ENV, "").strip():
         hint = f"the token is the Secret '{options.secret}' (model_registry_secret), key '{TOKEN_KEY}'"
-        return token, hint, custom_ca
+        return Connection(options.url, token, hint, custom_ca, options.allow_http)
+    if options.use_service_account:
+        return Connection(options.url, service_account_token(options), SERVICE_ACCOUNT_HINT, custom_ca)
+    print(
+        f"no {TOKEN_ENV} (Secret '{options.secret}') and model_registry_use_service_account is false: calling the "
+        "registry without a token",
+        flush=True,
+    )
+    hint = (
+        f"no token was sent (give one in the Secret '{options.secret}', key '{TOKEN_KEY}', or set "
+        "model_registry_use_service_account to true)"
+    )
+    return Connection(options.url, None, hint, custom_ca, options.allow_http)
+
+
+def service_account_token(options: RegistryOptions) -> str:
+    """The pod's service-account token, once the registry's URL is https (the token's only way out)."""
+    if why := token_may_go_to(options.url, https_only=True):
+        raise UserError(
+            f"model_registry_use_service_account is true, but model_registry_url {why}: the pod's service-account "
+            "token is its credential for the whole cluster. Use the registry's https endpoint, or give a token in "
+            f"the Secret '{options.secret}' (model_registry_secret, key '{TOKEN_KEY}')."
+        )
     path = SERVICE_ACCOUNT / "token"
-    if path.is_file():
-        print(f"no {TOKEN_ENV} (Secret '{options.secret}'): presenting the pod's service account token", flush=True)
-        hint = f"the token is the pod's service account's (no Secret '{options.secret}' with a key '{TOKEN_KEY}')"
-        return path.read_text().strip(), hint, custom_ca
-    print(f"no {TOKEN_ENV} and no service account token: calling the registry without a token", flush=True)
-    return None, f"no token was sent (set {TOKEN_ENV}, or the Secret '{options.secret}' in the cluster)", custom_ca
+    if not path.is_file():
+        raise UserError(
+            f"model_registry_use_service_account is true, but this pod has no service-account token ({path}): "
+            f"give a token in the Secret '{options.secret}' (model_registry_secret, key '{TOKEN_KEY}') instead."
+        )
+    print(f"no {TOKEN_ENV} (Secret '{options.secret}'): presenting the pod's service-account token", flush=True)
+    return path.read_text().strip()
 
 
 def summary(registration: Registration | None) -> str:
@@ -130,7 +168,11 @@ def main(argv: list[str] | None = None) -> None:
 @exit_on_user_error
 def run_step(inputs: Mapping[str, Any]) -> str:
     """What the ``register_model`` component calls with every input by name; returns the version's id (empty:
-    not registered)."""
+    not registered). A version already registered (a retried step, or a run finishing the published version's
+    steps) is not registered again."""
+    if done := completed_at(inputs["workspace_root"], inputs["run_id"], REGISTER):
+        print(f"run {inputs['run_id']}'s version was registered already, at {done}: not registered again", flush=True)
+        return registered_version_id(inputs["workspace_root"], inputs["run_id"])
     model_name = model_name_of(inputs["model_name"], trained_from(Path(inputs["train_dir"])))
     options = options_from_inputs(RegistryOptions, inputs)
     registration = register(
