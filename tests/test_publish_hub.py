@@ -1,4 +1,5 @@
-"""Publishing to the Hub: one commit, retries, auth errors, and the token kept out of every output.
+"""Publishing to the Hub: one commit, retries, auth errors, the token kept out of every output, and a repository
+without a token refused (by the first step, and by every step that reads or writes the repository).
 
 No real Hugging Face Hub can be reached here, so these tests run the real CLI in
 a subprocess against ``tests/fake_hub.py``, a fake Hub on 127.0.0.1 that speaks
@@ -9,15 +10,21 @@ disabled with ``HF_HUB_DISABLE_XET=1`` because the fake speaks classic LFS).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
-from conftest import run_module
+import yaml
+from conftest import REPO_ROOT, run_module
 from fake_hub import FakeHub
 from fake_run import FINGERPRINT, GGUF, make_run
+from first_step_run import paragraph, run_first_step
 from huggingface_hub import ModelCard
 
+from common.errors import UserError
+
 CANARY = "hf_CANARY_4f1d8e0b7a2c9d3e"
+READ_CANARY = "hf_CANARY_read_9b3e2d1c0a"
 REPO = "me/practical-skills"
 
 
@@ -132,16 +139,143 @@ def test_a_rejected_token_names_the_secret(hub, tmp_path):
     assert not (tmp_path / "ws" / "published" / "me--practical-skills.json").exists()
 
 
-def test_without_a_token_nothing_is_sent(hub, tmp_path):
-    """A dry run: the folder is written and recorded, and the Hub sees no request at all."""
+def test_a_repository_without_a_token_is_refused_and_nothing_is_sent(hub, tmp_path):
+    """Not a dry run: with hub_repo_id set, a missing hf-token Secret would let the run replace production without
+    the champion comparison. The step exits 2 naming the Secret and both fixes; the Hub sees no request, and no
+    upload folder or record is written."""
     run_dir = make_run(tmp_path / "ws")
     result = publish_cli(tmp_path / "ws", hub.client_env(tmp_path / "home"))
-    assert result.returncode == 0, result.stderr
-    assert "dry run: no token is in the environment (HF_TOKEN" in " ".join(result.stdout.split())
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr and "dry run" not in result.stdout
+    message = " ".join(result.stderr.split())
+    assert message.startswith(f"error: hub_repo_id is '{REPO}', but no Hugging Face token is in the environment")
+    assert "Kubernetes Secret 'hf-token' (key HF_TOKEN)" in message
+    assert "oc create secret generic hf-token --from-literal=HF_TOKEN=<token>" in message
+    assert "leave hub_repo_id empty for a run that publishes nothing" in message
     assert hub.log == []
-    assert (run_dir / "publish" / "upload" / GGUF).is_file()
-    record = json.loads((tmp_path / "ws" / "published" / "me--practical-skills.json").read_text())
-    assert record["uploaded"] is False and record["location"] == str(run_dir / "publish" / "upload")
+    assert not (run_dir / "publish").exists() and not (tmp_path / "ws" / "published").exists()
+
+
+def test_no_step_looks_for_the_published_model_elsewhere_without_a_token(hub, tmp_path):
+    """The data-change check (force or not) and the evaluation's search for the champion refuse too, instead of
+    reading the workspace's record and comparing with the base alone."""
+    from components.publish.published import find_published
+
+    make_run(tmp_path / "ws")
+    stats = tmp_path / "stats.json"
+    stats.write_text(json.dumps({"fingerprint": FINGERPRINT}))
+    for force in ((), ("--force",)):
+        result = run_module(
+            "components.publish.change_check",
+            "--stats",
+            stats,
+            "--workspace-root",
+            tmp_path / "ws",
+            "--repo-id",
+            REPO,
+            *force,
+            env=hub.client_env(tmp_path / "home"),
+        )
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        assert "Kubernetes Secret 'hf-read-token'" in " ".join(result.stderr.split())  # a reading step's Secret
+    with pytest.raises(UserError, match="no Hugging Face token is in the environment variable HF_TOKEN"):
+        find_published(REPO, str(tmp_path / "ws"), token=None)
+    assert hub.log == []
+
+
+# The first step's pod gets hf-token as HF_TOKEN and hf-read-token as HF_READ_TOKEN (pipelines/fine_tune.py).
+BOTH = {"HF_TOKEN": CANARY, "HF_READ_TOKEN": READ_CANARY}
+
+
+def test_the_first_step_refuses_a_repository_without_the_secret_in_one_paragraph():
+    """The generated first step, as its pod runs it: hub_repo_id without the hf-token Secret, the hf-read-token
+    Secret or both ends the run before any data is touched, in one paragraph naming the missing ones, each one's
+    command, and the one-token choice said plainly; with both present it passes and never prints them, and the
+    default run (no repository) needs neither."""
+    refused = run_first_step({"hub_repo_id": REPO})
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    message = paragraph(refused.stderr)
+    assert message.startswith(
+        f"error: The run parameters are invalid: parameter 'hub_repo_id' is '{REPO}', but the Kubernetes Secrets "
+        "'hf-token' and 'hf-read-token' (key HF_TOKEN) are missing."
+    )
+    assert "oc create secret generic hf-token --from-literal=HF_TOKEN=<token>" in message
+    assert "oc create secret generic hf-read-token --from-literal=HF_TOKEN=<token>" in message
+    assert "or leave hub_repo_id empty for a run that publishes nothing" in message
+
+    for env, missing in (({"HF_TOKEN": CANARY}, "hf-read-token"), ({"HF_READ_TOKEN": READ_CANARY}, "hf-token")):
+        one = run_first_step({"hub_repo_id": REPO}, env)
+        assert one.returncode == 2, one.stdout + one.stderr
+        message = paragraph(one.stderr)
+        assert f"but the Kubernetes Secret '{missing}' (key HF_TOKEN) is missing." in message
+        assert f"oc create secret generic {missing} --from-literal=HF_TOKEN=<token>" in message
+        (present,) = {"hf-token", "hf-read-token"} - {missing}
+        assert f"oc create secret generic {present} " not in message  # only the missing one's command
+        assert "the same token may go in both Secrets" in message and "less least privilege" in message
+        assert CANARY not in message and READ_CANARY not in message
+
+    blank = run_first_step({"hub_repo_id": REPO}, {**BOTH, "HF_READ_TOKEN": "  "})
+    assert blank.returncode == 2 and "Secret 'hf-read-token' (key HF_TOKEN) is missing" in paragraph(blank.stderr)
+
+    present = run_first_step({"hub_repo_id": REPO}, BOTH)
+    assert present.returncode == 0, present.stderr
+    assert "run parameters are valid" in present.stdout
+    assert CANARY not in present.stdout + present.stderr and READ_CANARY not in present.stdout + present.stderr
+    default = run_first_step({})
+    assert default.returncode == 0 and "run parameters are valid" in default.stdout, default.stderr
+
+
+def test_the_first_step_gets_the_hub_token_secret():
+    """The first step can only see the Secrets if its pod mounts them: optional, so a run without a repository
+    needs none, by reference, so no token is in the YAML, and under two variables, since both hold HF_TOKEN."""
+    _, platform = yaml.safe_load_all((REPO_ROOT / "compiled" / "fine_tune_pipeline.yaml").read_text())
+    executor = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]["exec-validate-parameters"]
+    hub = {secret.get("secretName"): secret for secret in executor["secretAsEnv"] if secret.get("secretName")}
+    assert hub["hf-token"]["keyToEnv"] == [{"envVar": "HF_TOKEN", "secretKey": "HF_TOKEN"}]
+    assert hub["hf-read-token"]["keyToEnv"] == [{"envVar": "HF_READ_TOKEN", "secretKey": "HF_TOKEN"}]
+    assert hub["hf-token"]["optional"] is True and hub["hf-read-token"]["optional"] is True
+
+
+def test_one_token_stands_for_both_secrets_where_the_shell_is_every_steps_environment():
+    """``one_token_for_every_step``: the shell's HF_TOKEN, which every local step reads, is what the first step
+    checks for the read Secret too (a stale HF_READ_TOKEN of the shell's is replaced; no HF_TOKEN, both missing)."""
+    from components.hub_auth import missing_secrets, one_token_for_every_step
+
+    environ = {"HF_TOKEN": CANARY, "HF_READ_TOKEN": "a stale value from the shell"}
+    one_token_for_every_step(environ)
+    assert environ == {"HF_TOKEN": CANARY, "HF_READ_TOKEN": CANARY} and missing_secrets(environ) == []
+    unset = {"HF_READ_TOKEN": READ_CANARY}
+    one_token_for_every_step(unset)
+    assert missing_secrets(unset) == ["hf-token", "hf-read-token"]
+
+
+@pytest.mark.slow
+def test_a_local_run_with_a_repository_needs_only_the_shells_hf_token(hub, tmp_path):
+    """``python -m pipelines.run`` with hub_repo_id: kfp.local mounts no Secret, so HF_TOKEN alone passes the first
+    step, and the next step that reads the Hub uses it (a wrong one here: the fake Hub's 401 is one paragraph
+    naming the read Secret, and the run stops there); without HF_TOKEN the first step refuses, naming both."""
+    wrong = CANARY[:-4] + "0000"
+
+    def local_run(name: str, token: str | None) -> str:
+        output = tmp_path / name
+        result = run_module(
+            "pipelines.run",
+            *("--param", f"hub_repo_id={REPO}", "--param", "benchmark_tasks=", "--output-dir", output),
+            env=hub.client_env(tmp_path / "home", token),
+            timeout=600,
+        )
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert wrong not in result.stdout + result.stderr
+        return " ".join((output / "run.log").read_text().split())
+
+    with_token = local_run("with-token", wrong)
+    assert "run parameters are valid" in with_token
+    assert "Executing task 'check-data-changed'" in re.sub(r"\x1b\[[0-9;]*m", "", with_token)
+    assert "does not accept the token (401" in with_token and "Secret 'hf-read-token'" in with_token
+    without = local_run("without-token", None)
+    assert "but the Kubernetes Secrets 'hf-token' and 'hf-read-token' (key HF_TOKEN) are missing" in without
+    assert "For a local run, export HF_TOKEN, which every step reads" in without
+    assert "Executing task 'prepare-dataset'" not in re.sub(r"\x1b\[[0-9;]*m", "", without)
 
 
 def test_metadata_the_hub_rejects_is_a_clear_error(hub, tmp_path):
@@ -157,7 +291,6 @@ def test_a_commit_whose_parent_is_no_longer_the_head_is_refused_and_nothing_land
     """Another publish landed after the evaluation read the head: the Hub answers 412 and the step says why."""
     from huggingface_hub import HfApi, constants
 
-    from common.errors import UserError
     from components.publish.hub import publish_folder
     from components.publish.options import PublishOptions
 

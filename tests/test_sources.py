@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import subprocess
+import sys
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import boto3
 import pytest
-from conftest import qa, read_split, read_stats, run_cli, write_jsonl
+import yaml
+from conftest import REPO_ROOT, qa, read_split, read_stats, run_cli, write_jsonl
 from fake_hub import FakeHub
+from first_step_run import paragraph, run_first_step
 from huggingface_hub import constants
 from local_server import LocalServer
 
@@ -261,3 +266,197 @@ def test_s3_endpoint_of_an_openshift_ai_data_connection(s3, s3_server, monkeypat
     monkeypatch.delenv("AWS_ENDPOINT_URL")
     monkeypatch.setenv("AWS_S3_ENDPOINT", s3_server)
     assert Path(resolve_dataset_uri("s3://qa-data/qa.jsonl", tmp_path / "source")).read_bytes() == LINES
+
+
+# --- URLs that carry a credential: from the data connection Secret, never a run parameter ----------------------
+
+SIGNATURE = "5f0c1e9d2b7a4c3e8f6a1b2c3d4e5f60718293a4b5c6d7e8f9a0b1c2d3e4f5a6"
+SIGNED_QUERY = (
+    "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIAEXAMPLECANARY%2F20261127%2Fus-east-1%2Fs3%2Faws4_request"
+    f"&X-Amz-Date=20261127T000000Z&X-Amz-Expires=3600&X-Amz-SignedHeaders=host&X-Amz-Signature={SIGNATURE}"
+)
+SIGNED_PARTS = (SIGNATURE, "AKIAEXAMPLECANARY")
+
+
+class FlakyServer(LocalServer):
+    """Serves ``body`` at every path, after dropping the first connection without an answer (urllib3 retries it
+    and logs a warning naming the URL it retries)."""
+
+    def __init__(self, body: bytes) -> None:
+        self.requests: list[str] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                server.requests.append(self.path)
+                if len(server.requests) == 1:
+                    self.close_connection = True
+                    return
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        super().__init__(Handler)
+
+
+def assert_secret_nowhere(text: str, *roots: Path) -> None:
+    for part in SIGNED_PARTS:
+        assert part not in text
+    for root in roots:
+        for path in root.rglob("*"):
+            if path.is_file():
+                data = path.read_bytes()
+                assert all(part.encode() not in data for part in SIGNED_PARTS), path
+
+
+@pytest.mark.parametrize(
+    ("url", "carried"),
+    [
+        (f"https://bucket.s3.amazonaws.com/qa.jsonl?{SIGNED_QUERY}", "X-Amz-Credential"),
+        ("https://bucket.s3.amazonaws.com/qa.jsonl?AWSAccessKeyId=AKIA&Expires=1&Signature=abc", "AWSAccessKeyId"),
+        (
+            "https://storage.googleapis.com/b/qa.jsonl?X-Goog-Algorithm=GOOG4-RSA-SHA256&X-Goog-Signature=abc",
+            "X-Goog-Signature",
+        ),
+        ("https://acct.blob.core.windows.net/c/qa.jsonl?sv=2022-11-02&se=2026-12-01&sp=r&sig=abc%3D", "sig"),
+        ("https://reader:hunter2@data.example/qa.jsonl", "a user name or password before the host"),
+    ],
+)
+def test_a_url_that_carries_a_credential_is_not_a_run_parameter(url, carried):
+    """What ``pipelines.run`` and ``submit`` check before a run exists (so it never reaches a run record) and the
+    first step checks again: the URL is named without its credential, with the fix."""
+    from components.run_form.checks import problems
+
+    (problem,) = problems({"dataset_uri": url})
+    assert problem.startswith("parameter 'dataset_uri' is a URL that carries a credential (") and carried in problem
+    assert "key DATASET_URL of the data connection Secret (aws-connection-training-data" in problem
+    assert "set dataset_uri to secret:DATASET_URL" in problem
+    assert "abc" not in problem and "hunter2" not in problem and "AKIA" not in problem
+
+
+def test_urls_without_a_credential_stay_parameters():
+    from components.run_form.checks import problems
+
+    for uri in (
+        "https://data.example/qa.jsonl?version=3",
+        "s3://bucket/qa/",
+        "hf://datasets/me/qa",
+        "",
+        "data/*.jsonl",
+    ):
+        assert problems({"dataset_uri": uri}) == [], uri
+
+
+def test_the_first_step_refuses_a_signed_url_in_one_paragraph():
+    result = run_first_step({"dataset_uri": f"https://bucket.s3.amazonaws.com/qa.jsonl?{SIGNED_QUERY}"})
+    assert result.returncode == 2, result.stdout + result.stderr
+    message = paragraph(result.stderr)
+    assert message.startswith("error: The run parameters are invalid: parameter 'dataset_uri' is a URL that carries")
+    assert "(https://bucket.s3.amazonaws.com/qa.jsonl, with the query parameter X-Amz-Credential)" in message
+    assert "set dataset_uri to secret:DATASET_URL" in message
+    assert_secret_nowhere(result.stdout + result.stderr)
+
+
+def test_the_first_step_needs_the_secret_key_a_secret_reference_names():
+    """secret:DATASET_URL without the key (or the Secret) is refused before any data is touched, naming the
+    Secret; with it the step passes and never prints the URL. Only that one key may be named."""
+    missing = run_first_step({"dataset_uri": "secret:DATASET_URL", "data_connection_secret": "qa-connection"})
+    assert missing.returncode == 2
+    message = paragraph(missing.stderr)
+    assert "parameter 'dataset_uri' is secret:DATASET_URL, but the key DATASET_URL of the Secret 'qa-connection'" in (
+        message
+    )
+    assert "oc create secret generic qa-connection --from-literal=DATASET_URL=<url>" in message
+
+    signed = f"https://bucket.s3.amazonaws.com/qa.jsonl?{SIGNED_QUERY}"
+    present = run_first_step({"dataset_uri": "secret:DATASET_URL"}, {"DATASET_URL": signed})
+    assert present.returncode == 0, present.stderr
+    assert_secret_nowhere(present.stdout + present.stderr)
+
+    wrong = run_first_step(
+        {"dataset_uri": "secret:DATASET_URL"}, {"DATASET_URL": f"ftp://host/qa.jsonl?{SIGNED_QUERY}"}
+    )
+    assert wrong.returncode == 2 and "(ftp://host/qa.jsonl) is not an https://" in paragraph(wrong.stderr)
+    assert_secret_nowhere(wrong.stderr)
+
+    from components.run_form.checks import problems
+
+    (other,) = problems({"dataset_uri": "secret:AWS_SECRET_ACCESS_KEY"})
+    assert "the only Secret reference is secret:DATASET_URL" in other
+
+
+# The prepare step as its pod runs it: KFP's executor logging (INFO and up, to stdout), the component's body, and the
+# metadata its artifacts get (which KFP stores in the run's record).
+PREPARE_STEP = """
+import json, sys
+from kfp import dsl
+from kfp.dsl.executor_main import _setup_logging
+from components.pipeline_steps.stages import prepare_dataset
+
+_setup_logging()
+out = sys.argv[1]
+artifacts = {
+    name: kind(uri=f"{out}/artifacts/{name}")
+    for name, kind in (("train_data", dsl.Dataset), ("eval_data", dsl.Dataset), ("rejects", dsl.Dataset),
+                       ("metrics", dsl.Metrics))
+}
+outputs = prepare_dataset.python_func(
+    dataset_uri="secret:DATASET_URL", workspace_root=f"{out}/workspace", run_id="run-1", eval_fraction=0.3, seed=42,
+    max_reject_fraction=0.05, system_prompt="", field_map="", **artifacts
+)
+print(json.dumps({"outputs": list(outputs), **{name: a.metadata for name, a in artifacts.items()}}))
+"""
+
+
+def test_a_signed_url_from_the_secret_is_read_and_never_printed_or_written(tmp_path):
+    """The prepare step with the URL in DATASET_URL (the data connection Secret's key in the cluster): the data is
+    read, through a dropped connection that urllib3 retries and logs a warning about, and neither the step's log
+    nor any file it writes nor its artifacts' metadata holds the signature or the access key."""
+    with FlakyServer(LINES) as server:
+        env = {**os.environ, "DATASET_URL": f"{server.url}/exports/qa.jsonl?{SIGNED_QUERY}"}
+        result = subprocess.run(
+            [sys.executable, "-c", PREPARE_STEP, str(tmp_path / "out")],
+            cwd=REPO_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert len(server.requests) == 2 and server.requests[1] == f"/exports/qa.jsonl?{SIGNED_QUERY}"
+    assert "Retrying" in result.stdout and "/exports/qa.jsonl?<redacted>" in result.stdout  # the warning, redacted
+    assert f"fetching {server.url}/exports/qa.jsonl (from DATASET_URL)" in result.stdout
+    recorded = json.loads(result.stdout.splitlines()[-1])
+    assert recorded["train_data"]["rows"] + recorded["eval_data"]["rows"] == 3
+    data = tmp_path / "out" / "workspace" / "runs" / "run-1" / "data"
+    assert (data / "source" / "qa.jsonl").read_bytes() == LINES
+    assert read_stats(data)["records"] == 3
+    assert_secret_nowhere(result.stdout + result.stderr, tmp_path / "out")
+
+
+def test_a_secret_reference_without_the_variable_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.delenv("DATASET_URL", raising=False)
+    with pytest.raises(UserError, match="dataset_uri is secret:DATASET_URL, but the environment variable DATASET_URL"):
+        resolve_dataset_uri("secret:DATASET_URL", tmp_path / "source")
+    with pytest.raises(UserError, match="the only Secret reference is secret:DATASET_URL"):
+        resolve_dataset_uri("secret:AWS_SECRET_ACCESS_KEY", tmp_path / "source")
+
+
+def test_the_secret_key_reaches_the_first_step_and_the_prepare_step_only():
+    """Optional, from the Secret data_connection_secret names: a run that does not use it needs no key."""
+    _, platform = yaml.safe_load_all((REPO_ROOT / "compiled" / "fine_tune_pipeline.yaml").read_text())
+    executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    mapped = {
+        label: secret
+        for label, executor in executors.items()
+        for secret in executor.get("secretAsEnv", [])
+        if {"envVar": "DATASET_URL", "secretKey": "DATASET_URL"} in secret["keyToEnv"]
+    }
+    assert set(mapped) == {"exec-validate-parameters", "exec-prepare-dataset"}
+    for secret in mapped.values():
+        assert secret["optional"] is True
+        assert secret["secretNameParameter"] == {"componentInputParameter": "data_connection_secret"}

@@ -64,7 +64,7 @@ class Scenario(threading.Thread):
 
 
 def manifest_for(kind: JobKind, nodes: int = 2) -> dict:
-    spec = example_spec(nodes, 1, secret="hf-token")
+    spec = example_spec(nodes, 1, secret="hf-read-token")
     return render_pytorchjob(spec) if kind is PYTORCHJOB else render_trainjob(spec)
 
 

@@ -7,12 +7,14 @@ import re
 
 import pytest
 import yaml
+from conftest import REPO_ROOT
 from crd_schemas import PYTORCHJOB_CRD, TRAINJOB_CRD, schema_errors
 from train_jobs import GPU_TOLERATION, RUN_ID
 from train_jobs import example_spec as spec
 
+from components.hub_auth import READ_SECRET_NAME, WRITE_SECRET_NAME
 from components.training.manifests import JobSpec, job_name, label_value, render_pytorchjob, render_trainjob, to_yaml
-from components.training.options import TORCHRUN_EXIT_SECONDS
+from components.training.options import TORCHRUN_EXIT_SECONDS, LaunchOptions
 from trainer.config import parse_config
 
 RANK_FLAGS = (
@@ -28,8 +30,10 @@ RANK_FLAGS = (
 
 CASES = [
     pytest.param(spec(1, 0), id="1-node-cpu"),
-    pytest.param(spec(2, 0, secret="hf-token"), id="2-nodes-cpu-secret"),
-    pytest.param(spec(2, 1, tolerations=[GPU_TOLERATION], secret="hf-token"), id="2-nodes-1-gpu-tolerations-secret"),
+    pytest.param(spec(2, 0, secret="hf-read-token"), id="2-nodes-cpu-secret"),
+    pytest.param(
+        spec(2, 1, tolerations=[GPU_TOLERATION], secret="hf-read-token"), id="2-nodes-1-gpu-tolerations-secret"
+    ),
     pytest.param(
         spec(
             4,
@@ -156,6 +160,23 @@ def test_trainjob_validates_against_the_trainer_v2_crd(job):
     check_pod(pod_template["spec"], container["volumeMounts"], job)
 
 
+def test_the_training_pods_get_the_read_token_never_the_write_token():
+    """Training only downloads the base model, so its pods get hf-read-token: LaunchOptions' default and what the
+    compiled pipeline passes the train step. hf-token, which may write to the Hub, is the publish step's alone."""
+    compiled = yaml.safe_load_all((REPO_ROOT / "compiled" / "fine_tune_pipeline.yaml").read_text())
+    tasks = [component["dag"]["tasks"] for component in next(compiled)["components"].values() if "dag" in component]
+    (train,) = [dag["train-model"] for dag in tasks if "train-model" in dag]
+    passed = train["inputs"]["parameters"]["hf_token_secret"]["runtimeValue"]["constant"]
+    assert passed == LaunchOptions().hf_token_secret == READ_SECRET_NAME == "hf-read-token"
+    job = spec(2, 1, secret=passed)
+    pytorchjob = render_pytorchjob(job)
+    containers = [pod["containers"][0] for pod in pod_specs_of_pytorchjob(pytorchjob)]
+    for env in [container["env"] for container in containers] + [render_trainjob(job)["spec"]["trainer"]["env"]]:
+        (token,) = [item for item in env if item["name"] == "HF_TOKEN"]
+        assert token["valueFrom"]["secretKeyRef"] == {"name": "hf-read-token", "key": "HF_TOKEN", "optional": True}
+    assert WRITE_SECRET_NAME not in to_yaml(pytorchjob) + to_yaml(render_trainjob(job))
+
+
 def test_the_schema_check_catches_what_the_api_server_would_drop_or_reject():
     """Proof that the validation above can fail: an unknown (pruned) field, a wrong type, a missing field."""
     manifest = render_pytorchjob(spec(2, 1))
@@ -187,5 +208,5 @@ def test_labels_are_valid_label_values():
 
 
 def test_yaml_is_the_manifest():
-    manifest = render_trainjob(spec(2, 1, secret="hf-token"))
+    manifest = render_trainjob(spec(2, 1, secret="hf-read-token"))
     assert yaml.safe_load(to_yaml(manifest)) == manifest

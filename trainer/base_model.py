@@ -67,7 +67,7 @@ def _snapshot(model: str, revision: str, patterns: tuple[str, ...], hub_cache: P
         raise UserError(
             f"Could not download the base model {model!r} at revision {revision or 'main'!r} from the Hugging Face "
             f"Hub ({detail}). Check the id and the revision; a gated or private model needs a token with access in "
-            "the hf-token Secret (HF_TOKEN); without network access (HF_HUB_OFFLINE=1), give a local checkpoint "
+            "the hf-read-token Secret (HF_TOKEN); without network access (HF_HUB_OFFLINE=1), give a local checkpoint "
             "directory instead."
         ) from None
 

@@ -3,7 +3,14 @@
 ``dataset_uri`` forms (a plain path, directory or glob is read in place and never comes here):
 
 ``https://host/path/data.jsonl[.gz]`` (or ``http://``)
-    One file. A presigned URL works; its query string is never printed.
+    One file, read without credentials.
+``secret:DATASET_URL``
+    Any of the URLs here, read from the environment variable ``DATASET_URL``: in the cluster the key
+    ``DATASET_URL`` of the data connection Secret (``data_connection_secret``). This is how a URL that
+    carries a credential (a presigned S3 or GCS URL, an Azure SAS URL) reaches the step: a run parameter
+    is kept in the run's record and the pods' arguments, so the first step refuses such a URL there
+    (``credential_in_url``). Its query string and user info are never printed, by this module or by
+    urllib3's retry warnings.
 ``s3://bucket/key.jsonl[.gz]`` or ``s3://bucket/prefix/``
     One object, or every ``.jsonl`` / ``.jsonl.gz`` object under the prefix. Credentials and endpoint
     come from the standard AWS variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
@@ -21,25 +28,142 @@ for S3, huggingface_hub's backoff for the Hub.
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
+import re
 import shutil
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO
-from urllib.parse import urlsplit, urlunsplit
+from typing import BinaryIO, Iterator
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from common.atomic import write_file_atomic
 from common.errors import UserError
 from common.s3 import ACCESS_DENIED, NOT_FOUND, bucket_and_key, client_from_environment, error_code, keys_under
 from components.dataprep.chunks import SUFFIXES
-from components.hub_auth import TOKEN_ENV, hub_token, token_refused
+from components.hub_auth import READ_SECRET_NAME, TOKEN_ENV, hub_token, token_refused
 
 SCHEMES = ("http", "https", "s3", "hf")
 ALL_JSONL = str(Path("**") / "*.jsonl*")
 HTTP_RETRIES = 5
 HTTP_TIMEOUT_S = (30, 300)  # connect, read between bytes
+# A dataset_uri that says "the URL is in a Secret": the environment variable, in the cluster the data connection
+# Secret's key of the same name (pipelines/fine_tune.py maps it to the first step and the prepare step).
+URL_ENV = "DATASET_URL"
+SECRET_PREFIX = "secret:"
+SECRET_URI = f"{SECRET_PREFIX}{URL_ENV}"
+# Query parameters that make a URL a credential: AWS SigV4 and SigV2 presigned URLs, GCS V4 and V2 signed URLs,
+# Azure SAS tokens, and the bearer tokens some servers take in the query. Compared lower-cased.
+CREDENTIAL_PARAMETERS = (
+    "x-amz-signature",
+    "x-amz-credential",
+    "x-amz-security-token",
+    "awsaccesskeyid",
+    "signature",
+    "x-goog-signature",
+    "x-goog-credential",
+    "googleaccessid",
+    "sig",
+    "token",
+    "access_token",
+    "api_key",
+    "apikey",
+)
+# Loggers that print the URL they retry, query string included: urllib3's "Retrying (...) after connection broken
+# by ...: /path?query" is a WARNING, which the KFP executor's logging (INFO and up) prints in the step's log.
+URL_LOGGERS = ("urllib3.connectionpool", "urllib3.util.retry", "requests")
+
+
+def is_secret_reference(dataset_uri: str) -> bool:
+    """True for ``secret:...``; only ``secret:DATASET_URL`` is valid (``secret_reference_problem``)."""
+    return dataset_uri.strip().lower().startswith(SECRET_PREFIX)
+
+
+def secret_reference_problem(dataset_uri: str) -> str | None:
+    """What is wrong with a ``secret:`` dataset_uri, or None. Only the one environment variable may be named, so
+    the URL cannot be read from another Secret key (an access key would be printed as a bad URL)."""
+    if not is_secret_reference(dataset_uri) or dataset_uri.strip() == SECRET_URI:
+        return None
+    return f"is {dataset_uri.strip()!r}: the only Secret reference is {SECRET_URI} (the Secret's key {URL_ENV})"
+
+
+def secret_url() -> str:
+    """The URL in ``$DATASET_URL``; a missing one, or one this module cannot fetch, is a clear error that never
+    shows more of it than ``describe_uri`` does."""
+    url = os.environ.get(URL_ENV, "").strip()
+    if not url:
+        raise UserError(
+            f"dataset_uri is {SECRET_URI}, but the environment variable {URL_ENV} is empty or unset. In the "
+            f"cluster it comes from the key {URL_ENV} of the data connection Secret that the run parameter "
+            f"data_connection_secret names: add the key to that Secret (for a local run, export {URL_ENV}), then "
+            "start the run again."
+        )
+    problem = secret_url_problem(url)
+    if problem:
+        raise UserError(f"The URL in {URL_ENV} {problem}.")
+    return url
+
+
+def secret_url_problem(url: str) -> str | None:
+    """Why the URL found in ``$DATASET_URL`` cannot be fetched, or None."""
+    scheme, sep, _ = url.partition("://")
+    if sep and scheme.lower() in SCHEMES:
+        return None
+    return (
+        f"({describe_uri(url)}) is not an https://, http://, s3:// or hf://datasets/ URL; put the dataset's URL "
+        f"in {URL_ENV}"
+    )
+
+
+def credential_in_url(uri: str) -> str | None:
+    """What credential ``uri`` carries, for a message that never shows it: a user name or password before the
+    host, or the first signing or token query parameter; None when it carries none."""
+    parts = urlsplit(uri.strip())
+    if not parts.scheme or not parts.netloc:
+        return None
+    if "@" in parts.netloc:
+        return "a user name or password before the host"
+    for name, _ in parse_qsl(parts.query, keep_blank_values=True):
+        if name.lower() in CREDENTIAL_PARAMETERS:
+            return f"the query parameter {name}"
+    return None
+
+
+def redact_urls(text: str) -> str:
+    """``text`` with every URL's query string and user info cut out (the rest of the URL stays readable)."""
+    text = re.sub(r"\?[^\s'\"<>)]*", "?<redacted>", text)
+    return re.sub(r"(://)[^/\s'\"@]*@", r"\1<redacted>@", text)
+
+
+class _RedactUrls(logging.Filter):
+    """Rewrites a log record's message through ``redact_urls`` before any handler sees it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = redact_urls(record.getMessage()), None
+        return True
+
+
+@contextlib.contextmanager
+def redacted_url_logs() -> Iterator[None]:
+    """While fetching, what urllib3 and requests log shows no query string or user info."""
+    redacting = _RedactUrls()
+    loggers = [logging.getLogger(name) for name in URL_LOGGERS]
+    for logger in loggers:
+        logger.addFilter(redacting)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(redacting)
 
 
 def is_remote(dataset_uri: str) -> bool:
-    """True for a URL; a URL of a scheme this module cannot fetch is a clear error."""
+    """True for a URL or ``secret:DATASET_URL``; a URL of a scheme this module cannot fetch is a clear error."""
+    if is_secret_reference(dataset_uri):
+        problem = secret_reference_problem(dataset_uri)
+        if problem:
+            raise UserError(f"dataset_uri {problem}.")
+        return True
     scheme, sep, _ = dataset_uri.partition("://")
     if not sep:
         return False
@@ -52,16 +176,20 @@ def is_remote(dataset_uri: str) -> bool:
 
 
 def fetch(dataset_uri: str, destination: Path) -> str:
-    """Download ``dataset_uri`` into ``destination`` (emptied first) and return the input for the data stage."""
+    """Download ``dataset_uri`` (or, for ``secret:DATASET_URL``, the URL in ``$DATASET_URL``) into
+    ``destination`` (emptied first) and return the input for the data stage."""
+    from_secret = is_secret_reference(dataset_uri)
+    url = secret_url() if from_secret else dataset_uri
     shutil.rmtree(destination, ignore_errors=True)
     destination.mkdir(parents=True)
-    scheme = dataset_uri.partition("://")[0].lower()
-    print(f"fetching {describe_uri(dataset_uri)} into {destination}", flush=True)
-    if scheme in ("http", "https"):
-        return str(_fetch_http(dataset_uri, destination))
-    if scheme == "s3":
-        return _fetch_s3(dataset_uri, destination)
-    return _fetch_hub_dataset(dataset_uri, destination)
+    scheme = url.partition("://")[0].lower()
+    print(f"fetching {describe_uri(url)}{f' (from {URL_ENV})' if from_secret else ''} into {destination}", flush=True)
+    with redacted_url_logs():
+        if scheme in ("http", "https"):
+            return str(_fetch_http(url, destination))
+        if scheme == "s3":
+            return _fetch_s3(url, destination)
+        return _fetch_hub_dataset(url, destination)
 
 
 def describe_uri(uri: str) -> str:
@@ -115,8 +243,9 @@ def _fetch_http(url: str, destination: Path) -> Path:
 def _http_problem(shown: str, status: int) -> str:
     if status in (401, 403):
         return (
-            f"The server refused {shown} (HTTP {status}). This step sends no credentials over HTTP: use a presigned "
-            "URL, or put the data on S3 (s3://, credentials from a Secret) or the workspace PVC."
+            f"The server refused {shown} (HTTP {status}). This step sends no credentials over HTTP: give a "
+            f"presigned URL in the data connection Secret's key {URL_ENV} with dataset_uri {SECRET_URI}, or put the "
+            "data on S3 (s3://, credentials from a Secret) or the workspace PVC."
         )
     if status == 404:
         return f"{shown} does not exist (HTTP 404). Check the URL; dataset_uri must name a .jsonl or .jsonl.gz file."
@@ -149,9 +278,10 @@ def _fetch_s3(uri: str, destination: Path) -> str:
     """The one object's local path, or a glob of the objects under the prefix."""
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
+    shown = describe_uri(uri)
     bucket, key = bucket_and_key(uri)
     if not bucket:
-        raise UserError(f"dataset_uri {uri!r} names no bucket; write s3://bucket/key.jsonl or s3://bucket/prefix/.")
+        raise UserError(f"dataset_uri {shown!r} names no bucket; write s3://bucket/key.jsonl or s3://bucket/prefix/.")
     client = client_from_environment()
     try:
         if key.endswith(SUFFIXES):
@@ -162,24 +292,24 @@ def _fetch_s3(uri: str, destination: Path) -> str:
                 item: item[len(prefix) :] for item in keys_under(client, bucket, prefix) if item.endswith(SUFFIXES)
             }
             if not objects:
-                raise UserError(f"No .jsonl or .jsonl.gz objects are under {uri}; check the bucket and prefix.")
+                raise UserError(f"No .jsonl or .jsonl.gz objects are under {shown}; check the bucket and prefix.")
         for name, relative in objects.items():
             write_file_atomic(
-                destination / _safe_relative(relative, uri),
+                destination / _safe_relative(relative, shown),
                 lambda handle: client.download_fileobj(bucket, name, handle),
             )
         return str(destination / PurePosixPath(key).name) if key.endswith(SUFFIXES) else str(destination / ALL_JSONL)
     except NoCredentialsError:
         raise UserError(
-            f"No S3 credentials for {uri}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_ENDPOINT_URL for "
+            f"No S3 credentials for {shown}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_ENDPOINT_URL for "
             "MinIO or OpenShift Data Foundation). In the cluster, put them in a Secret that the prepare step gets as "
             "environment variables."
         ) from None
     except ClientError as error:
-        raise UserError(_s3_problem(uri, error)) from None
+        raise UserError(_s3_problem(shown, error)) from None
     except BotoCoreError as error:
         raise UserError(
-            f"Could not read {uri}: {error}. Check AWS_ENDPOINT_URL and that the endpoint is reachable."
+            f"Could not read {shown}: {error}. Check AWS_ENDPOINT_URL and that the endpoint is reachable."
         ) from None
 
 
@@ -214,11 +344,12 @@ def _parse_hub_dataset(uri: str):
         parsed = parse_hf_uri(uri)
     except HfUriError as error:
         raise UserError(
-            f"dataset_uri {uri!r} is not a Hub dataset URI ({error}). Write hf://datasets/owner/name."
+            f"dataset_uri {describe_uri(uri)!r} is not a Hub dataset URI ({error}). Write hf://datasets/owner/name."
         ) from None
     if parsed.type != "dataset":
         raise UserError(
-            f"dataset_uri {uri!r} names a Hub {parsed.type}, not a dataset; write hf://datasets/owner/name."
+            f"dataset_uri {describe_uri(uri)!r} names a Hub {parsed.type}, not a dataset; write "
+            "hf://datasets/owner/name."
         )
     return parsed
 
@@ -252,7 +383,11 @@ def _fetch_hub_dataset(uri: str, destination: Path) -> str:
             f"The Hub dataset {parsed.id} has no revision {parsed.revision!r}; check the part after '@'."
         ) from None
     except RepositoryNotFoundError:
-        hint = "" if token else f" If it is private or gated, set {TOKEN_ENV} (in the cluster, the hf-token Secret)."
+        hint = (
+            ""
+            if token
+            else f" If it is private or gated, set {TOKEN_ENV} (in the cluster, the {READ_SECRET_NAME} Secret)."
+        )
         raise UserError(f"The Hub dataset {parsed.id} does not exist or this token cannot see it.{hint}") from None
     except HfHubHTTPError as error:
         status = error.response.status_code if error.response is not None else 0

@@ -73,14 +73,15 @@ def _brief(error: Exception) -> str:
 
 
 @contextlib.contextmanager
-def hub_errors(action: str, endpoint: str) -> Iterator[None]:
-    """Turn what the Hub answered into a paragraph saying what to do (the token is never part of it)."""
+def hub_errors(action: str, endpoint: str, writes: bool = False) -> Iterator[None]:
+    """Turn what the Hub answered into a paragraph saying what to do (the token is never part of it); ``writes``:
+    the action writes, so a refused token is the publish step's ``hf-token``."""
     try:
         yield
     except HfHubHTTPError as error:
         status = error.response.status_code if error.response is not None else 0
         if status in (401, 403):
-            raise UserError(token_refused(status, action)) from None
+            raise UserError(token_refused(status, action, writes)) from None
         server_message = getattr(error, "server_message", None) or ""
         raise UserError(
             f"The Hugging Face Hub answered HTTP {status} when trying to {action}"
@@ -110,7 +111,7 @@ def publish_folder(
 ) -> str:
     """Create ``repo_id`` if missing and commit ``folder`` to it as one commit on top of ``parent_commit`` (None:
     the repository holds no model yet); return the commit URL."""
-    with hub_errors(f"create or find the repository {repo_id}", api.endpoint):
+    with hub_errors(f"create or find the repository {repo_id}", api.endpoint, writes=True):
         with_retries(
             lambda: api.create_repo(repo_id, private=options.private, exist_ok=True), "create repository", options
         )
@@ -141,7 +142,7 @@ def publish_folder(
             parent_commit=parent_commit,
         ).commit_url
 
-    with hub_errors(f"upload to the repository {repo_id}", api.endpoint):
+    with hub_errors(f"upload to the repository {repo_id}", api.endpoint, writes=True):
         try:
             return with_retries(commit, "upload", options)
         except HfHubHTTPError as error:

@@ -22,8 +22,9 @@ class PublishOptions:
     repo_id: str = run_option(
         "",
         "Hugging Face Hub model repository to publish to, owner/name. Empty: dry run, the folder that would be "
-        "uploaded is written to the workspace. The token comes from the Secret 'hf-token' (HF_TOKEN), never "
-        "from a parameter.",
+        "uploaded is written to the workspace. The tokens come from Secrets, never from a parameter: "
+        "'hf-token' (HF_TOKEN, may write; the publish step only) and 'hf-read-token' (HF_TOKEN, reads the "
+        "published model; the steps that read the Hub). Set without both, the run is refused by its first step.",
         name="hub_repo_id",
     )
     private: bool = run_option(

@@ -3,10 +3,12 @@
 Three steps ask about it: the data-change check (is its data fingerprint the
 prepared data's?), the evaluation (the champion the new model must beat) and
 the publish step (has it changed since the evaluation compared against it?). All
-three find it the same way: on the Hub when a repository and a token are set,
-since the Hub is then where users get the model; else from the publish record
-on the workspace, which names the run whose ``publish/upload/`` folder holds
-exactly what was (or, in a dry run, would have been) uploaded.
+three find it the same way: on the Hub when a repository is set, since the Hub
+is then where users get the model; else (no repository: a dry run) from the
+publish record on the workspace, which names the run whose ``publish/upload/``
+folder holds exactly what would have been uploaded. A repository without a
+token is refused (``components.hub_auth.missing_token``): the Hub's model could
+not be read, and looking anywhere else would let a run replace it unseen.
 
 A Hub repository holds a published model when it holds model files (safetensors,
 GGUF, an adapter), whoever put them there: a repository with only a README is
@@ -22,7 +24,9 @@ from typing import Any
 
 from huggingface_hub import HfApi
 
+from common.errors import UserError
 from common.run_layout import PUBLISH, UPLOAD, stage_dir
+from components.hub_auth import missing_token
 from components.publish.bundle import CARD_NAME
 from components.publish.hub import head_revision, published_card, repository_files
 from components.publish.model_card import read_fingerprint, read_history
@@ -64,8 +68,13 @@ def publish_identity(entry: dict[str, Any]) -> str:
 def find_published(
     repo_id: str, workspace_root: str, token: str | None, options: PublishOptions = PublishOptions()
 ) -> PublishedModel | None:
-    """The last published model, or None when nothing was published yet (no model card, no record)."""
-    if repo_id and token:
+    """The last published model, or None when nothing was published yet (no model card, no record).
+
+    Raises ``UserError`` when ``repo_id`` is set without a ``token``.
+    """
+    if repo_id and not token:
+        raise UserError(missing_token(repo_id))
+    if repo_id:
         api = HfApi(token=token)
         revision = head_revision(api, repo_id, options)
         if revision is None or not any(

@@ -5,9 +5,9 @@
     python -m components.publish.stage --workspace-root local-run/workspace --run-id RUN   # dry run
 
 Reads the run's train, evaluate and export files (common.run_layout), writes the upload
-folder to ``<run>/publish/upload/`` and, with a repository id and ``HF_TOKEN`` in
-the environment, commits it to the Hub as one commit. The token is read from the
-environment only; there is no option for it.
+folder to ``<run>/publish/upload/`` and, with a repository id, commits it to the Hub as
+one commit; a repository id without ``HF_TOKEN`` in the environment is refused (exit 2),
+never a dry run. The token is read from the environment only; there is no option for it.
 """
 
 import argparse
@@ -26,7 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m components.publish.stage",
         description="Upload a run's GGUF, Modelfile, reports and model card to the Hugging Face Hub as one commit "
-        "(token from $HF_TOKEN), or write the folder that would be uploaded (dry run).",
+        "(token from $HF_TOKEN, required with --repo-id), or, without --repo-id, write the folder that would be "
+        "uploaded (dry run).",
     )
     parser.add_argument(
         "--workspace-root", required=True, help="the workspace holding runs/<run-id>/ (the PVC, or local-run/workspace)"

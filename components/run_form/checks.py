@@ -5,21 +5,39 @@ in a training pod; ``python -m pipelines.run`` and ``submit`` run the same
 checks before a run starts. Each stage's own rules are its options module's
 ``option_problems``; the rules here are the ones a whole run adds. This module
 imports no KFP: the first pipeline step imports it in its pod.
+
+Inside that pod (and kfp.local's step process) the step also checks the Secrets
+the run needs (``secret_problems``): the pipeline gives the first step the same
+optional Secrets as the steps that use them, so a missing one is named here,
+before any data is touched, instead of letting a later step skip what it
+guards. Only their presence is checked; no value is printed.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import os
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from common.cli_options import default_of
 from common.errors import UserError, exit_on_user_error
+from components.dataprep.sources import (
+    SECRET_URI,
+    URL_ENV,
+    credential_in_url,
+    describe_uri,
+    secret_reference_problem,
+    secret_url_problem,
+)
 from components.evaluation.options import task_entries
+from components.hub_auth import missing_secrets, missing_secrets_problem
 from components.publish.options import PublishOptions
+from components.run_form.options import RunInputs
 from components.run_form.table import RUN_FORM, RUN_PARAMETERS, run_parameters_of
+from components.serving.options import pull_secret_problem
 from components.training.options import parse_node_selector, parse_tolerations, sharding_problem
 from trainer.config import packages_needed
 
@@ -32,6 +50,32 @@ def _held_out_fraction(value: float) -> str | None:
 
 # Rules a pipeline run adds to a stage's own: the data stage alone may hold nothing out, the DAG may not.
 PIPELINE_RULES: dict[str, Callable[[Any], str | None]] = {"eval_fraction": _held_out_fraction}
+
+
+def _input_rules(values: dict[str, Any]) -> dict[str, str]:
+    """A dataset URL that carries a credential is never a run parameter: KFP keeps parameters in the run's record
+    and shows them in the UI and the pods' arguments. It comes from the data connection Secret instead."""
+    if "dataset_uri" not in values:
+        return {}
+    uri = values["dataset_uri"]
+    problem = secret_reference_problem(uri)
+    if problem:
+        return {"dataset_uri": problem}
+    carried = credential_in_url(uri)
+    if not carried:
+        return {}
+    secret = _data_connection_secret(values)
+    return {
+        "dataset_uri": f"is a URL that carries a credential ({describe_uri(uri)}, with {carried}), and run "
+        "parameters are kept in the run's record and shown in the pipelines UI and the pods' arguments. Put the URL "
+        f"in the key {URL_ENV} of the data connection Secret ({secret}, named by data_connection_secret): `oc create "
+        f"secret generic {secret} --from-literal={URL_ENV}=<url>` (or add the key to the existing Secret), and set "
+        f"dataset_uri to {SECRET_URI}"
+    }
+
+
+def _data_connection_secret(values: dict[str, Any]) -> str:
+    return values.get("data_connection_secret") or RunInputs().data_connection_secret
 
 
 def _job_rules(values: dict[str, Any]) -> dict[str, str]:
@@ -102,6 +146,14 @@ def _target_rules(values: dict[str, Any]) -> dict[str, str]:
     return found
 
 
+def _pull_secret_rules(values: dict[str, Any]) -> dict[str, str]:
+    """KServe's pods never pull with the store step's push Secret (``pull_secret_problem``)."""
+    if not all(name in values for name in ("model_oci_pull_secret", "model_oci_secret")):
+        return {}
+    problem = pull_secret_problem(values["model_oci_pull_secret"], values["model_oci_secret"])
+    return {"model_oci_pull_secret": problem} if problem else {}
+
+
 def _benchmark_rules(values: dict[str, Any]) -> dict[str, str]:
     """The registry names in benchmark_tasks must be lm-eval's: a misspelt task fails here, not after training. A
     local task directory is checked by the evaluate step, which mounts the workspace it lives on."""
@@ -116,6 +168,14 @@ def _benchmark_rules(values: dict[str, Any]) -> dict[str, str]:
 
 def problems(values: dict[str, Any]) -> list[str]:
     """One line per invalid parameter among ``values`` (run parameter name -> value), in run-form order."""
+    return _lines(_problems_by_name(values))
+
+
+def _lines(found: dict[str, str]) -> list[str]:
+    return [f"parameter '{p.name}' {found[p.name]}" for p in RUN_PARAMETERS if p.name in found]
+
+
+def _problems_by_name(values: dict[str, Any]) -> dict[str, str]:
     found: dict[str, str] = {}
     for options, validation in RUN_FORM:
         declared = run_parameters_of(options)
@@ -131,19 +191,61 @@ def problems(values: dict[str, Any]) -> list[str]:
         problem = rule(values[name]) if name in values else None
         if problem:
             found[name] = problem
+    found.update(_input_rules(values))
     found.update(_job_rules(values))
     found.update(_publish_rules(values))
     found.update(_target_rules(values))
+    found.update(_pull_secret_rules(values))
     if "benchmark_tasks" not in found:
         found.update(_benchmark_rules(values))
-    return [f"parameter '{p.name}' {found[p.name]}" for p in RUN_PARAMETERS if p.name in found]
+    return found
 
 
 def validate(values: dict[str, Any]) -> None:
     """Raise ``UserError`` listing every invalid parameter."""
-    found = problems(values)
+    _refuse(problems(values))
+
+
+def _refuse(found: list[str]) -> None:
     if found:
         raise UserError("The run parameters are invalid: " + "; ".join(found) + ". Fix them and start the run again.")
+
+
+def secret_problems(values: dict[str, Any], environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """Run parameter name -> what is wrong, for each Secret the run needs that is not in ``environ``, the first
+    step's environment.
+
+    Only meaningful where the Secrets are mounted as they are for the steps that use them: the first step's pod
+    (pipelines/fine_tune.py gives it the same optional Secrets, the two Hub tokens under two names, since both
+    are HF_TOKEN where they are used) and a local run, whose steps all share this environment
+    (``components.hub_auth.one_token_for_every_step``). With hub_repo_id set both Hub Secrets are needed: the
+    reading steps must read the published model, and the publish step must write it. ``python -m
+    pipelines.submit`` renders a run for another machine, so it does not call this. Presence only (and the
+    dataset URL's scheme): no value is tried against its service here, or printed.
+    """
+    found = {}
+    repo_id = values.get("hub_repo_id")
+    missing = missing_secrets(environ) if repo_id else []
+    if missing:
+        found["hub_repo_id"] = missing_secrets_problem(repo_id, missing)
+    if str(values.get("dataset_uri", "")).strip() == SECRET_URI:
+        problem = _dataset_url_problem(_data_connection_secret(values), environ.get(URL_ENV, "").strip())
+        if problem:
+            found["dataset_uri"] = problem
+    return found
+
+
+def _dataset_url_problem(secret: str, url: str) -> str | None:
+    """Why ``dataset_uri`` secret:DATASET_URL cannot be read, given the URL found in the environment (never shown
+    beyond its scheme, host and path)."""
+    if not url:
+        return (
+            f"is {SECRET_URI}, but the key {URL_ENV} of the Secret '{secret}' (data_connection_secret) is missing, "
+            f"or the Secret is: add the key with the dataset's URL (`oc create secret generic {secret} "
+            f"--from-literal={URL_ENV}=<url>`, or add it to the existing Secret; for a local run, export {URL_ENV})"
+        )
+    problem = secret_url_problem(url)
+    return f"is {SECRET_URI}, but the URL in the key {URL_ENV} of the Secret '{secret}' {problem}" if problem else None
 
 
 # The evaluation generates with both models on one GPU when training has GPUs (on the CPU otherwise).
@@ -189,7 +291,8 @@ def runtime_image_problems(values: dict[str, Any]) -> list[str]:
 
 @exit_on_user_error
 def check_in_pipeline(values: dict[str, Any]) -> None:
-    validate(values)
+    """What the first step runs: every parameter's rules, the Secrets the run needs, then the image's packages."""
+    _refuse(_lines({**secret_problems(values), **_problems_by_name(values)}))
     found = runtime_image_problems(values)
     if found:
         raise UserError("The run parameters ask for what this image cannot do: " + "; ".join(found) + ".")

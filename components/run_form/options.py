@@ -24,14 +24,17 @@ class RunInputs:
         "",
         "The JSONL / JSONL.gz training data: a path or glob as seen inside the pods (e.g. on the workspace PVC), "
         "an https:// URL, s3://bucket/key or s3://bucket/prefix/ (credentials from the Secret "
-        "data_connection_secret names), or hf://datasets/owner/name[@revision][/path]. Empty uses the "
-        "practical-skills sample bundled in the image.",
+        "data_connection_secret names), or hf://datasets/owner/name[@revision][/path]. A URL that carries a "
+        "credential (presigned, SAS) is refused here, since parameters are kept in the run's record: put it in "
+        "that Secret's key DATASET_URL and write secret:DATASET_URL. Empty uses the practical-skills sample "
+        "bundled in the image.",
     )
     data_connection_secret: str = run_option(
         "aws-connection-training-data",
         "Secret of the OpenShift AI data connection with the S3 credentials and endpoint for an s3:// "
-        "dataset_uri (keys AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_S3_ENDPOINT, ...); the default is the "
-        "Secret of a connection named training-data. Optional: a missing Secret only matters for s3:// data.",
+        "dataset_uri (keys AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_S3_ENDPOINT, ...), and the URL of a "
+        "dataset_uri secret:DATASET_URL (key DATASET_URL); the default is the Secret of a connection named "
+        "training-data. Optional: a missing Secret only matters for s3:// data and secret:DATASET_URL.",
     )
     force: bool = run_option(
         False,

@@ -378,7 +378,7 @@ def check_fit(config: TrainConfig, nodes: int, gpus_per_node: int, gpu_memory: s
         if gpu_memory:
             raise UserError(
                 f"gpu_memory is {gpu_memory}, so the train step checks that the job fits its GPUs, but {error}. "
-                "Give the training pods' hf-token Secret access to the model, or leave gpu_memory empty to skip "
+                "Give the token in the hf-read-token Secret access to the model, or leave gpu_memory empty to skip "
                 "the check."
             ) from None
         return [f"fit check skipped: {error}"]

@@ -16,7 +16,7 @@ from common.cli_options import option, run_form_names, run_option
 from common.errors import UserError
 from common.kube import is_label_value_name, is_positive_quantity, is_subdomain_name
 from components.default_base_model import LOCAL_BACKEND
-from components.hub_auth import SECRET_NAME
+from components.hub_auth import READ_SECRET_NAME
 from components.training.kinds import KINDS
 
 BACKENDS = (LOCAL_BACKEND, *KINDS)
@@ -69,8 +69,9 @@ class LaunchOptions:
         "NVIDIA GPU nodes' taint.",
     )
     hf_token_secret: str = option(
-        SECRET_NAME,
-        "Secret with key HF_TOKEN for the training pods; optional, so a missing one only matters for gated models.",
+        READ_SECRET_NAME,
+        "Secret with key HF_TOKEN for the training pods: the read token (they only download the base model, never "
+        "publish); optional, so a missing one only matters for private or gated models.",
     )
     timeout_minutes: float = run_option(
         24 * 60.0,
