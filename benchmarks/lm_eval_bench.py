@@ -72,9 +72,9 @@ def ours(model_dir: Path, task_dir: Path) -> tuple[float, float]:
     from components.evaluation.models import load_model, load_tokenizer
 
     tokenizer, model = load_tokenizer(model_dir), load_model(model_dir)
-    tasks = load_tasks([str(task_dir)], task_dir, limit=0)
+    tasks = load_tasks([f"./{task_dir.name}"], task_dir.parent, limit=0)  # a directory inside the root
     started = time.perf_counter()
-    (entry,) = score(model, tokenizer, tasks, BenchmarkSettings(0, 0, BATCH, 2048)).values()
+    (entry,) = score(model, tokenizer, tasks, BenchmarkSettings(0, 0, BATCH)).values()
     return time.perf_counter() - started, entry["value"]
 
 

@@ -48,12 +48,13 @@ def task_copy(tmp_path) -> Path:
     return Path(shutil.copytree(bundled_task_dir(), tmp_path / "task"))
 
 
-def test_the_bundled_task_loads_with_its_data_read_beside_its_yaml(tmp_path, monkeypatch):
-    """lm-eval reads a relative data_files path against the working directory; ours against the YAML's."""
+def test_the_bundled_task_loads_by_name_with_its_data_read_beside_its_yaml(tmp_path, monkeypatch):
+    """lm-eval reads a relative data_files path against the working directory; ours against the YAML's. The bundled
+    task is named, not given as a path into the image, and needs no workspace."""
     monkeypatch.chdir(tmp_path)
-    tasks = load_tasks([str(bundled_task_dir())], tmp_path, limit=0)
+    tasks = load_tasks([TASK], tmp_path / "no-workspace", limit=0)
     assert tasks.names == (TASK,) and tasks.examples == {TASK: 40} and tasks.generative == ()
-    assert load_tasks([str(bundled_task_dir())], tmp_path, limit=25).examples == {TASK: 25}
+    assert load_tasks([TASK], tmp_path, limit=25).examples == {TASK: 25}
 
 
 def test_a_relative_task_directory_is_read_against_the_root(task_copy, tmp_path):
@@ -88,6 +89,8 @@ def test_the_first_step_refuses_an_unknown_task_name_before_training():
     assert problems({"benchmark_tasks": "arc_easy,hellaswag,ifeval"}) == []
     # A local directory lives on the workspace, which the first step does not mount: the evaluate step checks it.
     assert problems({"benchmark_tasks": "tasks/mine"}) == []
+    # The bundled task is a name of ours, not lm-eval's, and not an unknown task.
+    assert problems({"benchmark_tasks": f"arc_easy,{TASK}"}) == []
 
 
 @pytest.mark.parametrize(
@@ -108,7 +111,7 @@ def test_the_first_step_refuses_an_unknown_task_name_before_training():
                 (d / f"{TASK}.yaml").read_text().replace("doc_to_target: answer", "doc_to_target: answr")
             ),
             rf"the benchmark task {TASK} \(.*\) loads but cannot render its first example \(ValueError: its target "
-            r"'answr' is neither an index into its 4 choices nor one of them\)",
+            r"\(a str\) is neither an index into its 4 choices nor one of them\)",
         ),
         (
             lambda d: (d / f"{TASK}.yaml").write_text("task: [unclosed\n"),
@@ -136,15 +139,15 @@ def test_the_first_step_refuses_an_unknown_task_name_before_training():
 def test_a_broken_local_task_is_one_paragraph_naming_it(task_copy, breakage, message):
     breakage(task_copy)
     with pytest.raises(UserError, match=message) as raised:
-        load_tasks([str(task_copy)], Path("."), limit=0)
+        load_tasks(["./task"], task_copy.parent, limit=0)
     assert "\n" not in str(raised.value) and "Traceback" not in str(raised.value)
 
 
 def test_a_task_listed_twice_is_refused(task_copy, tmp_path):
     """Two entries bringing the same task (a tag or group and one of its tasks) would score and gate it twice."""
-    again = Path(shutil.copytree(task_copy, tmp_path / "again"))
+    shutil.copytree(task_copy, tmp_path / "again")
     with pytest.raises(UserError, match=rf"lists the task {TASK} twice: in .*/task and in .*/again"):
-        load_tasks([str(task_copy), str(again)], Path("."), limit=0)
+        load_tasks(["./task", "./again"], tmp_path, limit=0)
 
 
 def test_generative_tasks_are_refused_for_a_large_model_on_the_cpu_only():

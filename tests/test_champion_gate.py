@@ -28,7 +28,7 @@ from huggingface_hub import ModelCard
 from common.run_layout import PUBLISHED, stage_dir
 from components.dataprep.options import PrepareOptions
 from components.dataprep.prepare import prepare
-from components.sample_data import SAMPLE_TASK, bundled_task_dir
+from components.sample_data import SAMPLE_TASK
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +38,7 @@ GGUF = "practical-skills-q8_0.gguf"
 BUNDLED = REPO_ROOT / "components" / "sample_data" / "practical_skills.jsonl"
 # The standard benchmarks are not what these tests are about either (test_evaluate_stage.py runs them).
 QUICK_EVALUATION = ("--score-rows", 2, "--max-new-tokens", 8, "--batch-size", 8, "--benchmark-tasks", "")
-BENCHMARKED = ("--benchmark-tasks", bundled_task_dir(), "--max-benchmark-drop", 1)
+BENCHMARKED = ("--benchmark-tasks", SAMPLE_TASK, "--max-benchmark-drop", 1)
 # The base comparison is not what these tests are about: let every model pass it.
 LENIENT_BASE_GATE = ("--min-eval-loss-improvement", -100)
 

@@ -103,6 +103,15 @@ def train_dir(smollm2_dir, data_dir, tmp_path_factory) -> Path:
     return output
 
 
+def assert_refused_before_scoring(result: subprocess.CompletedProcess, message: str, out: Path) -> None:
+    """The stage's command exited 2 with one paragraph matching ``message``, before any model was scored."""
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    error = " ".join(result.stderr.split("error: ", 1)[1].split())
+    assert re.search(message, error), error
+    assert "base:" not in result.stdout and not out.exists()
+
+
 def evaluate_cli(
     base: Path, fine_tuned: Path, data_dir: Path, train_dir: Path, output_dir: Path, *extra
 ) -> subprocess.CompletedProcess:
@@ -125,7 +134,7 @@ def evaluate_cli(
         "--batch-size",
         8,
         "--benchmark-tasks",
-        bundled_task_dir(),
+        SAMPLE_TASK,
         *extra,
         timeout=900,
     )
@@ -332,7 +341,7 @@ def test_no_usable_eval_rows_is_a_clear_error(smollm2_dir, bundled_records, tmp_
 def test_lm_eval_scores_both_models_on_the_same_examples_and_the_reports_show_the_table(cli_run):
     output_dir, result = cli_run
     benchmarks = read_json(output_dir / "evaluation.json")["benchmarks"]
-    assert benchmarks["tasks"] == [SAMPLE_TASK] and benchmarks["requested"] == [str(bundled_task_dir())]
+    assert benchmarks["tasks"] == [SAMPLE_TASK] and benchmarks["requested"] == [SAMPLE_TASK]
     assert (benchmarks["limit"], benchmarks["num_fewshot"], benchmarks["batch_size"]) == (1000, 0, 16)
     scores = benchmarks["scores"]
     assert set(scores) == {"base", "fine_tuned"}
@@ -421,22 +430,70 @@ def test_a_benchmark_drop_beyond_the_maximum_fails_the_gate_naming_the_task(smol
     ("tasks", "message"),
     [
         ("arc_eazy", r"benchmark_tasks names tasks lm-eval does not have: arc_eazy \(did you mean arc_easy"),
-        ("BROKEN", r"the benchmark task practical_skills_mc \(.*\) cannot be loaded \(UndefinedError: 'prompt' is"),
+        ("./broken", r"the benchmark task practical_skills_mc \(.*\) cannot be loaded \(UndefinedError: 'prompt' is"),
     ],
 )
 def test_a_task_that_cannot_load_stops_the_step_before_any_model_is_scored(
     smollm2_dir, data_dir, train_dir, tmp_path, tasks, message
 ):
-    if tasks == "BROKEN":
-        broken = Path(shutil.copytree(bundled_task_dir(), tmp_path / "broken"))
-        yaml_file = broken / f"{SAMPLE_TASK}.yaml"
-        yaml_file.write_text(yaml_file.read_text().replace("{{question}}", "{{prompt}}"))
-        tasks = str(broken)
+    broken = Path(shutil.copytree(bundled_task_dir(), tmp_path / "broken"))
+    yaml_file = broken / f"{SAMPLE_TASK}.yaml"
+    yaml_file.write_text(yaml_file.read_text().replace("{{question}}", "{{prompt}}"))
     result = evaluate_cli(
-        smollm2_dir, train_dir / "merged", data_dir, train_dir, tmp_path / "out", "--benchmark-tasks", tasks
+        smollm2_dir,
+        train_dir / "merged",
+        data_dir,
+        train_dir,
+        tmp_path / "out",
+        "--benchmark-tasks",
+        tasks,
+        "--tasks-root",
+        tmp_path,
     )
-    assert result.returncode == 2, result.stderr[-3000:]
-    assert "Traceback" not in result.stderr
-    error = " ".join(result.stderr.split("error: ", 1)[1].split())
-    assert re.search(message, error), error
-    assert "base:" not in result.stdout and not (tmp_path / "out").exists()
+    assert_refused_before_scoring(result, message, tmp_path / "out")
+
+
+@pytest.mark.parametrize(
+    ("tasks", "message"),
+    [
+        (
+            "/srv/tasks/mine",
+            r"^invalid evaluation options: benchmark_tasks names task directories outside the workspace "
+            r"\(/srv/tasks/mine is an absolute path\): a task directory is code",
+        ),
+        (
+            "./with-python",
+            r"^benchmark_tasks names the task directory \./with-python, which holds Python \(with-python/utils\.py, "
+            r"with-python/practical_skills_mc\.yaml: !function utils\.first_ten\): .* the Hub write token and the "
+            r"service-account token\. .* set benchmark_allow_code to true\.$",
+        ),
+    ],
+)
+def test_a_task_directory_that_is_code_stops_the_step_before_any_model_is_scored(
+    smollm2_dir, bundled_records, tmp_path, tasks, message
+):
+    """A task directory outside the workspace, or one with Python and no benchmark_allow_code: one paragraph naming
+    benchmark_tasks and the fix, and the task's Python never ran (it would leave a file beside itself)."""
+    task = Path(shutil.copytree(bundled_task_dir(), tmp_path / "with-python"))
+    (task / "utils.py").write_text(
+        'from pathlib import Path\n\nPath(__file__).with_name("imported").write_text("ran")\n\n\n'
+        "def first_ten(dataset):\n    return dataset.select(range(10))\n"
+    )
+    yaml_file = task / f"{SAMPLE_TASK}.yaml"
+    yaml_file.write_text(yaml_file.read_text() + "process_docs: !function utils.first_ten\n")
+    data = prepared(bundled_records[:40], tmp_path / "data", eval_fraction=0.25)
+    result = evaluate_cli(
+        smollm2_dir,
+        smollm2_dir,
+        data,
+        tmp_path / "no-training-run",
+        tmp_path / "out",
+        "--tokens-dir",
+        tokenised(smollm2_dir, data),
+        "--benchmark-tasks",
+        tasks,
+        "--tasks-root",
+        tmp_path,
+    )
+    assert_refused_before_scoring(result, message, tmp_path / "out")
+    assert not (task / "imported").exists()

@@ -7,12 +7,29 @@ field's tool, so its own API does the work (``TaskManager`` loads the tasks,
 ``simple_evaluate`` scores an ``HFLM`` wrapped around the model the stage has
 already loaded): the numbers are the ones anyone running lm-eval gets.
 
-An entry of ``benchmark_tasks`` is either a name in lm-eval's registry (a task,
-group or tag; its data come from the Hub at run time) or a directory of task
-YAMLs with their data files (an entry holding a ``/``), for clusters without the
-Hub and for the tests. Every YAML in such a directory is one task. lm-eval reads
-a relative ``data_files`` path against the working directory; here it is read
-against the YAML's directory, which is what its author means.
+An entry of ``benchmark_tasks`` is a name in lm-eval's registry (a task, group
+or tag; its data come from the Hub at run time), the name of a task bundled with
+the pipeline (``practical_skills_mc``), or a directory of task YAMLs with their
+data files (an entry holding a ``/``), for clusters without the Hub and for the
+tests. Every YAML in such a directory is one task. lm-eval reads a relative
+``data_files`` path against the working directory; here it is read against the
+YAML's directory, which is what its author means.
+
+A task directory is code, not data: lm-eval's YAML loader imports whatever
+Python a ``!function`` tag names (a module beside the YAML, or any importable
+one), and it renders the templates with Jinja, which outside a sandbox reaches
+Python's internals. The evaluate pod holds the Hub write token and the
+service-account token, so a directory is confined and inspected before lm-eval
+sees it: it must be a relative path inside the workspace (``tasks_root``) that
+stays there once symbolic links are followed, as must every YAML it includes and
+every file its tasks read (``task_checks``: data files, data directories, a local
+``dataset_path``, a prompts file; a URL only ``hf://`` or ``https://``); Python in
+it (a ``.py`` or ``.pyc`` file, a ``!function`` tag in a YAML or one it includes,
+a metric lm-eval would have the evaluate library load, a dataset's
+``trust_remote_code``) is refused unless the run sets ``benchmark_allow_code``;
+and templates render in Jinja's immutable sandbox (see ``sandbox_templates``)
+whatever the setting. The bundled task is reached by
+its name, never by a path into the image, and holds no Python.
 
 Every task is loaded, and its first document rendered, before any model is
 scored, so an unknown name, a missing file, a broken template, a group without a
@@ -31,10 +48,12 @@ from __future__ import annotations
 import difflib
 import functools
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from common.errors import UserError, one_line
+from components.evaluation.task_checks import ALLOW_CODE, TaskFile, checked_config
+from components.sample_data import SAMPLE_TASK, bundled_task_dir
 
 PREFERRED_METRIC = "acc_norm"
 # lm-eval's filter name for a metric computed on the unfiltered responses: its keys read "acc,none".
@@ -42,6 +61,13 @@ NO_FILTER = "none"
 # On a CPU a model this large generates a few tokens a second: a generative task (ifeval: 541 prompts, up to 1,280
 # new tokens each) would take days per model there, so such a list is refused rather than left to run.
 CPU_GENERATION_PARAMETERS = 1_000_000_000
+# A library's error about a document loses the document's values of at least this many characters (shorter
+# ones, "A" or "1", would garble the message if replaced, and say little about the data).
+SCRUBBED_VALUE_LENGTH = 4
+# Tasks shipped with the pipeline, reached by name: ours, reviewed with the code, and free of Python.
+BUNDLED_TASKS = {SAMPLE_TASK: bundled_task_dir}
+# Files Python imports from a directory: lm-eval's !function loads a module beside the YAML.
+PYTHON_SUFFIXES = frozenset({".py", ".pyc"})
 
 
 @dataclass(frozen=True)
@@ -65,8 +91,38 @@ class BenchmarkTasks:
 
 
 def is_local(entry: str) -> bool:
-    """A local task directory, not a registry name: lm-eval's names never hold a '/'."""
-    return "/" in entry
+    """A local task directory or a bundled task, not a registry name: lm-eval's names never hold a '/'."""
+    return "/" in entry or entry in BUNDLED_TASKS
+
+
+def _escape(entry: str) -> str | None:
+    """How ``entry``, read as a path, leaves the directory it is relative to (None: it stays inside)."""
+    if entry.startswith("~"):
+        return "starts with ~ (a home directory)"
+    if PurePosixPath(entry).is_absolute():
+        return "is an absolute path"
+    if ".." in PurePosixPath(entry).parts:
+        return "climbs out with .."
+    return None
+
+
+def path_problem(entries: list[str]) -> str | None:
+    """What is wrong with ``entries`` as paths inside the workspace, from their text alone (None: nothing).
+
+    The first pipeline step checks this: it has no workspace mounted, so it cannot follow links, but a path that
+    is absolute, starts with ~ or climbs out with .. is refused there, before anything runs. The evaluate step
+    checks again and follows the links (``_task_directory``).
+    """
+    bad = {entry: why for entry in entries if (why := _escape(entry))}
+    if not bad:
+        return None
+    named = "; ".join(f"{entry} {why}" for entry, why in bad.items())
+    return (
+        f"names task directories outside the workspace ({named}): a task directory is code the evaluate step runs "
+        "in a pod holding the run's credentials, so it must be a relative path inside the workspace (the run's PVC; "
+        "OUTPUT_DIR/workspace in a local run), such as tasks/mine. Copy the task there and name it so, or name the "
+        f"bundled task {SAMPLE_TASK}"
+    )
 
 
 @functools.cache
@@ -97,26 +153,35 @@ def registry_problem(names: list[str], manager: Any = None) -> str | None:
     )
 
 
-def _local_configs(entry: str, root: Path) -> list[dict[str, Any]]:
-    """Each task YAML of a local directory, parsed by lm-eval's own loader, its data files made absolute."""
+def _local_configs(entry: str, root: Path, allow_code: bool) -> list[dict[str, Any]]:
+    """Each task YAML of a local directory, parsed by lm-eval's own loader, its data files made absolute.
+
+    The directory is confined and inspected first (see the module docstring): nothing in it reaches lm-eval's
+    loader before that, and without ``allow_code`` the loader is told not to resolve ``!function`` at all, so a
+    file changed between the inspection and the load still imports nothing.
+    """
     from lm_eval.tasks._yaml_loader import load_yaml
 
-    directory = (root / Path(entry).expanduser()).resolve()
-    if not directory.is_dir():
-        raise UserError(
-            f"benchmark_tasks names the local task directory {entry}, but {directory} is not a directory. Put the "
-            "task's YAML and data files there (on the workspace PVC for a cluster run), or fix the path."
-        )
+    directory, scope = _task_directory(entry, root)
     paths = sorted(directory.glob("*.yaml"))
     if not paths:
         raise UserError(
             f"the benchmark task directory {directory} holds no *.yaml file. A local task is an lm-eval task YAML "
             "(task, dataset_path, output_type, doc_to_text, ...) beside its data files."
         )
+    code = _code_in(directory, paths, scope, entry)
+    if code and not allow_code:
+        raise UserError(
+            f"benchmark_tasks names the task directory {entry}, which holds Python ({_some(code)}): lm-eval imports "
+            "it, so a task directory with Python is code, run in the evaluate pod, which holds the Hub write token "
+            "and the service-account token. Remove the Python (a task needs only its YAML and data files, with "
+            f"templates for its prompts), or, if you trust everyone who can write {directory}, set {ALLOW_CODE} to "
+            "true."
+        )
     configs = []
     for path in paths:
         try:
-            config = load_yaml(path)
+            config = load_yaml(path, resolve_func=allow_code)
         except Exception as error:  # yaml's parse errors, a missing include or !function module
             raise UserError(
                 f"the benchmark task file {path} cannot be read ({type(error).__name__}: {one_line(error, 300)}). "
@@ -127,26 +192,154 @@ def _local_configs(entry: str, root: Path) -> list[dict[str, Any]]:
                 f"{path} is not an lm-eval task YAML: it needs a 'task' name (groups are not read from a local "
                 "directory; list each task's directory instead)."
             )
-        configs.append(_absolute_data_files(config, path.parent))
+        configs.append(checked_config(config, TaskFile(path, scope, entry), allow_code))
     return configs
 
 
-def _absolute_data_files(config: dict[str, Any], directory: Path) -> dict[str, Any]:
-    """``config`` with each relative ``dataset_kwargs.data_files`` path read against the YAML's directory."""
-    files = (config.get("dataset_kwargs") or {}).get("data_files")
-    if files is None:
-        return config
+def _task_directory(entry: str, root: Path) -> tuple[Path, Path]:
+    """The directory ``entry`` names, and the scope every file the task reads must stay in: a bundled task's own
+    directory, or the workspace ``root``. A path leaving the workspace, by its text or through a symbolic link, is
+    refused naming benchmark_tasks."""
+    if entry in BUNDLED_TASKS:
+        directory = BUNDLED_TASKS[entry]().resolve()
+        return directory, directory
+    problem = path_problem([entry])
+    if problem:
+        raise UserError(f"benchmark_tasks {problem}.")
+    directory = (root / entry).resolve()
+    if not directory.is_relative_to(root.resolve()):
+        raise UserError(
+            f"benchmark_tasks names the task directory {entry}, which a symbolic link leads out of the workspace "
+            f"{root} (to {directory}): a task directory is code the evaluate step runs in a pod holding the run's "
+            "credentials, so it must lie inside the workspace. Copy the task there instead of linking to it."
+        )
+    if not directory.is_dir():
+        raise UserError(
+            f"benchmark_tasks names the local task directory {entry}, but {directory} is not a directory. Put the "
+            "task's YAML and data files there (on the workspace PVC for a cluster run), or fix the path."
+        )
+    return directory, root
 
-    def absolute(value: Any) -> Any:
-        if isinstance(value, str):
-            return str(directory / value) if "://" not in value else value
-        if isinstance(value, list):
-            return [absolute(item) for item in value]
-        if isinstance(value, dict):
-            return {key: absolute(item) for key, item in value.items()}
+
+def _some(found: list[str], shown: int = 3) -> str:
+    """The first few of ``found``, and how many more, for a one-paragraph message."""
+    more = f" and {len(found) - shown} more" if len(found) > shown else ""
+    return ", ".join(found[:shown]) + more
+
+
+def _code_in(directory: Path, yamls: list[Path], scope: Path, entry: str) -> list[str]:
+    """The Python a task directory holds: its .py and .pyc files (at any depth), and the ``!function`` tags of its
+    YAMLs and of the YAMLs they include, each named by its file relative to ``scope``."""
+    files = sorted(path for path in directory.rglob("*") if path.suffix in PYTHON_SUFFIXES)
+    found = [str(path.relative_to(scope.resolve())) for path in files]
+    seen: set[Path] = set()
+    for path in yamls:
+        found += _function_tags(path, scope, seen, entry)
+    return found
+
+
+def _function_tags(path: Path, scope: Path, seen: set[Path], entry: str) -> list[str]:
+    """Each ``!function`` tag of the YAML ``path`` and of the YAMLs it includes, found by reading them as lm-eval's
+    loader does (links followed, an include read against the including file's directory) but importing nothing.
+
+    A YAML outside ``scope`` is refused: lm-eval would read it (an include may name any path), and whoever can
+    write it could change the task. Any other tag (``!!python/name``, which lm-eval's fallback loader honours)
+    is refused as unreadable.
+    """
+    import yaml
+
+    path = path.expanduser().resolve()
+    if path in seen:  # an include cycle: lm-eval's loader names it when it loads the file
+        return []
+    seen.add(path)
+    if not path.is_relative_to(scope.resolve()):
+        raise UserError(
+            f"benchmark_tasks names the task directory {entry}, whose tasks read the YAML {path}, outside the "
+            f"workspace {scope} (a symbolic link or an include leads there): a task's YAMLs are code, and the "
+            "evaluate step reads none from outside the workspace. Copy the file into the task directory."
+        )
+    tags: list[str] = []
+    try:
+        config = yaml.load(path.read_bytes(), Loader=_tag_recorder(tags))  # noqa: S506 - a SafeLoader subclass
+    except Exception as error:  # yaml's parse errors and unknown tags, a missing file
+        raise UserError(
+            f"the benchmark task file {path} cannot be read ({type(error).__name__}: {one_line(error, 300)}). "
+            "Fix the YAML."
+        ) from None
+    found = [f"{path.relative_to(scope.resolve())}: !function {tag}" for tag in tags]
+    includes = config.get("include") if isinstance(config, dict) else None
+    for include in includes if isinstance(includes, list) else [includes]:
+        if isinstance(include, str):
+            found += _function_tags(path.parent / include, scope, seen, entry)
+    return found
+
+
+def _tag_recorder(tags: list[str]) -> type:
+    """A safe YAML loader that appends each ``!function`` tag's value to ``tags`` instead of importing it."""
+    import yaml
+
+    class Recorder(yaml.SafeLoader):
+        pass
+
+    def record(loader: yaml.SafeLoader, node: yaml.Node) -> str:
+        value = str(loader.construct_scalar(node))  # type: ignore[arg-type]
+        tags.append(value)
         return value
 
-    return {**config, "dataset_kwargs": {**config["dataset_kwargs"], "data_files": absolute(files)}}
+    Recorder.add_constructor("!function", record)
+    return Recorder
+
+
+def sandbox_templates() -> None:
+    """Render lm-eval's prompt templates in Jinja's immutable sandbox, for every task in this process.
+
+    lm-eval renders doc_to_text, doc_to_choice and doc_to_target with a plain ``jinja2.Environment``, where a
+    template reaches Python's internals (``{{ cycler.__init__.__globals__.os }}``): a task YAML with no Python
+    file and no ``!function`` would still run code. The sandbox refuses underscore attributes and mutating
+    methods and keeps what templates are for (fields, indexing, filters, ``list.index``). lm-eval looks the
+    environment up at each render, so replacing its module attribute is enough; doing it twice changes nothing.
+    Its templates also keep the document's values out of their errors (``_value_free_template``): lm-eval renders
+    the first document while it builds a task, and quotes its error in the step's message.
+    """
+    import lm_eval.utils
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    plain = lm_eval.utils.env
+    if isinstance(plain, ImmutableSandboxedEnvironment):
+        return
+    sandboxed = ImmutableSandboxedEnvironment(
+        loader=plain.loader, undefined=plain.undefined, keep_trailing_newline=plain.keep_trailing_newline
+    )
+    sandboxed.filters.update(plain.filters)
+    sandboxed.template_class = _value_free_template()
+    lm_eval.utils.env = sandboxed
+
+
+@functools.cache
+def _value_free_template() -> type:
+    """A Jinja template whose error, raised while rendering a document, loses the document's values (see
+    ``_without_values``): ``{{ choices.index(question) }}`` would otherwise quote the question."""
+    import jinja2
+
+    class ValueFreeTemplate(jinja2.Template):
+        def render(self, *args: Any, **kwargs: Any) -> str:
+            try:
+                return super().render(*args, **kwargs)
+            except Exception as error:
+                raise _scrubbed(error, dict(*args, **kwargs)) from None
+
+    return ValueFreeTemplate
+
+
+def _scrubbed(error: Exception, document: Any) -> Exception:
+    """``error``, or one of its type (a ValueError where its type takes no message) without ``document``'s values."""
+    message = _without_values(str(error), document)
+    if message == str(error):
+        return error
+    try:
+        return type(error)(message)
+    except Exception:  # an exception type whose constructor wants more than a message
+        return ValueError(message)
 
 
 def _load_fix(entry: str) -> str:
@@ -160,7 +353,12 @@ def _load_fix(entry: str) -> str:
 
 
 def _first_document_renders(task: Any, name: str, entry: str) -> int:
-    """The task's prompt, choices and target for its first document render; returns how many documents it has."""
+    """The task's prompt, choices and target for its first document render; returns how many documents it has.
+
+    The message names what failed and the type of the value, never the value: the data may be anything the task
+    reads, and the message goes to the step's log (a library's message loses the document's values too).
+    """
+    document: Any = None
     try:
         documents = task.eval_docs  # a datasets.Dataset or a list: counted and indexed, never copied
         if not len(documents):
@@ -173,24 +371,51 @@ def _first_document_renders(task: Any, name: str, entry: str) -> int:
             for one in target if isinstance(target, list) else [target]:
                 if not (isinstance(one, int) and 0 <= one < len(choices)) and one not in choices:
                     raise ValueError(
-                        f"its target {one!r} is neither an index into its {len(choices)} choices nor one of them"
+                        f"its target (a {type(one).__name__}) is neither an index into its {len(choices)} choices "
+                        "nor one of them"
                     )
     except Exception as error:  # a template naming a missing field (jinja2), a bad index, an empty split
         raise UserError(
             f"the benchmark task {name} ({entry}) loads but cannot render its first example "
-            f"({type(error).__name__}: {one_line(error, 300)}). {_load_fix(entry)}"
+            f"({type(error).__name__}: {one_line(_without_values(str(error), document), 300)}). {_load_fix(entry)}"
         ) from None
     return len(documents)
 
 
-def load_tasks(entries: list[str], root: Path, limit: int) -> BenchmarkTasks:
+def _without_values(message: str, document: Any) -> str:
+    """``message`` with each of ``document``'s values (of SCRUBBED_VALUE_LENGTH characters or more, nested ones
+    too) replaced by its field's name in angle brackets: a library's error may quote the data it choked on."""
+    for field, value in _values(document):
+        for text in dict.fromkeys((repr(value), str(value))):  # the quoted form first, its quotes with it
+            if len(text) >= SCRUBBED_VALUE_LENGTH:
+                message = message.replace(text, f"<{field}>")
+    return message
+
+
+def _values(value: Any, field: str = "document") -> list[tuple[str, Any]]:
+    """Each value in ``value`` with the field holding it, the longest first (so a value inside another is replaced
+    after it); a dict's keys name its fields, a list's items are its field's."""
+    if isinstance(value, dict):
+        found = [pair for key, item in value.items() for pair in _values(item, str(key))]
+    elif isinstance(value, (list, tuple)):
+        found = [pair for item in value for pair in _values(item, field)]
+    else:
+        found = []
+    if value is not None and not isinstance(value, bool):
+        found.append((field, value))
+    return sorted(found, key=lambda pair: -len(str(pair[1])))
+
+
+def load_tasks(entries: list[str], root: Path, limit: int, allow_code: bool = False) -> BenchmarkTasks:
     """Every entry loaded and its first example rendered, or a UserError naming the entry and why.
 
-    ``root``: where a relative task directory is; ``limit``: examples per task (0: all), for the counts.
+    ``root``: the workspace, where a relative task directory is and which it must stay inside; ``limit``: examples
+    per task (0: all), for the counts; ``allow_code``: benchmark_allow_code, Python in a task directory allowed.
     """
     from lm_eval.tasks import TaskManager
 
-    local = {entry: _local_configs(entry, root) for entry in entries if is_local(entry)}
+    sandbox_templates()
+    local = {entry: _local_configs(entry, root, allow_code) for entry in entries if is_local(entry)}
     named = [entry for entry in entries if not is_local(entry)]
     # Indexing lm-eval's registry reads thousands of YAMLs: only when a registry name needs it.
     manager = TaskManager(include_defaults=bool(named))

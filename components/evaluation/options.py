@@ -16,6 +16,7 @@ from typing import Sequence
 
 from common.cli_options import add_options, option, options_from, run_option
 from common.errors import UserError
+from components.evaluation.benchmarks import path_problem
 
 # The questions of the original project's demo, asked of both models in every run.
 DEFAULT_QUESTIONS = (
@@ -87,9 +88,17 @@ class EvaluateOptions:
     benchmark_tasks: str = run_option(
         "arc_easy,hellaswag",
         "Standard benchmarks every model is scored on with lm-evaluation-harness, comma-separated: lm-eval task, "
-        "group or tag names (their data come from the Hub at run time, into HF_HOME on the workspace), or "
-        "directories of lm-eval task YAMLs with their data files (an entry with a /; relative to the workspace root), "
-        "for air-gapped clusters. Empty: no benchmarks, and the report says so.",
+        "group or tag names (their data come from the Hub at run time, into HF_HOME on the workspace), "
+        "practical_skills_mc (the bundled task), or directories of lm-eval task YAMLs with their data files (an "
+        "entry with a /; a relative path inside the workspace, such as tasks/mine), for air-gapped clusters. A task "
+        "directory is code: one holding Python is refused unless benchmark_allow_code is true. Empty: no "
+        "benchmarks, and the report says so.",
+    )
+    benchmark_allow_code: bool = run_option(
+        False,
+        "Let a benchmark task directory hold Python (a .py file, or a !function tag in its YAMLs), which lm-eval "
+        "imports: a task directory with Python is code run in the evaluate pod, which holds the Hub write token and "
+        "the service-account token. Leave false unless you trust everyone who can write the directory.",
     )
     benchmark_limit: int = run_option(
         1000,
@@ -106,7 +115,9 @@ class EvaluateOptions:
         "gate. force overrides the comparison with the published model only.",
     )
     tasks_root: Path = option(
-        Path("."), "Where a relative benchmark task directory is looked for (the pipeline: the workspace root)."
+        Path("."),
+        "Where a relative benchmark task directory is looked for, and what it and every file its tasks read must "
+        "stay inside (the pipeline: the workspace root).",
     )
 
     def __post_init__(self) -> None:
@@ -154,6 +165,10 @@ def option_problems(options: EvaluateOptions) -> dict[str, str]:
         problems["benchmark_tasks"] = (
             f"holds an empty entry ({options.benchmark_tasks!r}); separate task names with single commas"
         )
+    # A task directory is code: one outside the workspace is refused here, in the first step, by its text.
+    outside = path_problem(task_entries(options.benchmark_tasks))
+    if outside:
+        problems.setdefault("benchmark_tasks", outside)
     if any(not question.strip() for question in options.extra_questions):
         problems["extra_questions"] = "holds an empty question; remove it or write the question"
     return problems

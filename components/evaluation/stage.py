@@ -315,7 +315,7 @@ def prepare_benchmarks(options: EvaluateOptions) -> tuple[BenchmarkTasks, Benchm
     if not entries:
         print("benchmarks: none (benchmark_tasks is empty)", flush=True)
         return None
-    tasks = load_tasks(entries, options.tasks_root, options.benchmark_limit)
+    tasks = load_tasks(entries, options.tasks_root, options.benchmark_limit, options.benchmark_allow_code)
     device, _ = device_and_dtype()
     check_placement(
         tasks, device.type == "cuda", parameter_count(options.fine_tuned_model), str(options.fine_tuned_model)
