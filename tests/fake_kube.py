@@ -27,8 +27,9 @@ Workload saying why it waits, until the scenario calls ``admit``.
 A test plays the cluster's part (the operator, the kubelets, Kueue) through the
 methods below from a scenario thread: add pods, write log lines, end
 containers, set job conditions, record events, admit queued jobs, drop every
-open stream, expire watch history. Every request is recorded, so tests can
-check the verbs used against the RBAC.
+open stream, expire watch history, fail the next requests (``fail_next``: a
+connection closed without an answer, a 429 or 5xx Status). Every request is
+recorded, so tests can check the verbs used against the RBAC.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ FIELD_LABELS = {
         "type",
     }
 }
+DROP = "drop"  # fail_next: close the connection without an answer
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 # Where Kueue's webhook suspends each kind of job, and what its operator then records: the Training Operator
@@ -125,6 +127,8 @@ class FakeKube:
         self.history: list[tuple[int, str, str, dict[str, Any]]] = []  # (rv, plural, event type, object)
         self.logs: dict[tuple[str, int], list[tuple[str, str]]] = {}  # (pod, run of its container) -> (timestamp, line)
         self.drops = 0
+        self.failures: list[tuple[str, str | int]] = []  # (method, what it gets instead of an answer): fail_next
+        self.failed: list[tuple[Request, str | int]] = []  # each request that got one, and what it got
         self.streamed: set[tuple[str, str]] = set()  # (pod, line) sent on a log stream
         self.requests: list[Request] = []
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
@@ -229,7 +233,17 @@ class FakeKube:
             pod["metadata"]["ownerReferences"] = list(owners)
             pod["status"]["conditions"] = list(conditions)
 
-    def add_pod(self, name: str, labels: dict[str, str], container: str, *, pending_reason: str = "") -> None:
+    def add_pod(
+        self,
+        name: str,
+        labels: dict[str, str],
+        container: str,
+        *,
+        pending_reason: str = "",
+        annotations: dict[str, str] | None = None,
+    ) -> None:
+        """A pod as its controller creates it; ``annotations`` are its template's (KServe copies an
+        InferenceService's annotations onto its predictor's pods)."""
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -241,6 +255,8 @@ class FakeKube:
                 "containerStatuses": [self._status(container, {"waiting": {"reason": "ContainerCreating"}}, 0)],
             },
         }
+        if annotations:
+            pod["metadata"]["annotations"] = dict(annotations)
         if pending_reason:
             pod["status"]["conditions"] = [
                 {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": pending_reason}
@@ -264,6 +280,15 @@ class FakeKube:
             status["ready"] = True
 
         self._change_container(pod, start, phase="Running")
+
+    def make_pod_ready(self, pod: str) -> None:
+        """The container runs and passes its readiness probe: the kubelet sets the pod's Ready condition."""
+        self.run_container(pod)
+        with self.changed:
+            status = self.objects["pods"][pod]["status"]
+            status["conditions"] = [c for c in status["conditions"] if c["type"] != "Ready"]
+            status["conditions"].append(_condition("Ready", "True", "", ""))
+            self._stored("pods", "MODIFIED", self.objects["pods"][pod])
 
     def log(self, pod: str, *lines: str) -> None:
         with self.changed:
@@ -367,6 +392,24 @@ class FakeKube:
         reason = SUSPEND[plural]["reason"].format("Resumed")
         self._operator_condition(plural, name, "Suspended", "False", reason, message)
         self.add_event(kind, name, reason, message, "Normal")
+
+    def fail_next(self, *failures: str | int, method: str = "") -> None:
+        """The next requests (of ``method``, or any) fail, one per entry, before the API acts on them: ``DROP``
+        closes the connection without an answer (an API server restarting, a load balancer failing over), a status
+        code is answered the way the API server words it (429: API Priority and Fairness throttling; 5xx:
+        unavailable). They are kept in ``failed``."""
+        with self.changed:
+            self.failures.extend((method, failure) for failure in failures)
+
+    def take_failure(self, method: str, path: str, query: dict[str, str]) -> str | int | None:
+        """The failure this request gets (``fail_next``), or None: it is answered."""
+        with self.changed:
+            index = next((i for i, (only, _) in enumerate(self.failures) if only in ("", method)), None)
+            if index is None:
+                return None
+            _, failure = self.failures.pop(index)
+            self.failed.append((Request(method, path, query), failure))
+            return failure
 
     def drop_streams(self) -> None:
         """Cut every open watch and log stream mid-response."""
@@ -736,6 +779,13 @@ class FakeKube:
                 return
 
 
+def _failure_status(code: int) -> dict[str, Any]:
+    """The API server's Status for a request it cannot serve now (k8s.io/apiserver filters: maxinflight, APF)."""
+    if code == 429:
+        return _status(429, "TooManyRequests", "Too many requests, please try again later.")
+    return _status(code, "ServiceUnavailable", "the server is currently unable to handle the request")
+
+
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
     return {
         "kind": "Status",
@@ -800,7 +850,12 @@ def _handler_for(fake: FakeKube) -> type[BaseHTTPRequestHandler]:
             }
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length)) if length else None
-            answer = fake.handle(method, url.path, query, body)
+            failure = fake.take_failure(method, url.path, query)
+            if failure == DROP:  # no answer: the client sees the connection closed under its request
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
+            answer = (failure, _failure_status(failure)) if failure else fake.handle(method, url.path, query, body)
             if isinstance(answer, tuple):
                 code, payload = answer
                 data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()

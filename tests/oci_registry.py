@@ -21,6 +21,9 @@ import requests
 
 INSTALL = "apt-get install -y --no-install-recommends docker-registry skopeo busybox-static"
 USER, PASSWORD = "ci-pusher", "s3cret-registry-password"
+# A second account, for the credential KServe's pods pull with (model_oci_pull_secret). htpasswd gives every
+# account the same rights, so it shows that the serve step uses its own Secret, not that the account is read-only.
+PULL_USER, PULL_PASSWORD = "ci-puller", "s3cret-pull-password"
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,12 @@ def start_registry(folder: Path, port: int = 0):
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
     host = f"127.0.0.1:{port}"
-    (folder / "htpasswd").write_bytes(USER.encode() + b":" + bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(10)))
+    accounts = ((USER, PASSWORD), (PULL_USER, PULL_PASSWORD))
+    (folder / "htpasswd").write_bytes(
+        b"\n".join(
+            user.encode() + b":" + bcrypt.hashpw(password.encode(), bcrypt.gensalt(10)) for user, password in accounts
+        )
+    )
     config = folder / "config.yml"
     config.write_text(
         json.dumps(

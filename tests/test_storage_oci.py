@@ -18,7 +18,16 @@ import pytest
 
 from common.errors import UserError
 from components.storage.modelcar_base import BUSYBOX_ENV
-from components.storage.oci_target import AUTH_FILE_ENV, image_uri, oci_location_problem, push_version
+from components.storage.oci_target import (
+    AUTH_FILE_ENV,
+    MANIFEST_FILE,
+    image_uri,
+    oci_location_problem,
+    pinned_uri,
+    push_version,
+)
+from components.storage.options import StorageOptions, option_problems
+from components.storage.registry_auth import registry_scheme
 from tests.oci_registry import require
 
 HINT = "in the cluster the step reads them from the Secret 'oci-connection-models' (model_oci_secret)"
@@ -75,6 +84,8 @@ def test_a_pushed_version_comes_back_byte_for_byte_and_passes_kserves_check(oci_
     assert (image.uri, image.files) == (f"oci://{oci_registry.host}/models/smol-ft:run-2026.11.26", len(files))
     assert image.total_bytes == sum(len(data) for data in files.values()) and image.digest.startswith("sha256:")
     assert not (tmp_path / "store" / "modelcar-layout").exists()  # the build folder goes once pushed
+    pushed = (tmp_path / "store" / MANIFEST_FILE).read_bytes()  # the manifest sent, kept as evidence
+    assert image.digest == "sha256:" + hashlib.sha256(pushed).hexdigest()
 
     config, rootfs = pull_and_unpack(oci_registry, uri, tmp_path)
     pulled = {p.relative_to(rootfs / "models").as_posix() for p in (rootfs / "models").rglob("*") if p.is_file()}
@@ -103,6 +114,45 @@ def test_pushing_the_same_version_again_leaves_the_tag_on_a_whole_image(oci_regi
     assert {name: (rootfs / "models" / name).read_bytes() for name in files} == files
     manifest = (tmp_path / "pulled" / "manifest.json").read_bytes()
     assert again.digest == "sha256:" + hashlib.sha256(manifest).hexdigest()
+
+
+def answered_digest(monkeypatch, digest: str | None) -> None:
+    """The registry's answer to the manifest's PUT says ``digest`` (None: says nothing), as a registry or proxy
+    that rewrites manifests, or an older one, would."""
+    from oras.layout.layout import Layout
+
+    push = Layout.push_to_registry
+
+    def answered(self, *args, **kwargs):
+        response = push(self, *args, **kwargs)
+        response.headers.pop("Docker-Content-Digest", None)
+        if digest is not None:
+            response.headers["Docker-Content-Digest"] = digest
+        return response
+
+    monkeypatch.setattr(Layout, "push_to_registry", answered)
+
+
+def test_the_digest_is_computed_from_the_manifest_pushed_not_read_from_the_answer(oci_registry, tmp_path, monkeypatch):
+    monkeypatch.setenv(AUTH_FILE_ENV, str(oci_registry.auth_file))
+    folder = tmp_path / "upload"
+    version_folder(folder)
+    uri = image_uri(f"oci://{oci_registry.host}/models/digest", "run-1")
+    answered_digest(monkeypatch, None)  # no header at all: the digest is still known
+    image = push_version(folder, uri, tmp_path / "store", HINT)
+    pull_and_unpack(oci_registry, uri, tmp_path)
+    assert image.digest == "sha256:" + hashlib.sha256((tmp_path / "pulled" / "manifest.json").read_bytes()).hexdigest()
+    answered_digest(monkeypatch, "sha256:" + "0" * 64)  # another digest than the bytes sent: refused
+    with pytest.raises(UserError, match=r"answered the push of .* with the digest sha256:0{64}, but the manifest"):
+        push_version(folder, uri, tmp_path / "store", HINT)
+
+
+def test_an_image_is_pinned_to_its_digest():
+    digest = "sha256:" + "a" * 64
+    assert pinned_uri("oci://quay.io/team/smol-ft:run-1", digest) == f"oci://quay.io/team/smol-ft@{digest}"
+    assert pinned_uri("oci://127.0.0.1:5000/m/x:r", digest) == f"oci://127.0.0.1:5000/m/x@{digest}"
+    with pytest.raises(UserError, match="no sha256 digest.*Run the store step of this run again"):
+        pinned_uri("oci://quay.io/team/smol-ft:run-1", "")
 
 
 def test_wrong_credentials_are_a_clear_error_and_nothing_is_tagged(oci_registry, tmp_path, monkeypatch):
@@ -154,6 +204,34 @@ def test_a_repository_that_cannot_take_versions_is_refused_with_the_fix(uri, pro
     assert problem in oci_location_problem(uri)
     with pytest.raises(UserError, match="model_oci_uri"):
         image_uri(uri, "run")
+
+
+@pytest.mark.parametrize(
+    ("host", "scheme"),
+    [
+        ("127.0.0.1:5000", "http"),
+        ("127.0.0.2:5000", "http"),  # all of 127.0.0.0/8 is this machine, as for the bearer tokens
+        ("[::1]:5000", "http"),
+        ("localhost:5000", "http"),
+        ("quay.io", "https"),
+        ("10.0.0.5:5000", "https"),
+        ("127.0.0.1.nip.io:5000", "https"),  # a name is judged as written, never resolved
+        ("localhost.example.com", "https"),
+    ],
+)
+def test_only_a_registry_on_this_machine_is_spoken_to_over_plain_http(host, scheme):
+    """The registry credentials follow the bearer tokens' loopback rule (``common.http_trust.is_loopback``)."""
+    assert registry_scheme(host) == scheme
+
+
+@pytest.mark.parametrize(
+    "uri", ["oci://bob:CANARY-oci-password@quay.io/team/model", "oci://CANARY-oci-password@quay.io/team/model"]
+)
+def test_credentials_in_model_oci_uri_are_refused_naming_the_secret(uri):
+    """A run parameter is kept in the run's record and the pods' arguments: push credentials go in the Secret."""
+    (problem,) = option_problems(StorageOptions(oci_uri=uri, oci_secret="my-push-secret")).values()
+    assert "carries a credential" in problem and "oci://quay.io/team/model" in problem
+    assert "'my-push-secret' (named by model_oci_secret)" in problem and "CANARY" not in problem
 
 
 def test_run_ids_become_valid_tags():
@@ -212,3 +290,53 @@ def test_no_credential_reaches_an_output_of_the_store_step(oci_registry, s3_serv
                 path for path in workspace.rglob("*") if path.is_file() and canary.encode() in path.read_bytes()
             ]
     assert "credentials are wrong" in " ".join(result.stderr.split()) and "Traceback" not in result.stderr
+
+
+@pytest.fixture
+def stalling_registry():
+    """A registry that answers the /v2/ probe and then never answers a push: a real socket that stops talking,
+    as a registry behind a hung proxy does."""
+    import threading
+    from http.server import BaseHTTPRequestHandler
+
+    from tests.local_server import LocalServer
+
+    release = threading.Event()
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer_or_stall(self) -> None:
+            if self.path.rstrip("/") == "/v2":
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+            else:
+                release.wait(60)
+
+        do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = _answer_or_stall
+
+        def log_message(self, *args) -> None:
+            pass
+
+    with LocalServer(Handler) as server:
+        yield server.url.removeprefix("http://")
+        release.set()
+
+
+def test_a_registry_that_stops_answering_ends_the_push_with_the_fix(stalling_registry, tmp_path, monkeypatch):
+    import time
+
+    from components.storage import oci_target
+
+    monkeypatch.delenv(AUTH_FILE_ENV, raising=False)
+    monkeypatch.setattr(oci_target, "PUSH_TIMEOUT", (5.0, 1.0))
+    from types import SimpleNamespace
+
+    import oras.provider  # noqa: F401  (imports oras.decorator whole)
+
+    # oras-py's own 5 tries, without the 131 s it sleeps between them
+    monkeypatch.setattr("oras.decorator.time", SimpleNamespace(sleep=lambda seconds: None))
+    version_folder(tmp_path / "upload")
+    started = time.monotonic()
+    with pytest.raises(UserError, match=r"stopped answering while this step pushed .* Nothing was tagged"):
+        push_version(tmp_path / "upload", f"oci://{stalling_registry}/models/x:r", tmp_path / "store", HINT)
+    assert time.monotonic() - started < 20  # 5 tries of 1 s each, not the minutes a stalled push took

@@ -3,11 +3,12 @@
     python -m components.serving.stage --workspace-root local-run/workspace --run-id RUN --model-name smol-ft
 
 Always (when the version was stored and holds the merged checkpoint) it writes
-``serve/inferenceservice.yaml``. With ``deploy`` it creates or updates that
-InferenceService in the run's namespace, waits until it is Ready, asks it the
-evaluation's first sample question, and records the endpoint and the answer
-in ``serve/served.json``, the run summary and, when the version was
-registered, the Model Registry.
+``serve/inferenceservice.yaml``. With ``deploy`` it checks that the registry
+lets the service's pods pull the image with the pull Secret (``pull_check``),
+creates or updates that InferenceService in the run's namespace, waits until
+it is Ready, asks it the evaluation's first sample question, and records the
+endpoint and the answer in ``serve/served.json``, the run summary and, when
+the version was registered, the Model Registry.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import yaml
 from common.atomic import write_text_atomic
 from common.cli_options import add_options, options_from, options_from_inputs
 from common.errors import UserError, exit_on_user_error
-from common.kube import SERVICE_ACCOUNT_NAMESPACE, connect, default_namespace
+from common.kube import API_RETRIES, SERVICE_ACCOUNT_NAMESPACE, connect, default_namespace
 from common.run_layout import (
     EVALUATE,
     PUBLISH,
@@ -38,28 +39,32 @@ from common.run_layout import (
 )
 from components.export.options import model_name_of, trained_from
 from components.publish.bundle import MERGED_CONFIG
+from components.publish.record import completed_at, completes
 from components.registry.catalogue import add_version_properties
 from components.registry.options import RegistryOptions
 from components.registry.stage import connection
-from components.serving.deploy import Served, apply, smoke_test, wait_until_ready
-from components.serving.manifest import render_inference_service, service_name
+from components.serving.deploy import Served, roll_out, smoke_test
+from components.serving.manifest import render_inference_service
 from components.serving.options import ServingOptions
+from components.serving.pull_check import check_pull
 from components.storage.stage import stored_copies
 
 DEFAULT_QUESTION = "In one sentence, what can you help me with?"
 
 
+@completes(SERVE)
 def serve(
     workspace_root: str,
     run_id: str,
     model_name: str,
     options: ServingOptions,
-    secrets: tuple[str, str],
+    s3_secret: str,
     registry: RegistryOptions,
 ) -> Served | None:
     """Write the InferenceService of run ``run_id``'s stored version; deploy and try it when ``options.deploy``.
 
-    ``secrets``: the S3 data connection and the registry pull Secret the version was stored with."""
+    ``s3_secret``: the S3 data connection the version was stored with. The image is pulled with
+    ``options.pull_secret``, which the registry must accept before anything is applied."""
     serve_dir = stage_dir(workspace_root, run_id, SERVE)
     write_text_atomic(serve_dir / SERVED, "null\n")
     copies = stored_copies(workspace_root, run_id)
@@ -69,19 +74,16 @@ def serve(
     if problem:
         print(f"no InferenceService written: {problem}", flush=True)
         return None
-    cluster = connect("deploy the InferenceService in", "Or leave deploy off.") if options.deploy else None
+    cluster = connect("deploy the InferenceService in", "Or leave deploy off.", API_RETRIES) if options.deploy else None
     namespace = cluster.namespace if cluster else _namespace()
-    manifest = render_inference_service(service_name(model_name), namespace, run_id, copies, options, *secrets)
+    manifest = render_inference_service(model_name, namespace, run_id, copies, options, s3_secret)
     write_text_atomic(serve_dir / SERVICE_MANIFEST, yaml.safe_dump(manifest, sort_keys=False))
     print(f"InferenceService written to {serve_dir / SERVICE_MANIFEST} (oc apply -f it to serve the version)")
     if not cluster:
         return None
-    apply(cluster, manifest)
-    print(
-        f"InferenceService {manifest['metadata']['name']} applied in {namespace}; waiting until it is Ready", flush=True
-    )
-    service = wait_until_ready(cluster, manifest["metadata"]["name"], options.timeout_s)
-    served = smoke_test(service, _question(workspace_root, run_id))
+    check_pull(manifest)
+    question = _question(workspace_root, run_id)  # the smoke test is part of the rollout: failing, it is rolled back
+    served = roll_out(cluster, manifest, options.timeout_s, serve_dir, lambda service: smoke_test(service, question))
     write_text_atomic(serve_dir / SERVED, json.dumps(dataclasses.asdict(served), indent=1) + "\n")
     _record_in_registry(workspace_root, run_id, served, registry)
     return served
@@ -115,14 +117,13 @@ def _record_in_registry(workspace_root: str, run_id: str, served: Served, regist
     registration = json.loads(record.read_text()) if record.is_file() else None
     if not registration or not registry.url:
         return
-    token, hint, custom_ca = connection(registry)
     properties = {
         "serving_inference_service": f"{served.namespace}/{served.name}",
         "serving_endpoint": served.endpoint,
         "serving_question": served.question,
         "serving_answer": served.answer,
     }
-    add_version_properties(registry.url, token, registration["model_version_id"], properties, custom_ca, hint)
+    add_version_properties(connection(registry), registration["model_version_id"], properties)
 
 
 def summary(served: Served | None) -> str:
@@ -142,8 +143,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--run-id", required=True, help="the run whose stored version to serve")
     parser.add_argument("--model-name", required=True, help="the model's name (the InferenceService's)")
     parser.add_argument("--s3-secret", default="aws-connection-models", help="the data connection of the S3 copy")
-    parser.add_argument("--oci-secret", default="oci-connection-models", help="the pull Secret of the image")
     parser.add_argument("--registry-url", default="", help="the Model Registry to record the endpoint in")
+    parser.add_argument(
+        "--registry-use-service-account",
+        action="store_true",
+        help="present the pod's service-account token to the registry when $MODEL_REGISTRY_TOKEN is unset (https only)",
+    )
+    parser.add_argument(
+        "--registry-allow-http",
+        action="store_true",
+        help="send the registry token over plain http to a host that is not this machine (an mTLS service mesh only)",
+    )
     add_options(parser, ServingOptions)
     return parser
 
@@ -151,19 +161,34 @@ def build_parser() -> argparse.ArgumentParser:
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    options, registry = options_from(args, ServingOptions), RegistryOptions(url=args.registry_url)
-    secrets = (args.s3_secret, args.oci_secret)
-    print(summary(serve(args.workspace_root, args.run_id, args.model_name, options, secrets, registry)))
+    options = options_from(args, ServingOptions)
+    registry = RegistryOptions(
+        url=args.registry_url,
+        use_service_account=args.registry_use_service_account,
+        allow_http=args.registry_allow_http,
+    )
+    print(summary(serve(args.workspace_root, args.run_id, args.model_name, options, args.s3_secret, registry)))
 
 
 @exit_on_user_error
 def run_step(inputs: Mapping[str, Any]) -> str:
-    """What the ``serve_model`` component calls with every input by name; returns the endpoint (empty: none)."""
+    """What the ``serve_model`` component calls with every input by name; returns the endpoint (empty: none). A
+    version already served (a retried step, or a run finishing the published version's steps) is not served
+    again."""
+    if done := completed_at(inputs["workspace_root"], inputs["run_id"], SERVE):
+        print(f"run {inputs['run_id']}'s version was served already, at {done}: not served again", flush=True)
+        earlier = stage_dir(inputs["workspace_root"], inputs["run_id"], SERVE) / SERVED
+        served = json.loads(earlier.read_text()) if earlier.is_file() else None
+        return served["endpoint"] if served else ""
     model_name = model_name_of(inputs["model_name"], trained_from(Path(inputs["train_dir"])))
     options = options_from_inputs(ServingOptions, inputs)
-    registry = RegistryOptions(url=inputs["registry_url"], secret=inputs["registry_secret"])
-    secrets = (inputs["s3_secret"], inputs["oci_secret"])
-    served = serve(inputs["workspace_root"], inputs["run_id"], model_name, options, secrets, registry)
+    registry = RegistryOptions(
+        url=inputs["registry_url"],
+        secret=inputs["registry_secret"],
+        use_service_account=inputs["registry_use_service_account"],
+        allow_http=inputs["registry_allow_http"],
+    )
+    served = serve(inputs["workspace_root"], inputs["run_id"], model_name, options, inputs["s3_secret"], registry)
     print(summary(served), flush=True)
     return served.endpoint if served else ""
 
