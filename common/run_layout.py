@@ -4,7 +4,9 @@ This module is the contract between the stages. Every path a stage hands to
 another is named here; a stage that writes a new file for a later stage adds its
 name here first. Every run writes only below its own run directory, so runs that
 share a PVC (scheduled retraining) never overwrite each other; the one thing
-shared across runs is the publish record.
+shared across runs is the publish record. The one exception: a run on unchanged
+data whose last published version never completed store, register or serve runs
+those steps on that version, so they write in that version's run directory.
 
     <workspace>/
       runs/<run id>/
@@ -32,6 +34,10 @@ shared across runs is the publish record.
           verification.json, verification.md   llama.cpp vs transformers; the JSON is written last
         publish/       written by publish
           upload/                       exactly what was (or, in a dry run, would be) committed to the Hub
+          delivery.json                 which of store, register and serve completed for this version: written
+                                        by publish before its Hub commit (none yet, and the repository), then
+                                        by each of them as it completes, also when a later run on the same
+                                        data finishes them (components.publish.record)
         store/         written by store
           stored.json                   where the version was copied: its s3:// URI (model_s3_uri) and oci://
                                         image and digest (model_oci_uri), files, bytes
@@ -40,6 +46,8 @@ shared across runs is the publish record.
         serve/         written by serve
           inferenceservice.yaml         the KServe InferenceService (vLLM) of the stored version, for oc apply
           served.json                   deploy: the endpoint, and the question asked and its answer (null: none)
+          previous.json                 deploy: the InferenceService as it was before this run's spec replaced
+                                        it (null: none), saved before the apply, to put back on a failure
       token-cache/<key>/                written by tokenise; read by train and evaluate of every run whose data,
                                         tokenizer and settings give the same key (see trainer.token_cache)
       .cache/huggingface/               HF_HOME of the training pods; the tokenise step fetches tokenizers here
@@ -96,6 +104,7 @@ VERIFICATION_MARKDOWN = "verification.md"
 LORA_MARKER = "-lora-"  # in the file name of an adapter GGUF: <model>-lora-<type>.gguf
 # publish/
 UPLOAD = "upload"
+DELIVERY = "delivery.json"
 # store/
 STORED = "stored.json"
 # register/
@@ -103,6 +112,7 @@ REGISTERED = "registered.json"
 # serve/
 SERVICE_MANIFEST = "inferenceservice.yaml"
 SERVED = "served.json"
+PREVIOUS_SERVICE = "previous.json"
 # beside runs/
 PUBLISHED = "published"
 

@@ -10,6 +10,10 @@ TrainJob whose pods mount the same PVC.
 ``kfp.local`` cannot run CreatePVC/DeletePVC and ignores mounts, so a local run
 uses ``LocalWorkspace``: a directory on this machine standing in for the PVC,
 and the trainer as local torchrun processes. Both present the same hooks to the DAG.
+
+They also differ in how a failed step after publish (store, register, serve) is
+retried: on a cluster, unattended, after half a minute and a minute; locally not
+at all, since a person is watching and the next run on the same data finishes it.
 """
 
 from pathlib import Path
@@ -22,6 +26,12 @@ from components.default_base_model import LOCAL_BACKEND
 from pipelines.tasks import resolve_storage_class, small, use_existing_pvc, workspace_pvc
 
 PVC_NAME_SUFFIX = "-llm-finetune-workspace"
+# On a cluster the steps after publish (store, register, serve) run again when they fail, half a minute and then a
+# minute later: what fails them is mostly at the other end of the network (an S3 endpoint, an OCI or Model Registry,
+# the Kubernetes API restarting), and each can repeat itself safely (the same S3 keys and image tag,
+# create-or-update, apply; a step that had completed skips itself). Without them, a blip after publish in a
+# scheduled run left the model on the Hub but nowhere else until the next run.
+AFTER_PUBLISH_RETRY = dict(num_retries=2, backoff_duration="30s", backoff_factor=2.0, backoff_max_duration="300s")
 
 
 class Workspace(Protocol):
@@ -42,6 +52,9 @@ class Workspace(Protocol):
 
     def release(self, after: dsl.PipelineTask, pvc_name, keep_pvc) -> None:
         """Clean up after ``after``, the last stage of one path through the DAG (called once per path)."""
+
+    def retry_after_publish(self, task: dsl.PipelineTask) -> dsl.PipelineTask:
+        """Give ``task``, a step after publish (store, register, serve), the retries it gets here."""
 
 
 class ClusterWorkspace:
@@ -84,6 +97,10 @@ class ClusterWorkspace:
             with dsl.If(keep_pvc == False, name="keep-pvc-is-off"):  # noqa: E712 (a KFP condition, not Python)
                 _uncached(kubernetes.DeletePVC(pvc_name=self._pvc.output).after(after))
 
+    def retry_after_publish(self, task):
+        """``AFTER_PUBLISH_RETRY``: nobody watches a scheduled run, and most failures there are passing ones."""
+        return task.set_retry(**AFTER_PUBLISH_RETRY)
+
 
 class LocalWorkspace:
     """A local directory standing in for the PVC under ``kfp.local``; training as local processes."""
@@ -109,6 +126,13 @@ class LocalWorkspace:
 
     def release(self, after, pvc_name, keep_pvc) -> None:
         """Nothing to delete: the directory is the run's output."""
+
+    def retry_after_publish(self, task):
+        """No retry: kfp.local would sleep 30 s, then 60 s, at a person's terminal (and wait out a serve that never
+        becomes Ready three times) before showing an error that is mostly a setting to fix (an endpoint, a bucket,
+        a token). The step's own retries of passing network failures (botocore's, the Hub client's) still run, and
+        the next run on the same data finishes the version (``components.publish.changes``)."""
+        return task
 
 
 def _uncached(task: dsl.PipelineTask) -> dsl.PipelineTask:

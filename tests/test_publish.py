@@ -19,7 +19,7 @@ from huggingface_hub import ModelCard
 from common.atomic import link_or_copy
 from common.errors import UserError
 from components.publish.options import PublishOptions
-from components.publish.publish import publish
+from components.publish.publish import build_upload, publish
 from components.publish.stage import run_in_pipeline
 
 
@@ -86,12 +86,13 @@ def test_publish_merged_auto_follows_what_training_made(tmp_path, adapter_traine
 
 def test_model_card_metadata_and_sections(tmp_path):
     run_dir = make_run(tmp_path)
-    publish(
+    # The folder a publish to me/skills commits, written without a Hub (publish itself needs the token for it).
+    build_upload(
         str(tmp_path),
         "run-1",
         "hf://datasets/me/practical-qa",
         PublishOptions(repo_id="me/skills", include_merged="true"),
-        token=None,
+        None,
     )
     text = card_of(run_dir)
     metadata = yaml.safe_load(text.split("---")[1])
@@ -133,7 +134,7 @@ def test_the_card_says_when_training_fell_back_to_the_proven_path(tmp_path):
     summary_path.write_text(
         json.dumps({**summary, "compiled_blocks": False, "attention": "sdpa", "speed_fallback": fallback})
     )
-    publish(str(tmp_path), "run-1", "", PublishOptions(repo_id="me/skills"), token=None)
+    build_upload(str(tmp_path), "run-1", "", PublishOptions(repo_id="me/skills"), None)
     text = card_of(run_dir)
     assert "| attention / transformer blocks | sdpa / eager |" in text
     assert f"| speed fallback | {fallback} |" in text
@@ -201,13 +202,30 @@ def test_run_in_pipeline_fills_the_kfp_artifacts(tmp_path, monkeypatch):
     run_dir = make_run(tmp_path / "ws")
     card = SimpleNamespace(path=str(tmp_path / "artifacts" / "model_card"), metadata={})
     metrics = FakeMetrics()
-    location, dry_run = run_in_pipeline(
-        str(tmp_path / "ws"), "run-1", "", PublishOptions(repo_id="me/skills"), card, metrics
-    )
+    location, dry_run = run_in_pipeline(str(tmp_path / "ws"), "run-1", "", PublishOptions(), card, metrics)
     assert dry_run and location == str(run_dir / "publish" / "upload")
     assert Path(card.path).read_text() == card_of(run_dir)
-    assert card.metadata == {"repo_id": "me/skills", "location": location, "dry_run": True}
+    assert card.metadata == {"repo_id": "", "location": location, "dry_run": True}
     assert metrics.logged["dry_run_files"] == len([p for p in Path(location).rglob("*") if p.is_file()])
+
+
+def test_the_pipeline_step_refuses_a_repository_without_a_token(tmp_path, monkeypatch, capsys):
+    """The publish step in the pipeline, given hub_repo_id and no hf-token Secret: exit 2 with the paragraph, no
+    dry run (whose success would let store, register and serve go on), and no folder, record or artifact."""
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    run_dir = make_run(tmp_path / "ws")
+    card = SimpleNamespace(path=str(tmp_path / "artifacts" / "model_card"), metadata={})
+    with pytest.raises(SystemExit) as exited:
+        run_in_pipeline(str(tmp_path / "ws"), "run-1", "", PublishOptions(repo_id="me/skills"), card, FakeMetrics())
+    assert exited.value.code == 2
+    output = capsys.readouterr()
+    message = " ".join(output.err.split())
+    assert message.startswith("error: hub_repo_id is 'me/skills', but no Hugging Face token") and "dry run" not in (
+        output.out
+    )
+    assert "Kubernetes Secret 'hf-token'" in message and "leave hub_repo_id empty" in message
+    assert not (run_dir / "publish").exists() and not (tmp_path / "ws" / "published").exists()
+    assert not Path(card.path).exists() and card.metadata == {}
 
 
 def test_upload_folder_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
@@ -231,4 +249,5 @@ def test_upload_folder_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         publish(str(tmp_path), "run-1", "", PublishOptions(), token=None)
     assert sorted(p.relative_to(upload) for p in upload.rglob("*")) == before
-    assert [p.name for p in upload.parent.iterdir()] == ["upload"]  # no staging folder left behind
+    # No staging folder left behind; the delivery record is the earlier publishes'.
+    assert sorted(p.name for p in upload.parent.iterdir()) == ["delivery.json", "upload"]

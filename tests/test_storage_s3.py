@@ -251,6 +251,7 @@ def test_the_store_step_copies_the_published_folder_under_the_models_name(bucket
     """The step reads the publish step's upload folder (a dry run writes it too) and names the version after the
     export's model name, or the base model's name followed by -ft."""
     from common.run_layout import UPLOAD, stage_dir
+    from components.publish.record import DeliveryRecord
     from components.storage.stage import run_step
 
     folder, files = model
@@ -266,6 +267,8 @@ def test_the_store_step_copies_the_published_folder_under_the_models_name(bucket
     assert run_step(inputs) == f"s3://{BUCKET}/team/SmolLM2-135M-ft/run-4/"
     prefix = "team/SmolLM2-135M-ft/run-4/"
     assert keys_under(bucket, BUCKET, prefix) == sorted([prefix + COMPLETE_MARKER, *(prefix + n for n in files)])
+    assert DeliveryRecord.read(workspace, "run-4").missing == ("register", "serve")
+    DeliveryRecord.path(workspace, "run-4").unlink()  # else the step would not store the recorded version again
     assert run_step({**inputs, "s3_uri": ""}) == "", "no target: nothing to copy"
 
 
@@ -277,3 +280,43 @@ def test_the_store_step_without_a_published_version_says_what_to_run(tmp_path, c
         run_step({**inputs, "s3_uri": f"s3://{BUCKET}", "s3_secret": "aws-connection-models"})
     assert exited.value.code == 2
     assert "holds no published version" in " ".join(capsys.readouterr().err.split())
+
+
+def test_a_store_that_fails_is_left_to_finish_and_one_that_completed_is_not_repeated(
+    bucket, model, tmp_path, monkeypatch, capsys
+):
+    """The S3 endpoint is down after publish: the step fails with its paragraph, and the version's delivery record
+    still lacks store, so the next run on the same data stores it. Once stored, the step (retried, or run again to
+    finish the version) does not copy it again."""
+    import common.s3
+    from common.run_layout import UPLOAD, stage_dir
+    from components.publish.record import DELIVERY_STEPS, DeliveryRecord
+    from components.storage.stage import run_step
+
+    folder, files = model
+    workspace = tmp_path / "workspace"
+    stage_dir(workspace, "run-6", "publish").mkdir(parents=True)
+    folder.rename(stage_dir(workspace, "run-6", "publish") / UPLOAD)
+    DeliveryRecord("run-6").write(workspace)  # as the publish step leaves it
+    inputs = {"workspace_root": str(workspace), "run_id": "run-6", "train_dir": str(tmp_path), "model_name": "m"}
+    inputs |= {"s3_uri": f"s3://{BUCKET}/team", "s3_secret": "aws-connection-models"}
+    s3_endpoint = os.environ["AWS_ENDPOINT_URL"]
+    with socket.socket() as probe:  # a port nothing listens on: the endpoint is down
+        probe.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{probe.getsockname()[1]}")
+    monkeypatch.setattr(common.s3, "S3_ATTEMPTS", 1)
+    with pytest.raises(SystemExit) as exited:
+        run_step(inputs)
+    assert exited.value.code == 2 and "Could not write s3://models/team/m/run-6/" in capsys.readouterr().err
+    assert DeliveryRecord.read(workspace, "run-6").missing == DELIVERY_STEPS
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)
+    assert run_step(inputs) == f"s3://{BUCKET}/team/m/run-6/"
+    assert DeliveryRecord.read(workspace, "run-6").missing == ("register", "serve")
+    prefix = "team/m/run-6/"
+    assert keys_under(bucket, BUCKET, prefix) == sorted([prefix + COMPLETE_MARKER, *(prefix + n for n in files)])
+    for key in keys_under(bucket, BUCKET, prefix):
+        bucket.delete_object(Bucket=BUCKET, Key=key)
+    assert run_step(inputs) == f"s3://{BUCKET}/team/m/run-6/"  # from the store record: nothing is sent
+    assert "run run-6's version was stored already" in capsys.readouterr().out
+    assert keys_under(bucket, BUCKET, prefix) == []

@@ -5,7 +5,9 @@
 
 Prints whether the prepared data differs from the data of the last published
 model (see ``components.publish.changes``); the pipeline skips training, export
-and publishing when it does not. Exit status 0 either way.
+and publishing when it does not, and then runs the steps after publish that the
+published version still lacks (its run failed after publishing), on it. Exit status 0 either way; 2 when a repository id
+is given without ``HF_TOKEN`` (with ``--force`` too: the run would publish to it).
 """
 
 import argparse
@@ -14,8 +16,13 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from common.errors import UserError, exit_on_user_error
-from components.hub_auth import hub_token
-from components.publish.changes import DataChange, compare_with_published
+from common.run_layout import TRAIN, stage_dir
+from components.hub_auth import require_token
+from components.publish.changes import DataChange, compare_with_published, listed
+
+# What the check_data_changed component returns: whether to train, why, whether to finish the published version's
+# steps after publish, and that version's run id and train directory (empty when there is nothing to finish).
+CheckOutputs = tuple[bool, str, bool, str, str]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,32 +53,40 @@ def _fingerprint(stats_path: Path) -> str:
 
 
 def describe(change: DataChange) -> str:
-    return (
-        f"{'data changed: training runs' if change.changed else 'data unchanged: training is skipped'}. "
-        f"Why: {change.reason}"
-    )
+    if change.changed:
+        verdict = "data changed: training runs"
+    elif change.finish:
+        verdict = (
+            f"data unchanged: training is skipped, and {listed(change.finish)} run on the published version "
+            f"(run {change.version_run_id})"
+        )
+    else:
+        verdict = "data unchanged: training is skipped"
+    return f"{verdict}. Why: {change.reason}"
 
 
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    change = compare_with_published(
-        _fingerprint(args.stats), args.repo_id, args.workspace_root, args.force, hub_token()
-    )
+    token = require_token(args.repo_id)  # before anything, force or not: the run would publish to it
+    change = compare_with_published(_fingerprint(args.stats), args.repo_id, args.workspace_root, args.force, token)
     print(describe(change), flush=True)
 
 
 @exit_on_user_error
-def run_in_pipeline(fingerprint: str, repo_id: str, workspace_root: str, force: bool) -> tuple[bool, str]:
-    """What the KFP component does: decide and say why; return (changed, reason)."""
-    change = compare_with_published(fingerprint, repo_id, workspace_root, force, hub_token())
+def run_in_pipeline(fingerprint: str, repo_id: str, workspace_root: str, force: bool) -> CheckOutputs:
+    """What the KFP component does: decide and say why; return (changed, reason, finish, the run id and train
+    directory of the version to finish)."""
+    change = compare_with_published(fingerprint, repo_id, workspace_root, force, require_token(repo_id))
     print(describe(change), flush=True)
-    return change.changed, change.reason
+    version = change.version_run_id
+    train_dir = str(stage_dir(workspace_root, version, TRAIN)) if version else ""
+    return change.changed, change.reason, bool(change.finish), version, train_dir
 
 
 @exit_on_user_error
-def run_step(inputs: Mapping[str, Any]) -> tuple[bool, str]:
-    """What the ``check_data_changed`` component calls with every input by name; returns (changed, reason)."""
+def run_step(inputs: Mapping[str, Any]) -> CheckOutputs:
+    """What the ``check_data_changed`` component calls with every input by name; returns ``CheckOutputs``."""
     return run_in_pipeline(inputs["fingerprint"], inputs["repo_id"], inputs["workspace_root"], inputs["force"])
 
 

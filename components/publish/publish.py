@@ -1,31 +1,38 @@
 """The publish stage: build the upload folder, then commit it to the Hub, or stop there (dry run).
 
-A dry run happens when no repository is configured or no token is in the
-environment: ``make run`` and any cluster run without the ``hf-token`` Secret.
-It writes the same folder a real publish uploads, so it can be inspected.
+A dry run happens when no repository is configured (``hub_repo_id`` empty):
+``make run`` and any run that publishes nothing. It writes the same folder a
+real publish uploads, so it can be inspected. A repository without a token in
+the environment (the ``hf-token`` Secret, mounted in this step alone) is refused,
+never dry-run: the steps after publish would still store, register and deploy a
+model that was not published (``components.hub_auth.missing_token``).
 
 The model published now must be the one the evaluation compared the new model
 with (``published_model`` in evaluation.json): a run that was overtaken by
 another publish stops here instead of replacing a model it never beat. The
 model card carries the history of the card it replaces, extended by this run.
+
+The version's delivery record (``components.publish.record.DeliveryRecord``) is
+written before the commit and the workspace's publish record after it, so a step
+that dies once the commit landed leaves a version the next run can deliver.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
 from huggingface_hub import HfApi
 
 from common.errors import UserError
-from components.hub_auth import SECRET_NAME, TOKEN_ENV
+from components.hub_auth import missing_token
 from components.publish.bundle import RunDirs, read_run_outputs, upload_plan, write_upload_folder
 from components.publish.hub import head_revision, publish_folder
 from components.publish.model_card import CardContext, read_history, render_model_card
 from components.publish.options import PublishOptions
 from components.publish.published import PublishedModel, find_published, publish_identity
-from components.publish.record import PublishedRecord, write_record
+from components.publish.record import PublishedRecord, start_delivery, write_record
 
 
 @dataclass(frozen=True)
@@ -38,10 +45,66 @@ class PublishResult:
     record_path: Path
 
 
+@dataclass(frozen=True)
+class Upload:
+    """The folder a publish commits (and a dry run stops at), as written."""
+
+    folder: Path
+    files: list[str]  # paths in the repository, README.md included
+    total_bytes: int
+    fingerprint: str
+    published_at: str  # ISO 8601, in the card's history and the record
+
+
 def publish(
     workspace_root: str, run_id: str, dataset_uri: str, options: PublishOptions, token: str | None
 ) -> PublishResult:
-    """Publish run ``run_id``'s model; ``token`` is the Hub token from the environment, or None."""
+    """Publish run ``run_id``'s model; ``token`` is the Hub token from the environment, or None.
+
+    Without ``options.repo_id`` this is a dry run; with it and no token, ``UserError`` (nothing is written).
+    """
+    if options.repo_id and not token:
+        raise UserError(missing_token(options.repo_id, writes=True))
+    previous = find_published(options.repo_id, workspace_root, token, options)
+    upload = build_upload(workspace_root, run_id, dataset_uri, options, previous)
+    dry_run = not options.repo_id
+    # Before the commit: once the commit lands, the version is published, and a step killed right after it must
+    # still leave the record by which the next run delivers it.
+    delivery = start_delivery(workspace_root, run_id, options.repo_id)
+    if dry_run:
+        print(
+            "dry run: no repository id is set (repo_id); nothing was uploaded. The folder that would be uploaded is "
+            f"{upload.folder}",
+            flush=True,
+        )
+        location = str(upload.folder)
+    else:
+        location = _commit(upload, options, run_id, token, previous)
+        replace(delivery, revision=commit_of(location)).write(workspace_root)
+    record = PublishedRecord(
+        repo_id=options.repo_id,
+        uploaded=not dry_run,
+        data_fingerprint=upload.fingerprint,
+        run_id=run_id,
+        location=location,
+        published_at=upload.published_at,
+    )
+    return PublishResult(
+        dry_run, upload.folder, upload.files, upload.total_bytes, location, write_record(workspace_root, record)
+    )
+
+
+def build_upload(
+    workspace_root: str,
+    run_id: str,
+    dataset_uri: str,
+    options: PublishOptions,
+    previous: PublishedModel | None,
+) -> Upload:
+    """Check that run ``run_id`` may replace ``previous`` (the model published now), then write its upload folder.
+
+    Touches no Hub: this is all of a dry run, and what a publish commits.
+    """
     dirs = RunDirs.of(workspace_root, run_id)
     outputs = read_run_outputs(dirs)
     if not outputs.gate_passed and not options.publish_if_gate_failed:
@@ -50,7 +113,6 @@ def publish(
             f"({outputs.evaluation.get('gate', {}).get('reason', 'no reason given')}), "
             "so the model is not published. Improve the run, or set publish_if_gate_failed to publish it anyway."
         )
-    previous = find_published(options.repo_id, workspace_root, token, options)
     check_still_published(outputs.evaluation, previous, run_id)
     published_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     history = history_after(
@@ -67,49 +129,35 @@ def publish(
     write_upload_folder(plan, card, dirs.upload)
     files = sorted(path.relative_to(dirs.upload).as_posix() for path in dirs.upload.rglob("*") if path.is_file())
     total_bytes = sum((dirs.upload / name).stat().st_size for name in files)
-    dry_run = not (options.repo_id and token)
-    if dry_run:
-        missing = " and ".join(
-            reason
-            for reason, absent in (
-                ("no repository id is set (repo_id)", not options.repo_id),
-                (
-                    f"no token is in the environment ({TOKEN_ENV}, from the Kubernetes Secret '{SECRET_NAME}')",
-                    not token,
-                ),
-            )
-            if absent
-        )
-        print(
-            f"dry run: {missing}; nothing was uploaded. The folder that would be uploaded is {dirs.upload}", flush=True
-        )
-        location = str(dirs.upload)
-    else:
-        print(
-            f"uploading {len(files)} files ({total_bytes / 1e6:.1f} MB) to {options.repo_id} as one commit", flush=True
-        )
-        api = HfApi(token=token)
-        location = publish_folder(
-            api,
-            options.repo_id,
-            dirs.upload,
-            options,
-            message=f"Publish the model of pipeline run {run_id}",
-            description=f"Data fingerprint {outputs.fingerprint}. Built by llm-finetune-pipeline.",
-            # On top of the commit compared with; a repository without a model yet: its head, so nothing lands
-            # unseen in between either.
-            parent_commit=previous.revision if previous else head_revision(api, options.repo_id, options),
-        )
-        print(f"published: {location}", flush=True)
-    record = PublishedRecord(
-        repo_id=options.repo_id,
-        uploaded=not dry_run,
-        data_fingerprint=outputs.fingerprint,
-        run_id=run_id,
-        location=location,
-        published_at=published_at,
+    return Upload(dirs.upload, files, total_bytes, outputs.fingerprint, published_at)
+
+
+def _commit(upload: Upload, options: PublishOptions, run_id: str, token: str, previous: PublishedModel | None) -> str:
+    """Commit ``upload`` to ``options.repo_id`` on top of the commit the evaluation compared with; its URL."""
+    print(
+        f"uploading {len(upload.files)} files ({upload.total_bytes / 1e6:.1f} MB) to {options.repo_id} as one commit",
+        flush=True,
     )
-    return PublishResult(dry_run, dirs.upload, files, total_bytes, location, write_record(workspace_root, record))
+    api = HfApi(token=token)
+    location = publish_folder(
+        api,
+        options.repo_id,
+        upload.folder,
+        options,
+        message=f"Publish the model of pipeline run {run_id}",
+        description=f"Data fingerprint {upload.fingerprint}. Built by llm-finetune-pipeline.",
+        # On top of the commit compared with; a repository without a model yet: its head, so nothing lands
+        # unseen in between either.
+        parent_commit=previous.revision if previous else head_revision(api, options.repo_id, options),
+    )
+    print(f"published: {location}", flush=True)
+    return location
+
+
+def commit_of(location: str) -> str:
+    """The commit id in a Hub commit URL (``.../commit/<sha>``); empty when ``location`` is not one."""
+    _, found, commit = location.rstrip("/").rpartition("/commit/")
+    return commit if found else ""
 
 
 def check_still_published(evaluation: dict, previous: PublishedModel | None, run_id: str) -> None:

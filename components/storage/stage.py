@@ -22,6 +22,7 @@ from common.cli_options import add_options, options_from, options_from_inputs
 from common.errors import UserError, exit_on_user_error
 from common.run_layout import PUBLISH, STORE, STORED, UPLOAD, stage_dir
 from components.export.options import model_name_of, trained_from
+from components.publish.record import completed_at, completes
 from components.storage.oci_target import OciImage, image_uri, push_version
 from components.storage.options import StorageOptions
 from components.storage.s3_target import S3Copy, upload_version, version_uri
@@ -29,6 +30,7 @@ from components.storage.s3_target import S3Copy, upload_version, version_uri
 Copy = S3Copy | OciImage
 
 
+@completes(STORE)
 def store(workspace_root: str, run_id: str, model_name: str, options: StorageOptions) -> list[Copy]:
     """Copy run ``run_id``'s version to every target ``options`` names; the copies made, also recorded in
     ``store/stored.json`` for the run summary and the registration."""
@@ -91,8 +93,13 @@ def run_step(inputs: Mapping[str, Any]) -> str:
     """What the ``store_model`` component calls with every input by name; returns the first copy's URI (empty:
     none).
 
-    The model's name is the export's: ``model_name``, or the base model's name followed by -ft.
+    The model's name is the export's: ``model_name``, or the base model's name followed by -ft. A version already
+    stored (a retried step, or a run finishing the published version's steps) is not copied again.
     """
+    if done := completed_at(inputs["workspace_root"], inputs["run_id"], STORE):
+        print(f"run {inputs['run_id']}'s version was stored already, at {done}: not copied again", flush=True)
+        earlier = stored_copies(inputs["workspace_root"], inputs["run_id"])
+        return earlier[0]["uri"] if earlier else ""
     model_name = model_name_of(inputs["model_name"], trained_from(Path(inputs["train_dir"])))
     copies = store(inputs["workspace_root"], inputs["run_id"], model_name, options_from_inputs(StorageOptions, inputs))
     print(summary(copies), flush=True)
