@@ -2,10 +2,13 @@
 
 prepare → has the data changed since the last published model? → tokenise → train →
 evaluate against the base and the published model → (quality gate) → export
-GGUF → publish. Each arrow only runs when
+GGUF → publish → store → register → serve. Each arrow only runs when
 the step before succeeded; the two questions are ``dsl.If`` branches, so a
 scheduled run on unchanged data stops after preparing, and a fine-tune that
-made the model worse is never exported or published.
+made the model worse is never exported or published. One exception to the
+stop: when the run that published the model failed after publishing, a run on
+the same data runs the store, register and serve steps it left undone on that
+version (``dsl.Elif``), without training.
 
 ``build_pipeline`` wires the stages once; the workspace decides whether large
 files travel over a PVC and training runs as a Kubeflow job
@@ -17,16 +20,18 @@ the literal signature KFP reads (the run form) is generated around it
 declarations (``components/run_form``).
 """
 
+from pathlib import Path
 from typing import Any
 
 from kfp import dsl, kubernetes
 
 from common.run_layout import HF_HOME
 from components.dataprep.options import PrepareOptions
+from components.dataprep.sources import URL_ENV as DATASET_URL_ENV
 from components.evaluation.gate import GATED_STAGES
 from components.evaluation.options import EvaluateOptions
 from components.export.options import ExportStageOptions
-from components.hub_auth import SECRET_KEY, SECRET_NAME, TOKEN_ENV
+from components.hub_auth import READ_SECRET_NAME, READ_TOKEN_CHECK_ENV, SECRET_KEY, TOKEN_ENV, WRITE_SECRET_NAME
 from components.pipeline_steps.stages import (
     check_data_changed,
     evaluate_model,
@@ -48,6 +53,7 @@ from components.run_form.docs import docstring
 from components.run_form.table import PIPELINE_NAME, arguments_for
 from components.runtime_image import runtime_image
 from components.serving.options import ServingOptions
+from components.serving.pull_check import PULL_SECRET_MOUNT
 from components.storage.oci_target import SECRET_MOUNT
 from components.storage.options import StorageOptions
 from components.training.options import LaunchOptions
@@ -63,7 +69,8 @@ DESCRIPTION = (
 )
 GPU_RESOURCE = "nvidia.com/gpu"
 # What an OpenShift AI data connection's Secret holds; the prepare step reads S3
-# credentials and the endpoint from them when the Secret exists.
+# credentials and the endpoint from them when the Secret exists, and a dataset URL
+# that carries a credential from its key DATASET_URL (dataset_uri secret:DATASET_URL).
 DATA_CONNECTION_KEYS = (
     "AWS_ACCESS_KEY_ID",
     "AWS_SECRET_ACCESS_KEY",
@@ -77,23 +84,48 @@ DATA_CONNECTION_KEYS = (
 TRAIN_STEP_RETRIES = 2
 
 
-def with_hub_token(task: dsl.PipelineTask) -> dsl.PipelineTask:
-    """HF_TOKEN from the optional Secret: never a parameter, so it is in no run record, log or YAML."""
+def with_hub_token(
+    task: dsl.PipelineTask, secret_name: str = READ_SECRET_NAME, variable: str = TOKEN_ENV
+) -> dsl.PipelineTask:
+    """HF_TOKEN from the optional Secret ``secret_name``: never a parameter, so it is in no run record, log or YAML.
+
+    The steps that only read the Hub get the read token (``hf-read-token``); ``with_hub_write_token`` is the
+    publish step's. Optional: a public base model and dataset need no token, and a run with hub_repo_id set and a
+    Secret missing is refused by the first step instead.
+    """
     return kubernetes.use_secret_as_env(
-        task, secret_name=SECRET_NAME, secret_key_to_env={SECRET_KEY: TOKEN_ENV}, optional=True
+        task, secret_name=secret_name, secret_key_to_env={SECRET_KEY: variable}, optional=True
     )
 
 
-def with_data_connection(task: dsl.PipelineTask, secret_name) -> dsl.PipelineTask:
+def with_hub_write_token(task: dsl.PipelineTask) -> dsl.PipelineTask:
+    """HF_TOKEN from ``hf-token``, the token that may write to hub_repo_id: the publish step's alone."""
+    return with_hub_token(task, WRITE_SECRET_NAME)
+
+
+def with_data_connection(
+    task: dsl.PipelineTask, secret_name, keys: tuple[str, ...] = DATA_CONNECTION_KEYS
+) -> dsl.PipelineTask:
+    """``keys`` of the data connection Secret as environment variables, optional: a run reading no S3 data (and
+    no URL from the Secret) needs no Secret."""
     return kubernetes.use_secret_as_env(
-        task, secret_name=secret_name, secret_key_to_env={key: key for key in DATA_CONNECTION_KEYS}, optional=True
+        task, secret_name=secret_name, secret_key_to_env={key: key for key in keys}, optional=True
     )
 
 
-def with_registry_credentials(task: dsl.PipelineTask, secret_name) -> dsl.PipelineTask:
-    """The dockerconfigjson Secret as files where the store step looks: its password is in no environment
-    variable, parameter or log."""
-    return kubernetes.use_secret_as_volume(task, secret_name=secret_name, mount_path=str(SECRET_MOUNT), optional=True)
+def with_secrets_to_check(task: dsl.PipelineTask, data_connection_secret) -> dsl.PipelineTask:
+    """The first step gets the Secrets whose absence would make a later step skip what it guards (the Hub tokens:
+    the champion comparison and the publish) or fail after the run started (a dataset URL kept in the Secret), so
+    it refuses the run in seconds, naming them. It checks their presence only. Both Hub Secrets hold the key
+    HF_TOKEN, so the read one is seen here under another variable (the write one is HF_TOKEN, as in publish)."""
+    checked = with_data_connection(task, data_connection_secret, keys=(DATASET_URL_ENV,))
+    return with_hub_token(with_hub_write_token(checked), READ_SECRET_NAME, READ_TOKEN_CHECK_ENV)
+
+
+def with_registry_credentials(task: dsl.PipelineTask, secret_name, mount_path: Path = SECRET_MOUNT) -> dsl.PipelineTask:
+    """The dockerconfigjson Secret as files where the step looks (the store step's push Secret at SECRET_MOUNT, the
+    serve step's pull Secret at PULL_SECRET_MOUNT): its password is in no environment variable, parameter or log."""
+    return kubernetes.use_secret_as_volume(task, secret_name=secret_name, mount_path=str(mount_path), optional=True)
 
 
 def with_registry_token(task: dsl.PipelineTask, secret_name) -> dsl.PipelineTask:
@@ -114,12 +146,56 @@ def placed_like_training(task: dsl.PipelineTask, placement: dsl.PipelineTask) ->
     return task
 
 
+def deliver(
+    workspace: Workspace,
+    run: dict[str, Any],
+    version: dict[str, Any],
+    pull_secret_volume,
+    after: tuple[dsl.PipelineTask, ...] = (),
+) -> dsl.PipelineTask:
+    """Store, register and serve the published ``version`` (its workspace, run id, train directory and model name),
+    after the tasks ``after``; the serve task, the last. ``pull_secret_volume``: the first step's name of the pull
+    Secret to mount in the serve step (model_oci_pull_secret, or a placeholder when it is empty).
+
+    Wired twice: after the publish of a new version, and on unchanged data for the published version whose run
+    failed after publishing (each step skips itself when the version's delivery record says it completed).
+    """
+    stored = workspace.mount(store_model(**version, **arguments_for(StorageOptions, run)).after(*after))
+    with_data_connection(sized(stored, run["publish_cpu"], run["publish_memory"]), run["model_s3_secret"])
+    with_registry_credentials(stored, run["model_oci_secret"])
+    registered = workspace.mount(
+        register_model(
+            **version,
+            repo_id=run["hub_repo_id"],
+            s3_secret=run["model_s3_secret"],
+            **arguments_for(RegistryOptions, run),
+        ).after(stored)
+    )
+    with_registry_token(small(registered), run["model_registry_secret"])
+    served = workspace.mount(
+        serve_model(
+            **version,
+            s3_secret=run["model_s3_secret"],
+            registry_url=run["model_registry_url"],
+            registry_secret=run["model_registry_secret"],
+            registry_use_service_account=run["model_registry_use_service_account"],
+            registry_allow_http=run["model_registry_allow_http"],
+            **arguments_for(ServingOptions, run),
+        ).after(registered)
+    )
+    with_registry_token(small(served), run["model_registry_secret"])
+    with_registry_credentials(served, pull_secret_volume, PULL_SECRET_MOUNT)  # the serve step only: it can only pull
+    for task in (stored, registered, served):
+        workspace.retry_after_publish(task)  # retried on a cluster, not locally (pipelines.workspace)
+    return served
+
+
 def build_pipeline(workspace: Workspace):
     """The pipeline with its large files on ``workspace``."""
 
     def fine_tune(run: dict[str, Any]) -> None:
         run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER
-        validated = small(validate_parameters(**run))
+        validated = with_secrets_to_check(small(validate_parameters(**run)), run["data_connection_secret"])
         workspace.attach(validated, run["pvc_name"], run["pvc_size"], run["pvc_storage_class"])
         prepared = workspace.mount(
             prepare_dataset(
@@ -131,7 +207,9 @@ def build_pipeline(workspace: Workspace):
         )
         with_hub_token(
             with_data_connection(
-                sized(prepared, run["prepare_cpu"], run["prepare_memory"]), run["data_connection_secret"]
+                sized(prepared, run["prepare_cpu"], run["prepare_memory"]),
+                run["data_connection_secret"],
+                keys=(*DATA_CONNECTION_KEYS, DATASET_URL_ENV),
             )
         )
         changed = workspace.mount(
@@ -170,7 +248,7 @@ def build_pipeline(workspace: Workspace):
                     image=runtime_image(),
                     base_model=run["base_model"],
                     pipeline_name=PIPELINE_NAME,
-                    hf_token_secret=SECRET_NAME,
+                    hf_token_secret=READ_SECRET_NAME,
                     **arguments_for(TrainConfig, run),
                     **{**arguments_for(LaunchOptions, run), "backend": backend},
                 )
@@ -178,6 +256,7 @@ def build_pipeline(workspace: Workspace):
             sized(trained, run["train_launcher_cpu"], run["train_launcher_memory"]).set_retry(
                 num_retries=TRAIN_STEP_RETRIES, backoff_duration="30s"
             )
+            with_hub_token(trained)  # the fit check reads a gated or private base model's config.json
             evaluated = workspace.mount(
                 evaluate_model(
                     workspace_root=workspace.root,
@@ -218,7 +297,7 @@ def build_pipeline(workspace: Workspace):
                         **arguments_for(PublishOptions, run),
                     ).after(exported)
                 )
-                with_hub_token(sized(published, run["publish_cpu"], run["publish_memory"]))
+                with_hub_write_token(sized(published, run["publish_cpu"], run["publish_memory"]))
                 # What the store, register and serve steps all take: where the version is and its name.
                 version = dict(
                     workspace_root=workspace.root,
@@ -226,38 +305,23 @@ def build_pipeline(workspace: Workspace):
                     train_dir=trained.outputs["train_dir"],
                     model_name=run["model_name"],
                 )
-                stored = workspace.mount(
-                    store_model(
-                        **version,
-                        **arguments_for(StorageOptions, run),
-                    ).after(published)
-                )
-                with_data_connection(sized(stored, run["publish_cpu"], run["publish_memory"]), run["model_s3_secret"])
-                with_registry_credentials(stored, run["model_oci_secret"])
-                registered = workspace.mount(
-                    register_model(
-                        **version,
-                        repo_id=run["hub_repo_id"],
-                        s3_secret=run["model_s3_secret"],
-                        **arguments_for(RegistryOptions, run),
-                    ).after(stored)
-                )
-                with_registry_token(small(registered), run["model_registry_secret"])
-                served = workspace.mount(
-                    serve_model(
-                        **version,
-                        s3_secret=run["model_s3_secret"],
-                        oci_secret=run["model_oci_secret"],
-                        registry_url=run["model_registry_url"],
-                        registry_secret=run["model_registry_secret"],
-                        **arguments_for(ServingOptions, run),
-                    ).after(registered)
-                )
-                with_registry_token(small(served), run["model_registry_secret"])
+                pull_secret = validated.outputs["pull_secret_volume"]
+                served = deliver(workspace, run, version, pull_secret, after=(published,))
                 workspace.release(served, run["pvc_name"], run["keep_pvc"])
             with dsl.Else(name="quality-gate-failed"):
                 gate_failed = small(report_skipped(skipped=GATED_STAGES, reason=evaluated.outputs["gate_reason"]))
                 workspace.release(gate_failed, run["pvc_name"], run["keep_pvc"])
+        with dsl.Elif(changed.outputs["finish"] == True, name="finish-published-version"):  # noqa: E712
+            # Unchanged data, but the run that published the model failed after publishing: the steps it left
+            # undone run on its version now, and nothing is trained.
+            published_version = dict(
+                workspace_root=workspace.root,
+                run_id=changed.outputs["version_run_id"],
+                train_dir=changed.outputs["version_train_dir"],
+                model_name=run["model_name"],
+            )
+            finished = deliver(workspace, run, published_version, validated.outputs["pull_secret_volume"])
+            workspace.release(finished, run["pvc_name"], run["keep_pvc"])
         with dsl.Else(name="data-unchanged"):
             unchanged = small(
                 report_skipped(skipped=f"training, evaluation, {GATED_STAGES}", reason=changed.outputs["reason"])

@@ -78,6 +78,7 @@ def validate_parameters(
     min_eval_loss_improvement: float,
     min_improvement_over_published: float,
     benchmark_tasks: str,
+    benchmark_allow_code: bool,
     benchmark_limit: int,
     benchmark_fewshot: int,
     benchmark_batch_size: int,
@@ -97,7 +98,10 @@ def validate_parameters(
     model_oci_secret: str,
     model_registry_url: str,
     model_registry_secret: str,
+    model_registry_use_service_account: bool,
+    model_registry_allow_http: bool,
     deploy: bool,
+    model_oci_pull_secret: str,
     serving_runtime: str,
     serving_gpus: int,
     serving_cpu: str,
@@ -119,20 +123,28 @@ def validate_parameters(
     export_memory: str,
     publish_cpu: str,
     publish_memory: str,
-) -> NamedTuple("Placement", [("evaluate_gpus", int), ("node_selector", dict), ("tolerations", list)]):
+) -> NamedTuple(
+    "Derived", [("evaluate_gpus", int), ("node_selector", dict), ("tolerations", list), ("pull_secret_volume", str)]
+):
     """Fail fast, naming each invalid run parameter, before any stage starts (not after hours of training).
 
     Takes every run parameter. Returns where the evaluate step runs, derived
     from the training placement parameters in the forms kfp-kubernetes takes at
-    run time (a count, JSON).
+    run time (a count, JSON), and the Secret the serve step mounts for
+    model_oci_pull_secret (a placeholder when it is empty: KFP cannot mount a
+    Secret of no name).
     """
     values = dict(locals())  # the parameters, by name: taken before anything else is bound here
     from collections import namedtuple
 
     from components.run_form.checks import check_in_pipeline, evaluate_placement
+    from components.serving.options import pull_secret_volume
 
     check_in_pipeline(values)
     placement = evaluate_placement(values)
-    return namedtuple("Placement", ["evaluate_gpus", "node_selector", "tolerations"])(
-        placement.evaluate_gpus, placement.node_selector, placement.tolerations
+    return namedtuple("Derived", ["evaluate_gpus", "node_selector", "tolerations", "pull_secret_volume"])(
+        placement.evaluate_gpus,
+        placement.node_selector,
+        placement.tolerations,
+        pull_secret_volume(values["model_oci_pull_secret"]),
     )

@@ -73,22 +73,30 @@ from components.runtime_image import runtime_image
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
 def validate_parameters(
-{inputs}) -> NamedTuple("Placement", [("evaluate_gpus", int), ("node_selector", dict), ("tolerations", list)]):
+{inputs}) -> NamedTuple(
+    "Derived", [("evaluate_gpus", int), ("node_selector", dict), ("tolerations", list), ("pull_secret_volume", str)]
+):
     """Fail fast, naming each invalid run parameter, before any stage starts (not after hours of training).
 
     Takes every run parameter. Returns where the evaluate step runs, derived
     from the training placement parameters in the forms kfp-kubernetes takes at
-    run time (a count, JSON).
+    run time (a count, JSON), and the Secret the serve step mounts for
+    model_oci_pull_secret (a placeholder when it is empty: KFP cannot mount a
+    Secret of no name).
     """
     values = dict(locals())  # the parameters, by name: taken before anything else is bound here
     from collections import namedtuple
 
     from components.run_form.checks import check_in_pipeline, evaluate_placement
+    from components.serving.options import pull_secret_volume
 
     check_in_pipeline(values)
     placement = evaluate_placement(values)
-    return namedtuple("Placement", ["evaluate_gpus", "node_selector", "tolerations"])(
-        placement.evaluate_gpus, placement.node_selector, placement.tolerations
+    return namedtuple("Derived", ["evaluate_gpus", "node_selector", "tolerations", "pull_secret_volume"])(
+        placement.evaluate_gpus,
+        placement.node_selector,
+        placement.tolerations,
+        pull_secret_volume(values["model_oci_pull_secret"]),
     )
 '''
 

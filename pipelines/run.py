@@ -19,8 +19,9 @@ from pathlib import Path
 
 from common.errors import exit_on_user_error
 from common.run_layout import RUNS
+from components.hub_auth import one_token_for_every_step
 from components.run_form.command_line import checked_arguments
-from components.sample_data import bundled_task_dir
+from components.sample_data import SAMPLE_TASK
 from pipelines.progress import StageProgress
 from pipelines.run_summary import summary_lines
 
@@ -40,7 +41,7 @@ LOCAL_DEFAULTS = {
     "epochs": 0.5,
     "eval_score_rows": 10,
     "eval_max_new_tokens": 128,
-    "benchmark_tasks": str(bundled_task_dir()),
+    "benchmark_tasks": SAMPLE_TASK,
     "max_benchmark_drop": 0.15,
 }
 
@@ -78,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message=".*non-Python base image.*", category=RuntimeWarning)
     # Pod sizes are the cluster's business; kfp.local says once per step that it ignores them.
     warnings.filterwarnings("ignore", message=".*have no effect in the current local runner.*", category=UserWarning)
+    # kfp.local mounts no Secret: every step reads the shell's HF_TOKEN, so the first step checks it for both the
+    # read and the write Secret the cluster would mount.
+    one_token_for_every_step()
     local.init(
         runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(output_dir / "artifacts"), raise_on_error=True
     )

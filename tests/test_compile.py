@@ -17,6 +17,7 @@ from common.run_layout import CLUSTER_WORKSPACE
 from components.run_form.table import RUN_PARAMETERS
 from components.runtime_image import DEFAULT_IMAGE, IMAGE_ENV_VAR, runtime_image
 from pipelines.compile import DEFAULT_OUTPUT
+from pipelines.fine_tune import DATA_CONNECTION_KEYS
 
 COMMITTED = REPO_ROOT / "compiled" / "fine_tune_pipeline.yaml"
 ROOT = None  # owner of the root DAG in the helpers below
@@ -29,6 +30,7 @@ PVC_TASKS = {
     "deletepvc",
     "deletepvc-2",
     "deletepvc-3",
+    "deletepvc-4",
 }
 CHANNEL = re.compile(r"inputs\.parameter_values\['([^']+)'\]")
 TOKEN_NAME = re.compile(r"(^|_)token($|_)", re.IGNORECASE)  # hf_token_secret, api_token; not max_new_tokens
@@ -257,8 +259,8 @@ def test_every_executor_uses_the_runtime_image(spec):
         if "command" not in e["container"] and e["container"]["image"].startswith("argostub/")
     }
     assert (
-        stubs == {label for label in executors if is_pvc_stub(label)} and len(stubs) == 4
-    )  # create, and delete on each of 3 paths
+        stubs == {label for label in executors if is_pvc_stub(label)} and len(stubs) == 5
+    )  # create, and delete on each of 4 paths
     assert {e["container"]["image"] for label, e in executors.items() if label not in stubs} == {DEFAULT_IMAGE}
     assert len(executors) - len(stubs) >= 5
 
@@ -291,7 +293,7 @@ def test_hub_token_comes_only_from_the_secret(tmp_path, platform):
         if TOKEN_NAME.search(key)
     ]
     assert [(name, source(pipeline, *find_task(pipeline, name), "hf_token_secret")) for name, _ in token_inputs] == [
-        ("train-model", ("constant", "hf-token"))  # the Secret's name, for the training pods
+        ("train-model", ("constant", "hf-read-token"))  # the Secret's name, for the training pods
     ]
     # The only literal environment is the evaluate step's Hub cache on the PVC; no token is a literal value.
     assert {
@@ -299,18 +301,84 @@ def test_hub_token_comes_only_from_the_secret(tmp_path, platform):
         for label, e in pipeline["deploymentSpec"]["executors"].items()
         if "env" in e.get("container", {})
     } == {"exec-evaluate-model": [{"name": "HF_HOME", "value": "/mnt/workspace/.cache/huggingface"}]}
-    for label in (
-        "exec-prepare-dataset",
-        "exec-check-data-changed",
-        "exec-tokenise-data",
-        "exec-evaluate-model",
-        "exec-publish-model",
-    ):
-        secrets = platform["deploymentSpec"]["executors"][label]["secretAsEnv"]
-        hub = [secret for secret in secrets if secret.get("secretName") == "hf-token"]
-        assert hub == [{**hub[0], "keyToEnv": [{"envVar": "HF_TOKEN", "secretKey": "HF_TOKEN"}], "optional": True}], (
-            label
-        )
+    # Each Hub token is an optional Secret reference (which steps get which: SECRET_MOUNTS below).
+    for label, executor in platform["deploymentSpec"]["executors"].items():
+        for secret in executor.get("secretAsEnv", []):
+            if secret.get("secretName") in ("hf-token", "hf-read-token"):
+                assert secret["optional"] is True and secret["keyToEnv"][0]["secretKey"] == "HF_TOKEN", label
+
+
+# Every Secret of the pipeline -> the steps that get it (executor labels without "exec-"; "-2" is the same step on
+# the path that finishes a published version) -> how: the environment variables it fills, or the folder it is
+# mounted at. A Secret a run parameter names is "param:NAME", one a task output names "output:TASK-OUTPUT".
+# "train-model pods" are the training job's pods, which get the Secret the train step's hf_token_secret names.
+# Each step gets only the Secrets it reads: hf-token, which may write to the Hub, reaches the publish step alone
+# (and the first step, which checks that it exists).
+AWS_KEYS = DATA_CONNECTION_KEYS  # an OpenShift AI data connection's keys
+OCI_MOUNT = "/var/run/secrets/model-oci-registry"
+OCI_PULL_MOUNT = "/var/run/secrets/model-oci-pull"
+SECRET_MOUNTS = {
+    "hf-token": {"validate-parameters": ("HF_TOKEN",), "publish-model": ("HF_TOKEN",)},
+    "hf-read-token": {
+        "validate-parameters": ("HF_READ_TOKEN",),  # the first step's presence check: HF_TOKEN there is hf-token
+        "prepare-dataset": ("HF_TOKEN",),
+        "check-data-changed": ("HF_TOKEN",),
+        "tokenise-data": ("HF_TOKEN",),
+        "train-model": ("HF_TOKEN",),  # the launcher's fit check reads the base model's config.json
+        "train-model pods": ("HF_TOKEN",),
+        "evaluate-model": ("HF_TOKEN",),
+    },
+    "param:data_connection_secret": {
+        "validate-parameters": ("DATASET_URL",),
+        "prepare-dataset": (*AWS_KEYS, "DATASET_URL"),
+    },
+    "param:model_s3_secret": {"store-model": AWS_KEYS, "store-model-2": AWS_KEYS},
+    "param:model_oci_secret": {"store-model": OCI_MOUNT, "store-model-2": OCI_MOUNT},
+    # model_oci_pull_secret, as the first step passes it on (a placeholder when it is empty): pull-only, for the
+    # serve step's check that KServe can pull the image.
+    "output:validate-parameters-pull_secret_volume": {"serve-model": OCI_PULL_MOUNT, "serve-model-2": OCI_PULL_MOUNT},
+    "param:model_registry_secret": {
+        step: ("MODEL_REGISTRY_TOKEN",)
+        for step in ("register-model", "register-model-2", "serve-model", "serve-model-2")
+    },
+}
+
+
+def secret_mounts(spec, platform) -> dict[str, dict[str, tuple[str, ...] | str]]:
+    """Every Secret the compiled pipeline gives a step, in the shape of ``SECRET_MOUNTS``: the kubernetes platform
+    spec's Secrets as environment variables and as volumes, and the Secret the train step's job pods get."""
+    found: dict[str, dict[str, tuple[str, ...] | str]] = {}
+
+    parameters = spec["root"]["inputDefinitions"]["parameters"]
+
+    def add(name_of: dict, step: str, how) -> None:
+        if "runtimeValue" in name_of:
+            secret = name_of["runtimeValue"]["constant"]
+        else:  # a run parameter, or a task's output passed down as "pipelinechannel--TASK-OUTPUT"
+            channel = name_of["componentInputParameter"].removeprefix("pipelinechannel--")
+            secret = f"param:{channel}" if channel in parameters else f"output:{channel}"
+        assert step not in found.setdefault(secret, {}), (secret, step)  # one mount of a Secret per step
+        found[secret][step] = how
+
+    for label, executor in platform["deploymentSpec"]["executors"].items():
+        step = label.removeprefix("exec-")
+        for mounted in executor.get("secretAsEnv", []):
+            add(mounted["secretNameParameter"], step, tuple(pair["envVar"] for pair in mounted["keyToEnv"]))
+        for mounted in executor.get("secretAsVolume", []):
+            add(mounted["secretNameParameter"], step, mounted["mountPath"])
+    _, train = find_task(spec, "train-model")
+    add(train["inputs"]["parameters"]["hf_token_secret"], "train-model pods", ("HF_TOKEN",))
+    return found
+
+
+def test_each_secret_is_mounted_only_in_the_steps_that_read_it(spec, platform):
+    """Least privilege, as compiled: the table of every Secret and the steps that get it is exactly
+    ``SECRET_MOUNTS``, so a Secret added to a step that does not read it (or the write token anywhere but publish)
+    fails here. All are optional: a missing one the run needs is named by the first step."""
+    assert secret_mounts(spec, platform) == SECRET_MOUNTS
+    for executor in platform["deploymentSpec"]["executors"].values():
+        for mounted in executor.get("secretAsEnv", []) + executor.get("secretAsVolume", []):
+            assert mounted["optional"] is True, mounted
 
 
 def test_every_parameter_has_default_and_description(spec):
@@ -359,11 +427,13 @@ def test_create_pvc_is_read_write_many_sized_by_parameter(spec):
 
 def test_delete_pvc_guarded_by_keep_pvc_and_runs_last_on_every_path(spec):
     """The per-run PVC is deleted only when this run created it and keep_pvc is off, after the last stage of
-    whichever path the run took: published, stopped by the quality gate, or skipped for unchanged data."""
+    whichever path the run took: published, stopped by the quality gate, finishing the published version's steps
+    on unchanged data, or skipped for unchanged data."""
     last = {
         "deletepvc": ({"data_changed", "gate_passed"}, "serve-model"),
         "deletepvc-2": ({"data_changed", "!gate_passed"}, "report-skipped"),
-        "deletepvc-3": ({"!data_changed"}, "report-skipped-2"),
+        "deletepvc-3": ({"finish"}, "serve-model-2"),
+        "deletepvc-4": ({"unchanged"}, "report-skipped-2"),
     }
     for name, (path, after) in last.items():
         owner, task = find_task(spec, name)
@@ -385,7 +455,10 @@ def waits_for(spec, task_name) -> set[str]:
 
 PATHS = {
     "data_changed": "check-data-changed.changed == true",
-    "!data_changed": "!(check-data-changed.changed == true)",
+    # dsl.Elif / dsl.Else after it: the data has not changed, and the published version's steps after publish
+    # are to be finished, or are not.
+    "finish": "!(check-data-changed.changed == true) && check-data-changed.finish == true",
+    "unchanged": "!(check-data-changed.changed == true) && !(check-data-changed.finish == true)",
     "gate_passed": "evaluate-model.gate_passed == true",
     "!gate_passed": "!(evaluate-model.gate_passed == true)",
 }
@@ -402,7 +475,10 @@ def test_stages_run_in_order_under_their_decisions(spec):
         "export-gguf": {"data_changed", "gate_passed"},
         "publish-model": {"data_changed", "gate_passed"},
         "report-skipped": {"data_changed", "!gate_passed"},
-        "report-skipped-2": {"!data_changed"},
+        "store-model-2": {"finish"},
+        "register-model-2": {"finish"},
+        "serve-model-2": {"finish"},
+        "report-skipped-2": {"unchanged"},
     }
     for name, path in expected.items():
         assert guards(spec, name) == {PATHS[step] for step in path}, name
@@ -422,6 +498,53 @@ def test_stages_run_in_order_under_their_decisions(spec):
     assert source(spec, owner, skipped, "reason") == ("task", "evaluate-model", "gate_reason")
     owner, skipped = find_task(spec, "report-skipped-2")
     assert source(spec, owner, skipped, "reason") == ("task", "check-data-changed", "reason")
+
+
+def test_unchanged_data_finishes_the_published_versions_steps_after_publish_without_training(spec, platform):
+    """When the run that published the model failed after publishing, a run on the same data runs store, register
+    and serve on that version (the check's run id and train directory), wired as after a publish, with the same
+    Secrets and sizes, and nothing that trains."""
+    for step in ("store-model", "register-model", "serve-model"):
+        owner, task = find_task(spec, f"{step}-2")
+        assert source(spec, owner, task, "run_id") == ("task", "check-data-changed", "version_run_id"), step
+        assert source(spec, owner, task, "train_dir") == ("task", "check-data-changed", "version_train_dir"), step
+        assert source(spec, owner, task, "model_name") == ("param", "model_name"), step
+        executors = platform["deploymentSpec"]["executors"]
+        first, second = (executors[f"exec-{name}"] for name in (step, f"{step}-2"))
+        assert first == second, step  # the same Secrets and the PVC as after a publish
+    assert "store-model-2" in waits_for(spec, "register-model-2")
+    assert "register-model-2" in waits_for(spec, "serve-model-2")
+    trains = {"tokenise-data", "train-model", "evaluate-model", "export-gguf", "publish-model"}
+    assert not any(PATHS["finish"] in guards(spec, name) for name in trains)
+
+
+def test_the_steps_after_publish_and_only_they_are_retried_besides_training(spec):
+    """A network blip after publish must not leave the model on the Hub and nowhere else: store, register and serve
+    (on both paths) have the retry policy of AFTER_PUBLISH_RETRY; the train step keeps its own; nothing else is
+    retried (a retried publish could commit twice)."""
+    from pipelines.fine_tune import TRAIN_STEP_RETRIES
+    from pipelines.workspace import AFTER_PUBLISH_RETRY
+
+    retried = {name: task["retryPolicy"] for _, name, task in all_tasks(spec) if "retryPolicy" in task}
+    after_publish = {
+        f"{step}{suffix}" for step in ("store-model", "register-model", "serve-model") for suffix in ("", "-2")
+    }
+    assert set(retried) == after_publish | {"train-model"}
+    expected = {
+        "maxRetryCount": AFTER_PUBLISH_RETRY["num_retries"],
+        "backoffDuration": AFTER_PUBLISH_RETRY["backoff_duration"],
+        "backoffFactor": AFTER_PUBLISH_RETRY["backoff_factor"],
+        "backoffMaxDuration": AFTER_PUBLISH_RETRY["backoff_max_duration"],
+    }
+    assert expected == {
+        "maxRetryCount": 2,
+        "backoffDuration": "30s",
+        "backoffFactor": 2.0,
+        "backoffMaxDuration": "300s",
+    }
+    for name in after_publish:
+        assert retried[name] == expected, name
+    assert retried["train-model"]["maxRetryCount"] == TRAIN_STEP_RETRIES
 
 
 def test_every_stage_option_defaults_to_its_dataclass(spec):
@@ -473,6 +596,7 @@ STEP_RESOURCES = {
     "export-gguf": ("export_cpu", "export_memory"),
     "publish-model": ("publish_cpu", "publish_memory"),
     "store-model": ("publish_cpu", "publish_memory"),  # it uploads the same files, to the storage targets
+    "store-model-2": ("publish_cpu", "publish_memory"),  # the same, finishing the published version's steps
 }
 
 
@@ -635,6 +759,53 @@ def test_the_registry_secret_is_mounted_where_the_store_step_reads_it(spec, plat
     assert source(spec, owner, task, "oci_secret") == ("param", "model_oci_secret")
 
 
+def test_the_pull_secret_is_mounted_in_the_serve_steps_only(spec, platform):
+    """model_oci_pull_secret, the read-only credential KServe's pods pull the modelcar with, reaches the serve steps
+    (after publish, and in the branch that finishes a published version) as files where the pull check reads them,
+    optional, and no other step; the serve steps get nothing of the push Secret model_oci_secret. KFP cannot mount
+    a Secret of no name, so the name comes through the first step, which puts a placeholder for an empty one."""
+    from components.serving.options import NO_PULL_SECRET
+    from components.serving.pull_check import PULL_SECRET_MOUNT
+    from components.storage.oci_target import SECRET_MOUNT
+
+    executors = platform["deploymentSpec"]["executors"]
+    serve_tasks = [(owner, name, task) for owner, name, task in all_tasks(spec) if name.startswith("serve-model")]
+    assert len(serve_tasks) == 2  # the new version's, and the finishing branch's
+    serve_executors = {spec["components"][task["componentRef"]["name"]]["executorLabel"] for _, _, task in serve_tasks}
+    pulls = {
+        label: mount
+        for label, executor in executors.items()
+        for mount in executor.get("secretAsVolume", [])
+        if mount["mountPath"] == str(PULL_SECRET_MOUNT)
+    }
+    assert set(pulls) == serve_executors
+    for owner, name, task in serve_tasks:
+        label = spec["components"][task["componentRef"]["name"]]["executorLabel"]
+        (mounted,) = executors[label]["secretAsVolume"]  # the pull Secret, and no other
+        assert mounted["optional"] is True and "secretName" not in mounted, name
+        assert pvc_source(spec, owner, mounted["secretNameParameter"]) == (
+            "task", "validate-parameters", "pull_secret_volume"
+        ), name  # fmt: skip
+        assert source(spec, owner, task, "pull_secret") == ("param", "model_oci_pull_secret"), name
+        inputs = task["inputs"]["parameters"]
+        assert not [key for key in inputs if source(spec, owner, task, key) == ("param", "model_oci_secret")], name
+        assert "model_oci_secret" not in str(executors[label]), name
+    push_mounts = {
+        label
+        for label, executor in executors.items()
+        for mount in executor.get("secretAsVolume", [])
+        if mount["mountPath"] == str(SECRET_MOUNT)
+    }
+    assert push_mounts and not push_mounts & serve_executors
+    from pipelines.first_step import validate_parameters
+
+    values = {parameter.name: parameter.default for parameter in RUN_PARAMETERS}
+    assert values["model_oci_pull_secret"] == ""  # by default, none: the placeholder, never created, is mounted
+    assert validate_parameters.python_func(**values).pull_secret_volume == NO_PULL_SECRET
+    values["model_oci_pull_secret"] = "oci-pull-models"
+    assert validate_parameters.python_func(**values).pull_secret_volume == "oci-pull-models"
+
+
 def test_the_registry_token_comes_from_the_secret_the_run_names(spec, platform):
     """The register step's token is MODEL_REGISTRY_TOKEN from key 'token' of model_registry_secret, optional (the
     service account's token stands in); it runs after the store step, whose artifacts it registers."""
@@ -650,6 +821,10 @@ def test_the_registry_token_comes_from_the_secret_the_run_names(spec, platform):
     owner, task = find_task(spec, "serve-model")
     assert platform["deploymentSpec"]["executors"]["exec-serve-model"]["secretAsEnv"] == [token]
     assert source(spec, owner, task, "registry_url") == ("param", "model_registry_url")
+    for field in ("use_service_account", "allow_http"):  # the token's rules reach both steps
+        assert source(spec, owner, task, f"registry_{field}") == ("param", f"model_registry_{field}")
+        register = find_task(spec, "register-model")
+        assert source(spec, *register, field) == ("param", f"model_registry_{field}")
     assert source(spec, owner, task, "deploy") == ("param", "deploy")
     assert "register-model" in waits_for(spec, "serve-model")
 
@@ -676,7 +851,8 @@ def test_workspace_stages_mount_the_pvc(spec, platform):
         (mount,) = platform["deploymentSpec"]["executors"][label]["pvcMount"]
         assert mount["mountPath"] == CLUSTER_WORKSPACE == "/mnt/workspace"
         assert pvc_source(spec, owner, mount["pvcNameParameter"]) == ("task", "workspace-pvc", "Output"), name
-    assert set(platform["deploymentSpec"]["executors"]) == mounted
+    executors = platform["deploymentSpec"]["executors"]
+    assert {label for label, executor in executors.items() if "pvcMount" in executor} == mounted
 
 
 def pvc_source(spec, owner, binding):

@@ -286,8 +286,8 @@ def test_cli_lists_every_bad_parameter(tmp_path):
             "evil_fraction=0.2",
             (
                 "--param 'evil_fraction' is not a pipeline parameter (did you mean eval_fraction?); "
-                "the parameters are: attention, base_model, base_model_revision, benchmark_batch_size, "
-                "benchmark_fewshot, benchmark_limit, benchmark_tasks, checkpoint_every,"
+                "the parameters are: attention, base_model, base_model_revision, benchmark_allow_code, "
+                "benchmark_batch_size, benchmark_fewshot, benchmark_limit, benchmark_tasks, checkpoint_every,"
             ),
         ),
         ("split_seed=abc", "--param split_seed='abc': split_seed must be a whole number."),
@@ -391,9 +391,9 @@ def test_a_publish_the_next_run_could_not_compare_with_is_refused(setting, refus
         ({"deploy": True, "model_oci_uri": "oci://quay.io/t/m"}, "deploy", "set publish_merged to true"),
         ({"deploy": True, "model_s3_uri": "s3://b", "publish_merged": "true"}, "deploy", None),
         ({"deploy": True, "model_oci_uri": "oci://quay.io/t/m", "method": "full"}, "deploy", None),
-        ({"model_registry_url": "http://r:8080"}, "model_registry_url", "goes nowhere a registry entry could point"),
-        ({"model_registry_url": "http://r:8080", "hub_repo_id": "me/m"}, "model_registry_url", None),
-        ({"model_registry_url": "http://r:8080", "model_s3_uri": "s3://b"}, "model_registry_url", None),
+        ({"model_registry_url": "https://r:8443"}, "model_registry_url", "goes nowhere a registry entry could point"),
+        ({"model_registry_url": "https://r:8443", "hub_repo_id": "me/m"}, "model_registry_url", None),
+        ({"model_registry_url": "https://r:8443", "model_s3_uri": "s3://b"}, "model_registry_url", None),
     ],
 )
 def test_registering_and_deploying_what_is_stored_nowhere_is_refused_before_training(setting, parameter, refused):

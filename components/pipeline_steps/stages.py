@@ -39,19 +39,23 @@ def prepare_dataset(
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
 def check_data_changed(fingerprint: str, repo_id: str, workspace_root: str, force: bool) -> NamedTuple(
-    "DataChange", [("changed", bool), ("reason", str)]
+    "DataChange",
+    [("changed", bool), ("reason", str), ("finish", bool), ("version_run_id", str), ("version_train_dir", str)],
 ):
     """Whether to train: the prepared data's fingerprint differs from the last published model's
     (Hub model card, else the record on the workspace), nothing was published yet, or ``force``.
+    On unchanged data, ``finish`` says whether the published version still lacks store, register or serve (its
+    run failed after publishing); ``version_run_id`` and ``version_train_dir`` are then that version's.
 
-    HF_TOKEN, when the task gets it from the hf-token Secret, lets it read the Hub model card.
+    HF_TOKEN, when the task gets it from the hf-read-token Secret, lets it read the Hub model card.
     """
     inputs = dict(locals())  # every input by name, taken before anything else is bound here
     from collections import namedtuple
 
     from components.publish.change_check import run_step
 
-    return namedtuple("DataChange", ["changed", "reason"])(*run_step(inputs))
+    fields = ["changed", "reason", "finish", "version_run_id", "version_train_dir"]
+    return namedtuple("DataChange", fields)(*run_step(inputs))
 
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
@@ -76,7 +80,8 @@ def publish_model(
 ) -> NamedTuple("PublishOutputs", [("location", str), ("dry_run", bool)]):
     """Commit the GGUF, Modelfile, reports and model card to the Hub as one commit, or write the folder (dry run).
 
-    The token is read from HF_TOKEN, set from the hf-token Secret; it is never a parameter.
+    The token is read from HF_TOKEN, set from the hf-token Secret (the token that may write, mounted in this step
+    alone); it is never a parameter.
     """
     inputs = dict(locals())  # every input by name, taken before anything else is bound here
     from collections import namedtuple
@@ -103,7 +108,7 @@ def tokenise_data(
     that the training ranks memory-map and the evaluation reads (an existing entry for the same data, tokenizer and
     settings is reused).
 
-    HF_TOKEN, when the task gets it from the hf-token Secret, lets it fetch a gated model's tokenizer.
+    HF_TOKEN, when the task gets it from the hf-read-token Secret, lets it fetch a gated model's tokenizer.
     """
     inputs = dict(locals())  # every input by name, taken before anything else is bound here
     from collections import namedtuple
@@ -128,6 +133,7 @@ def evaluate_model(
     min_improvement_over_published: float,
     batch_size: int,
     benchmark_tasks: str,
+    benchmark_allow_code: bool,
     benchmark_limit: int,
     benchmark_fewshot: int,
     benchmark_batch_size: int,
@@ -202,13 +208,14 @@ def store_model(
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
 def register_model(
     workspace_root: str, run_id: str, train_dir: str, model_name: str, repo_id: str, s3_secret: str, url: str,
-    secret: str
+    secret: str, use_service_account: bool, allow_http: bool
 ) -> str:  # fmt: skip
     """Register the stored version in the Kubeflow Model Registry at ``url``: the model by name, the run as a
     version, an artifact per place the version went (S3, OCI, the Hub) and its provenance as properties.
 
-    The token is MODEL_REGISTRY_TOKEN from the Secret ``secret`` (key token), else the pod's service account token;
-    never a parameter. Returns the version's id, empty when no registry is set.
+    The token is MODEL_REGISTRY_TOKEN from the Secret ``secret`` (key token), else, with ``use_service_account``
+    and over https only, the pod's service account token; never a parameter, and over plain http only to loopback
+    or with ``allow_http``. Returns the version's id, empty when no registry is set.
     """
     inputs = dict(locals())  # every input by name, taken before anything else is bound here
     from components.registry.stage import run_step
@@ -218,13 +225,15 @@ def register_model(
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
 def serve_model(
-    workspace_root: str, run_id: str, train_dir: str, model_name: str, s3_secret: str, oci_secret: str,
-    registry_url: str, registry_secret: str, deploy: bool, runtime: str, gpus: int, cpu: str, memory: str,
+    workspace_root: str, run_id: str, train_dir: str, model_name: str, s3_secret: str,
+    registry_url: str, registry_secret: str, registry_use_service_account: bool, registry_allow_http: bool,
+    deploy: bool, pull_secret: str, runtime: str, gpus: int, cpu: str, memory: str,
     timeout_s: int
 ) -> str:  # fmt: skip
     """Write the stored version's KServe InferenceService (vLLM) to serve/inferenceservice.yaml; with ``deploy``,
-    create or update it in this namespace, wait until Ready, ask it one chat question and record the endpoint and
-    answer (run summary, Model Registry). Returns the endpoint, empty when not deployed.
+    check that the registry lets its pods pull the image with the read-only Secret ``pull_secret`` (mounted as a
+    file), create or update it in this namespace, wait until Ready, ask it one chat question and record the
+    endpoint and answer (run summary, Model Registry). Returns the endpoint, empty when not deployed.
     """
     inputs = dict(locals())  # every input by name, taken before anything else is bound here
     from components.serving.stage import run_step
