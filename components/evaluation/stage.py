@@ -83,8 +83,8 @@ from components.evaluation.report import (
     png_data_uri,
     render_html,
     render_markdown,
-    score_text,
 )
+from components.evaluation_tables import score_text
 from components.hub_auth import hub_token
 from components.publish.published import PublishedModel, find_published
 from trainer.config import TrainConfig

@@ -24,7 +24,7 @@ from huggingface_hub.utils import validate_repo_id
 
 from common.run_layout import LORA_MARKER, MODELFILE
 from components.dataprep.sources import describe_uri, hub_dataset_id
-from components.evaluation.report import benchmark_note, benchmark_rows, change_headers, columns
+from components.evaluation_tables import benchmark_note, benchmark_rows, change_headers, columns
 from components.local_model import LOCAL_MODEL_NAME
 from components.publish.bundle import MERGED_CONFIG, RunOutputs
 from components.publish.options import PublishOptions
