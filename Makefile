@@ -14,15 +14,19 @@ TORCH_SPEC ?= torch==2.13.0
 # it shares with $(LOCK) held to it.
 LOCK := requirements.lock
 IMAGE_LOCK := requirements-image.lock
+# $(BUILD_LOCK): what the image builds $(IMAGE_LOCK)'s sdist-only packages with (llama-cpp-python and the others
+# $(BUILD_IN) names), installed before it so that pip builds them with --no-build-isolation from hashed files.
+BUILD_IN := requirements-build.in
+BUILD_LOCK := requirements-build.lock
 # `make lock` resolves with uv for the Python and platform of the development and CI
 # machines and of the runtime image (UBI 9, Python 3.11, x86_64 glibc).
 UV_SPEC ?= uv==0.13.9
 UV_HOME := $(VENV)/uv
 LOCK_UPGRADE ?= --upgrade
 UV := $(UV_HOME)/bin/uv
-UV_COMPILE = $(UV) pip compile pyproject.toml - --python-version 3.11 \
-	--python-platform x86_64-manylinux_2_28 --generate-hashes --custom-compile-command "make lock" \
-	--quiet $(LOCK_UPGRADE)
+UV_RESOLVE = --python-version 3.11 --python-platform x86_64-manylinux_2_28 --generate-hashes \
+	--custom-compile-command "make lock" --quiet $(LOCK_UPGRADE)
+UV_COMPILE = $(UV) pip compile pyproject.toml - $(UV_RESOLVE)
 # Where `make lock` finds the CPU build of torch whose dependencies $(LOCK) records:
 # pip's find-links where they are set (the wheel on disk here), else PyTorch's CPU wheels.
 TORCH_CPU_WHEELS ?= $(or $(PIP_FIND_LINKS),https://download.pytorch.org/whl/cpu/torch/)
@@ -45,15 +49,16 @@ install: $(VENV)/.installed
 	$(PY) -m pip install --quiet --no-deps "$(TORCH_SPEC)"
 	$(PY) -m pip check
 
-# Move the locks forward to the newest versions pyproject.toml admits (LOCK_UPGRADE=
+# Move the locks forward to the newest versions pyproject.toml and $(BUILD_IN) admit (LOCK_UPGRADE=
 # keeps the current pins and only adds what pyproject.toml newly asks for). Then
-# recompile the pipeline, run the suite, and commit the three together. uv lives
+# recompile the pipeline, run the suite, and commit the locks and compiled/ together. uv lives
 # outside the project's environment, which holds exactly the lock.
 lock: $(UV)
 	echo "$(TORCH_SPEC)" | $(UV_COMPILE) $(DEV_RESOLVE) --output-file $(LOCK)
 	@! grep -E '^(nvidia-|triton==)' $(LOCK) || { echo "$(LOCK) holds CUDA packages: torch resolved to its CUDA build; \
 	set TORCH_CPU_WHEELS to a folder or page with the CPU wheel of $(TORCH_SPEC)." >&2; exit 1; }
 	echo "$(TORCH_SPEC)" | $(UV_COMPILE) --extra gpu --constraint $(LOCK) --output-file $(IMAGE_LOCK)
+	$(UV) pip compile $(BUILD_IN) $(UV_RESOLVE) --constraint $(IMAGE_LOCK) --output-file $(BUILD_LOCK)
 
 $(UV): Makefile
 	$(PYTHON) -m pip install --quiet --upgrade --target $(UV_HOME) "$(UV_SPEC)"

@@ -4,6 +4,8 @@
 from the Makefile's TORCH_SPEC, the CPU wheel here). ``requirements-image.lock`` is what the runtime image installs
 (the gpu extra and the CUDA torch). Both are written by ``make lock``; these tests catch an environment that has
 drifted from them and locks that have drifted from pyproject.toml, the Makefile or each other, each with its fix.
+``requirements-build.lock`` (also ``make lock``'s, from ``requirements-build.in``) is what the image builds the
+packages it has no wheel for, and the project, with.
 """
 
 from __future__ import annotations
@@ -20,9 +22,12 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
+from test_image import install_commands
 
 LOCK = REPO_ROOT / "requirements.lock"
 IMAGE_LOCK = REPO_ROOT / "requirements-image.lock"
+BUILD_IN = REPO_ROOT / "requirements-build.in"
+BUILD_LOCK = REPO_ROOT / "requirements-build.lock"
 PYPROJECT = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
 VENV_PIP = ".venv/bin/python -m pip"
 CUDA_ONLY = re.compile(r"^(nvidia-|triton$|cuda-)")  # what torch's CUDA build adds to its CPU build's needs
@@ -127,10 +132,68 @@ def test_the_image_runs_the_versions_the_suite_passed_with():
     assert gpu_extra <= image.keys() and not gpu_extra & dev.keys()
 
 
-@pytest.mark.parametrize("lock", [LOCK, IMAGE_LOCK], ids=["dev", "image"])
+@pytest.mark.parametrize("lock", [LOCK, IMAGE_LOCK, BUILD_LOCK], ids=["dev", "image", "build"])
 def test_every_pin_carries_its_hashes(lock):
     """pip installs a lock with --require-hashes, so a downloaded file that differs from the one locked is refused;
     a pin without hashes (a hand edit) would stop the install, in the image build only where nobody runs it here."""
     unhashed = [name for name, pin in read_lock(lock).items() if not pin.hashes]
     assert not unhashed
     assert all(re.fullmatch(r"sha256:[0-9a-f]{64}", h) for pin in read_lock(lock).values() for h in pin.hashes)
+
+
+def build_requirements() -> list[tuple[Requirement, list[str]]]:
+    """Each requirement of requirements-build.in with the packages its ``# for`` comment says it builds."""
+    entries = []
+    for line in BUILD_IN.read_text().splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        requirement_text, _, comment = line.partition("#")
+        built = re.fullmatch(r"\s*for ([\w.-]+(?: [\w.-]+)*)(?: \(.*\))?\s*", comment)
+        assert built, f"{BUILD_IN.name}: name the packages it builds after '# for': {line}"
+        entries.append((Requirement(requirement_text.strip()), built.group(1).split()))
+    return entries
+
+
+def test_the_build_lock_holds_what_the_image_builds_its_sdists_with():
+    """The image builds llama-cpp-python, the other packages requirements-build.in names and the project from
+    source, with --no-build-isolation, so with what requirements-build.lock installed: each of their build
+    requirements must be pinned there, with hashes, or the build fails (or, with isolation, pip would fetch it
+    unhashed). The build lock shares its versions with the image's lock, which the image installs over it."""
+    build, image = read_lock(BUILD_LOCK), read_lock(IMAGE_LOCK)
+    project = canonicalize_name(PYPROJECT["name"])
+    entries = build_requirements()
+    built = {canonicalize_name(name) for _, names in entries for name in names}
+    assert {"llama-cpp-python", project} <= built, built
+    assert not built - image.keys() - {project}, f"not in {IMAGE_LOCK.name}: {sorted(built - image.keys())}"
+    needed = entries + [
+        (Requirement(text), [project])
+        for text in tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
+    ]
+    unmet = [
+        f"  {requirement} (for {' '.join(names)}): {BUILD_LOCK.name} holds "
+        + (str(build[name].version) if name in build else "nothing")
+        for requirement, names in needed
+        if (name := canonicalize_name(requirement.name)) not in build
+        or not build[name].hashes
+        or not requirement.specifier.contains(build[name].version, prereleases=True)
+    ]
+    assert not unmet, f"{BUILD_LOCK.name} is older than {BUILD_IN.name}:\n" + "\n".join(unmet) + "\nRun `make lock`."
+    differing = [name for name in build.keys() & image.keys() if build[name].version != image[name].version]
+    assert not differing, f"{differing}: run `make lock`, which resolves {BUILD_LOCK.name} within {IMAGE_LOCK.name}"
+
+
+def test_the_image_installs_the_build_lock_before_it_builds():
+    """The Containerfile installs requirements-build.lock first, hashed and from wheels only (nothing of it is
+    built), then the image's lock and the project with --no-build-isolation: every build uses exactly those files."""
+    commands = [command.split() for command in install_commands()]
+    build_lock = f"-r {BUILD_LOCK.name}"
+    assert build_lock in " ".join(commands[0]), "the build lock must be the first install"
+    for flag in ("--require-hashes", "--no-deps", "--only-binary :all:"):
+        assert flag in " ".join(commands[0]), f"the build lock's install lacks {flag}"
+    assert [i for i, command in enumerate(commands) if build_lock in " ".join(command)] == [0]
+    for command in commands[1:]:
+        assert "--no-build-isolation" in command, f"builds in an unhashed environment: {' '.join(command)}"
+    (image_install,) = [command for command in commands if f"-r {IMAGE_LOCK.name}" in " ".join(command)]
+    assert "--require-hashes" in image_install
+    text = (REPO_ROOT / "Containerfile").read_text()
+    assert re.search(rf"^COPY [^\n]*\b{re.escape(BUILD_LOCK.name)}\b", text, flags=re.MULTILINE)
