@@ -192,6 +192,19 @@ def fetch(dataset_uri: str, destination: Path) -> str:
         return _fetch_hub_dataset(url, destination)
 
 
+def credential_problem(uri: str, instead: str) -> str | None:
+    """Why a run parameter may not be ``uri``, when it carries a credential, ending with ``instead`` (where the URL
+    or the credential goes); None when it carries none. KFP keeps run parameters in the run's record and shows them
+    in the UI and the pods' arguments, so a credential there is leaked; the message never repeats it."""
+    carried = credential_in_url(uri)
+    if not carried:
+        return None
+    return (
+        f"is a URL that carries a credential ({describe_uri(uri)}, with {carried}), and run parameters are kept in "
+        f"the run's record and shown in the pipelines UI and the pods' arguments. {instead}"
+    )
+
+
 def describe_uri(uri: str) -> str:
     """``uri`` without user info or query string, which may hold credentials (presigned URLs)."""
     parts = urlsplit(uri.strip())

@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 from common.cli_options import run_option
 from common.http_trust import token_may_go_to
 from common.kube import is_subdomain_name
-from components.dataprep.sources import credential_in_url, describe_uri
+from components.dataprep.sources import credential_problem, describe_uri
 
 
 @dataclass(frozen=True)
@@ -53,13 +53,13 @@ def option_problems(options: RegistryOptions) -> dict[str, str]:
     """Field name -> what is wrong with its value; callers name the field their way."""
     problems = {}
     parts = urlsplit(options.url)
-    if options.url and (carried := credential_in_url(options.url)):
-        problems["url"] = (
-            f"is a URL that carries a credential ({describe_uri(options.url)}, with {carried}), and run parameters "
-            "are kept in the run's record and shown in the pipelines UI and the pods' arguments. Write the URL "
-            f"without it ({describe_uri(options.url)}) and put the registry's token in the Secret "
-            f"'{options.secret}' (named by model_registry_secret), key 'token'"
-        )
+    carried = options.url and credential_problem(
+        options.url,
+        f"Write the URL without it ({describe_uri(options.url)}) and put the registry's token in the Secret "
+        f"'{options.secret}' (named by model_registry_secret), key 'token'",
+    )
+    if carried:
+        problems["url"] = carried
     elif options.url and (parts.scheme not in ("http", "https") or not parts.hostname or parts.query):
         problems["url"] = f"is {options.url!r}, which is not an http(s) URL; write https://host[:port]"
     elif options.url and (why := token_may_go_to(options.url, options.allow_http)):

@@ -27,8 +27,7 @@ from common.errors import UserError, exit_on_user_error
 from components.dataprep.sources import (
     SECRET_URI,
     URL_ENV,
-    credential_in_url,
-    describe_uri,
+    credential_problem,
     secret_reference_problem,
     secret_url_problem,
 )
@@ -61,17 +60,14 @@ def _input_rules(values: dict[str, Any]) -> dict[str, str]:
     problem = secret_reference_problem(uri)
     if problem:
         return {"dataset_uri": problem}
-    carried = credential_in_url(uri)
-    if not carried:
-        return {}
     secret = _data_connection_secret(values)
-    return {
-        "dataset_uri": f"is a URL that carries a credential ({describe_uri(uri)}, with {carried}), and run "
-        "parameters are kept in the run's record and shown in the pipelines UI and the pods' arguments. Put the URL "
-        f"in the key {URL_ENV} of the data connection Secret ({secret}, named by data_connection_secret): `oc create "
-        f"secret generic {secret} --from-literal={URL_ENV}=<url>` (or add the key to the existing Secret), and set "
-        f"dataset_uri to {SECRET_URI}"
-    }
+    problem = credential_problem(
+        uri,
+        f"Put the URL in the key {URL_ENV} of the data connection Secret ({secret}, named by data_connection_secret): "
+        f"`oc create secret generic {secret} --from-literal={URL_ENV}=<url>` (or add the key to the existing Secret), "
+        f"and set dataset_uri to {SECRET_URI}",
+    )
+    return {"dataset_uri": problem} if problem else {}
 
 
 def _data_connection_secret(values: dict[str, Any]) -> str:

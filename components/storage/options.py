@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from common.cli_options import run_option
 from common.kube import is_subdomain_name
-from components.dataprep.sources import credential_in_url, describe_uri
+from components.dataprep.sources import credential_problem, describe_uri
 from components.storage.oci_target import oci_location_problem
 from components.storage.s3_target import s3_location_problem
 
@@ -53,14 +53,14 @@ def option_problems(options: StorageOptions) -> dict[str, str]:
     problems = {}
     if options.s3_uri and (problem := s3_location_problem(options.s3_uri)):
         problems["s3_uri"] = problem
-    if options.oci_uri and (carried := credential_in_url(options.oci_uri)):
-        problems["oci_uri"] = (
-            f"is a URI that carries a credential ({describe_uri(options.oci_uri)}, with {carried}), and run "
-            "parameters are kept in the run's record and shown in the pipelines UI and the pods' arguments. Write "
-            f"it without the credential ({describe_uri(options.oci_uri)}) and put the registry's push credentials "
-            f"in the Secret '{options.oci_secret}' (named by model_oci_secret): `oc create secret docker-registry "
-            f"{options.oci_secret} --docker-server=<registry> --docker-username=<user> --docker-password=<password>`"
-        )
+    carried = options.oci_uri and credential_problem(
+        options.oci_uri,
+        f"Write it without the credential ({describe_uri(options.oci_uri)}) and put the registry's push credentials "
+        f"in the Secret '{options.oci_secret}' (named by model_oci_secret): `oc create secret docker-registry "
+        f"{options.oci_secret} --docker-server=<registry> --docker-username=<user> --docker-password=<password>`",
+    )
+    if carried:
+        problems["oci_uri"] = carried
     elif options.oci_uri and (problem := oci_location_problem(options.oci_uri)):
         problems["oci_uri"] = problem
     for field in ("s3_secret", "oci_secret"):
