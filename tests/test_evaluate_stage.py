@@ -263,6 +263,7 @@ def test_failed_gate_is_a_result_not_an_error_and_fills_the_kfp_artifacts(
         min_improvement_over_published=0.0,
         batch_size=8,
         benchmark_tasks="",
+        benchmark_allow_code=False,
         benchmark_limit=1000,
         benchmark_fewshot=0,
         benchmark_batch_size=16,
