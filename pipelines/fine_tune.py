@@ -307,10 +307,10 @@ def build_pipeline(workspace: Workspace):
                 )
                 pull_secret = validated.outputs["pull_secret_volume"]
                 served = deliver(workspace, run, version, pull_secret, after=(published,))
-                workspace.release(served, run["pvc_name"], run["keep_pvc"])
+                workspace.release(served, run["pvc_name"], validated.outputs["keep_workspace"])
             with dsl.Else(name="quality-gate-failed"):
                 gate_failed = small(report_skipped(skipped=GATED_STAGES, reason=evaluated.outputs["gate_reason"]))
-                workspace.release(gate_failed, run["pvc_name"], run["keep_pvc"])
+                workspace.release(gate_failed, run["pvc_name"], validated.outputs["keep_workspace"])
         with dsl.Elif(changed.outputs["finish"] == True, name="finish-published-version"):  # noqa: E712
             # Unchanged data, but the run that published the model failed after publishing: the steps it left
             # undone run on its version now, and nothing is trained.
@@ -321,12 +321,12 @@ def build_pipeline(workspace: Workspace):
                 model_name=run["model_name"],
             )
             finished = deliver(workspace, run, published_version, validated.outputs["pull_secret_volume"])
-            workspace.release(finished, run["pvc_name"], run["keep_pvc"])
+            workspace.release(finished, run["pvc_name"], validated.outputs["keep_workspace"])
         with dsl.Else(name="data-unchanged"):
             unchanged = small(
                 report_skipped(skipped=f"training, evaluation, {GATED_STAGES}", reason=changed.outputs["reason"])
             )
-            workspace.release(unchanged, run["pvc_name"], run["keep_pvc"])
+            workspace.release(unchanged, run["pvc_name"], validated.outputs["keep_workspace"])
 
     pipeline_function = with_run_form(fine_tune)
     pipeline_function.__doc__ = docstring("Fine-tune a small LLM on question/answer data.")

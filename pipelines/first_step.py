@@ -110,7 +110,7 @@ def validate_parameters(
     pvc_name: str,
     pvc_size: str,
     pvc_storage_class: str,
-    keep_pvc: bool,
+    keep_pvc: str,
     prepare_cpu: str,
     prepare_memory: str,
     tokenise_cpu: str,
@@ -124,7 +124,14 @@ def validate_parameters(
     publish_cpu: str,
     publish_memory: str,
 ) -> NamedTuple(
-    "Derived", [("evaluate_gpus", int), ("node_selector", dict), ("tolerations", list), ("pull_secret_volume", str)]
+    "Derived",
+    [
+        ("evaluate_gpus", int),
+        ("node_selector", dict),
+        ("tolerations", list),
+        ("pull_secret_volume", str),
+        ("keep_workspace", bool),
+    ],
 ):
     """Fail fast, naming each invalid run parameter, before any stage starts (not after hours of training).
 
@@ -132,19 +139,25 @@ def validate_parameters(
     from the training placement parameters in the forms kfp-kubernetes takes at
     run time (a count, JSON), and the Secret the serve step mounts for
     model_oci_pull_secret (a placeholder when it is empty: KFP cannot mount a
-    Secret of no name).
+    Secret of no name), and whether the PVC the run creates outlives its success
+    (keep_pvc auto depends on where the model goes).
     """
     values = dict(locals())  # the parameters, by name: taken before anything else is bound here
     from collections import namedtuple
 
-    from components.run_form.checks import check_in_pipeline, evaluate_placement
+    from components.run_form.checks import check_in_pipeline, evaluate_placement, keeps_workspace
     from components.serving.options import pull_secret_volume
 
     check_in_pipeline(values)
     placement = evaluate_placement(values)
-    return namedtuple("Derived", ["evaluate_gpus", "node_selector", "tolerations", "pull_secret_volume"])(
+    keep_workspace, why = keeps_workspace(values)
+    print(why, flush=True)
+    return namedtuple(
+        "Derived", ["evaluate_gpus", "node_selector", "tolerations", "pull_secret_volume", "keep_workspace"]
+    )(
         placement.evaluate_gpus,
         placement.node_selector,
         placement.tolerations,
         pull_secret_volume(values["model_oci_pull_secret"]),
+        keep_workspace,
     )

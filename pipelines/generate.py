@@ -74,7 +74,14 @@ from components.runtime_image import runtime_image
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
 def validate_parameters(
 {inputs}) -> NamedTuple(
-    "Derived", [("evaluate_gpus", int), ("node_selector", dict), ("tolerations", list), ("pull_secret_volume", str)]
+    "Derived",
+    [
+        ("evaluate_gpus", int),
+        ("node_selector", dict),
+        ("tolerations", list),
+        ("pull_secret_volume", str),
+        ("keep_workspace", bool),
+    ],
 ):
     """Fail fast, naming each invalid run parameter, before any stage starts (not after hours of training).
 
@@ -82,21 +89,27 @@ def validate_parameters(
     from the training placement parameters in the forms kfp-kubernetes takes at
     run time (a count, JSON), and the Secret the serve step mounts for
     model_oci_pull_secret (a placeholder when it is empty: KFP cannot mount a
-    Secret of no name).
+    Secret of no name), and whether the PVC the run creates outlives its success
+    (keep_pvc auto depends on where the model goes).
     """
     values = dict(locals())  # the parameters, by name: taken before anything else is bound here
     from collections import namedtuple
 
-    from components.run_form.checks import check_in_pipeline, evaluate_placement
+    from components.run_form.checks import check_in_pipeline, evaluate_placement, keeps_workspace
     from components.serving.options import pull_secret_volume
 
     check_in_pipeline(values)
     placement = evaluate_placement(values)
-    return namedtuple("Derived", ["evaluate_gpus", "node_selector", "tolerations", "pull_secret_volume"])(
+    keep_workspace, why = keeps_workspace(values)
+    print(why, flush=True)
+    return namedtuple(
+        "Derived", ["evaluate_gpus", "node_selector", "tolerations", "pull_secret_volume", "keep_workspace"]
+    )(
         placement.evaluate_gpus,
         placement.node_selector,
         placement.tolerations,
         pull_secret_volume(values["model_oci_pull_secret"]),
+        keep_workspace,
     )
 '''
 

@@ -109,7 +109,7 @@ def with_run_form(body: Callable[[dict[str, Any]], None]) -> Callable[..., None]
         pvc_name: str = "",
         pvc_size: str = "20Gi",
         pvc_storage_class: str = "",
-        keep_pvc: bool = False,
+        keep_pvc: str = "auto",
         prepare_cpu: str = "2",
         prepare_memory: str = "4Gi",
         tokenise_cpu: str = "4",

@@ -3,7 +3,8 @@
 On a cluster the workspace is a ReadWriteMany PVC: created for the run with
 kfp-kubernetes ``CreatePVC`` (or an existing one named by ``pvc_name``),
 mounted at ``CLUSTER_WORKSPACE`` in every step that touches it, and deleted after the
-last stage unless ``keep_pvc`` is set. A failed run keeps its PVC, so its
+last stage unless the first step decided to keep it (``keep_pvc``: true, or auto
+when the PVC holds the only copy of the model). A failed run keeps its PVC, so its
 checkpoints can be inspected or resumed from. Training runs as a PyTorchJob or
 TrainJob whose pods mount the same PVC.
 
@@ -50,7 +51,7 @@ class Workspace(Protocol):
     def training_backend(self, requested):
         """How the train step runs the trainer: the run's choice on a cluster, local processes here."""
 
-    def release(self, after: dsl.PipelineTask, pvc_name, keep_pvc) -> None:
+    def release(self, after: dsl.PipelineTask, pvc_name, keep_workspace) -> None:
         """Clean up after ``after``, the last stage of one path through the DAG (called once per path)."""
 
     def retry_after_publish(self, task: dsl.PipelineTask) -> dsl.PipelineTask:
@@ -92,9 +93,9 @@ class ClusterWorkspace:
     def training_backend(self, requested):
         return requested
 
-    def release(self, after, pvc_name, keep_pvc) -> None:
+    def release(self, after, pvc_name, keep_workspace) -> None:
         with dsl.If(pvc_name == "", name="pvc-was-created"):
-            with dsl.If(keep_pvc == False, name="keep-pvc-is-off"):  # noqa: E712 (a KFP condition, not Python)
+            with dsl.If(keep_workspace == False, name="workspace-not-kept"):  # noqa: E712 (a KFP condition)
                 _uncached(kubernetes.DeletePVC(pvc_name=self._pvc.output).after(after))
 
     def retry_after_publish(self, task):
@@ -124,7 +125,7 @@ class LocalWorkspace:
     def training_backend(self, requested):
         return LOCAL_BACKEND
 
-    def release(self, after, pvc_name, keep_pvc) -> None:
+    def release(self, after, pvc_name, keep_workspace) -> None:
         """Nothing to delete: the directory is the run's output."""
 
     def retry_after_publish(self, task):

@@ -391,7 +391,7 @@ def test_every_parameter_has_default_and_description(spec):
         assert definition.get("isOptional") is True, name
         assert len(definition.get("description", "").split()) >= 4, name
     assert parameters["pvc_size"]["defaultValue"] == "20Gi"
-    assert parameters["keep_pvc"]["defaultValue"] is False
+    assert parameters["keep_pvc"]["defaultValue"] == "auto"
 
 
 def test_the_docs_document_every_parameter(spec):
@@ -426,7 +426,8 @@ def test_create_pvc_is_read_write_many_sized_by_parameter(spec):
 
 
 def test_delete_pvc_guarded_by_keep_pvc_and_runs_last_on_every_path(spec):
-    """The per-run PVC is deleted only when this run created it and keep_pvc is off, after the last stage of
+    """The per-run PVC is deleted only when this run created it and the first step decided not to keep it
+    (keep_pvc false, or auto with the model delivered elsewhere: ``keeps_workspace``), after the last stage of
     whichever path the run took: published, stopped by the quality gate, finishing the published version's steps
     on unchanged data, or skipped for unchanged data."""
     last = {
@@ -439,7 +440,9 @@ def test_delete_pvc_guarded_by_keep_pvc_and_runs_last_on_every_path(spec):
         owner, task = find_task(spec, name)
         assert spec["components"][task["componentRef"]["name"]]["executorLabel"].startswith("exec-deletepvc")
         assert source(spec, owner, task, "pvc_name") == ("task", "workspace-pvc", "Output")
-        assert guards(spec, name) == {"pvc_name == ''", "keep_pvc == false"} | {PATHS[step] for step in path}, name
+        assert guards(spec, name) == {"pvc_name == ''", "validate-parameters.keep_workspace == false"} | {
+            PATHS[step] for step in path
+        }, name
         assert after in waits_for(spec, name), name
 
 

@@ -89,7 +89,7 @@ def test_every_problem_is_reported_at_once():
         "pvc_storage_class": "A",
     }
     with pytest.raises(UserError) as raised:
-        validate({**bad, "dataset_uri": "whatever", "keep_pvc": True})
+        validate({**bad, "dataset_uri": "whatever", "force": True})
     message = str(raised.value)
     for name in bad:
         assert f"parameter '{name}'" in message
@@ -240,18 +240,18 @@ def test_parse_params_types_values():
     """--param values are typed by the pipeline's own declarations; a value may itself contain '='."""
     declared = run_params.declared_parameters(fine_tune_pipeline)
     parsed = run_params.parse_params(
-        ["keep_pvc=TRUE", "split_seed=7", "eval_fraction=0.25", "dataset_uri=data/a=b.jsonl", "system_prompt="],
+        ["force=TRUE", "split_seed=7", "eval_fraction=0.25", "dataset_uri=data/a=b.jsonl", "system_prompt="],
         declared,
     )
     assert parsed == {
-        "keep_pvc": True,
+        "force": True,
         "split_seed": 7,
         "eval_fraction": 0.25,
         "dataset_uri": "data/a=b.jsonl",
         "system_prompt": "",
     }
     assert type(parsed["split_seed"]) is int and type(parsed["eval_fraction"]) is float
-    assert run_params.parse_params(["keep_pvc= false "], declared) == {"keep_pvc": False}
+    assert run_params.parse_params(["force= false "], declared) == {"force": False}
 
 
 def test_cli_rejects_bad_value_before_running_anything(tmp_path):
@@ -293,7 +293,7 @@ def test_cli_lists_every_bad_parameter(tmp_path):
         ("split_seed=abc", "--param split_seed='abc': split_seed must be a whole number."),
         ("split_seed=1.5", "--param split_seed='1.5': split_seed must be a whole number."),
         ("eval_fraction=ten", "--param eval_fraction='ten': eval_fraction must be a number."),
-        ("keep_pvc=yes", "--param keep_pvc='yes': keep_pvc is true or false."),
+        ("force=yes", "--param force='yes': force is true or false."),
         ("eval_fraction=nan", "parameter 'eval_fraction' must be above 0 and below 1 (got nan)"),
         ("split_seed=18446744073709551616", "parameter 'split_seed' must be between 0 and 2**64 - 1"),
     ],
@@ -410,8 +410,16 @@ ENUMERATED = {
     "gguf_outtype": tuple(PIPELINE_OUTTYPES),
 }
 # What a refusal of one changed value may rest on: the hardware or the backend, named in its message, or, for
-# deploy, a storage target (the user's own bucket or registry: no default can name one).
-HARDWARE_OR_BACKEND = ("GPU", "CUDA", "gpus_per_node", "package", "set model_oci_uri (a modelcar image)")
+# deploy and keep_pvc false, a storage target (the user's own repository, bucket or registry: no default can name
+# one).
+HARDWARE_OR_BACKEND = (
+    "GPU",
+    "CUDA",
+    "gpus_per_node",
+    "package",
+    "set model_oci_uri (a modelcar image)",
+    "Set keep_pvc to auto or true, or set one of those targets",
+)
 
 
 @pytest.mark.parametrize(

@@ -97,7 +97,7 @@ def test_recurring_run_with_cron_and_parameters(capfd):
     assert recurring["trigger"] == {"cron_schedule": {"cron": "0 0 3 * * *"}}
     assert int(recurring["max_concurrency"]) == 1 and recurring["no_catchup"] is True and recurring["mode"] == "ENABLE"
     assert recurring["experiment_id"] == "exp-9" and recurring["display_name"] == "nightly retrain"
-    assert recurring["runtime_config"]["parameters"] == {"keep_pvc": True}
+    assert recurring["runtime_config"]["parameters"] == {"keep_pvc": "true"}
     assert "pipelineInfo" in recurring["pipeline_spec"]["pipeline_spec"]
     assert TOKEN not in "".join(capfd.readouterr())
 

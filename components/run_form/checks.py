@@ -142,6 +142,44 @@ def _target_rules(values: dict[str, Any]) -> dict[str, str]:
     return found
 
 
+# Where a run sends its model besides its own workspace PVC: the copies that outlive the PVC.
+DELIVERY_TARGETS = ("hub_repo_id", "model_s3_uri", "model_oci_uri")
+
+
+def _delivered_elsewhere(values: dict[str, Any]) -> bool:
+    return any(values[name] for name in DELIVERY_TARGETS)
+
+
+def _workspace_rules(values: dict[str, Any]) -> dict[str, str]:
+    """keep_pvc false deletes the PVC this run creates once the run succeeds; with no target that is the only
+    copy of a model that passed its gate, so it is refused before anything runs."""
+    if not all(name in values for name in ("keep_pvc", "pvc_name", *DELIVERY_TARGETS)):
+        return {}
+    if values["keep_pvc"] != "false" or values["pvc_name"] or _delivered_elsewhere(values):
+        return {}
+    return {
+        "keep_pvc": "is false, but the run sends its model to no Hub repository, S3 bucket or OCI registry "
+        "(hub_repo_id, model_s3_uri and model_oci_uri are empty): a successful run would delete its workspace PVC "
+        "and with it the only copy of the model that passed its gate. Set keep_pvc to auto or true, or set one of "
+        "those targets"
+    }
+
+
+def keeps_workspace(values: dict[str, Any]) -> tuple[bool, str]:
+    """Whether the PVC a successful run creates outlives it, and the line that says why in the first step's log
+    (keep_pvc auto decides by where the model goes, so the log must say which way it went)."""
+    choice = values["keep_pvc"]
+    if choice == "true":
+        return True, "workspace PVC: kept after the run (keep_pvc true)"
+    if choice == "false" or _delivered_elsewhere(values):
+        targets = ", ".join(name for name in DELIVERY_TARGETS if values[name]) or "none"
+        return False, f"workspace PVC: deleted after a successful run (keep_pvc {choice}; the model goes to {targets})"
+    return True, (
+        "workspace PVC: kept after the run (keep_pvc auto: hub_repo_id, model_s3_uri and model_oci_uri are empty, "
+        "so the PVC holds the only copy of the model; delete it with `oc delete pvc` once you have copied it)"
+    )
+
+
 def _pull_secret_rules(values: dict[str, Any]) -> dict[str, str]:
     """KServe's pods never pull with the store step's push Secret (``pull_secret_problem``)."""
     if not all(name in values for name in ("model_oci_pull_secret", "model_oci_secret")):
@@ -191,6 +229,7 @@ def _problems_by_name(values: dict[str, Any]) -> dict[str, str]:
     found.update(_job_rules(values))
     found.update(_publish_rules(values))
     found.update(_target_rules(values))
+    found.update(_workspace_rules(values))
     found.update(_pull_secret_rules(values))
     if "benchmark_tasks" not in found:
         found.update(_benchmark_rules(values))

@@ -15,6 +15,9 @@ from common.kube import is_label_name, is_positive_quantity, is_subdomain_name
 from components.local_model import CLUSTER_BASE_MODEL, LOCAL_MODEL_NAME
 from components.tokenise.options import GIB, MAIN_MEMORY, WORKER_MEMORY
 
+# keep_pvc's values: auto keeps the PVC only where deleting it would delete the only copy of the model.
+KEEP_PVC_CHOICES = ("auto", "true", "false")
+
 
 @dataclass(frozen=True)
 class RunInputs:
@@ -59,11 +62,16 @@ class WorkspaceOptions:
     pvc_size: str = run_option("20Gi", "Size of the PVC created for this run, e.g. 20Gi.")
     pvc_storage_class: str = run_option(
         "",
-        "StorageClass of the PVC created for this run; it must support ReadWriteMany. Empty uses the cluster's "
-        "default class.",
+        "StorageClass of the PVC created for this run; it must give ReadWriteMany filesystem volumes (a class the "
+        "cluster says cannot is refused before the PVC is asked for). Empty uses the cluster's default class.",
     )
-    keep_pvc: bool = run_option(
-        False, "Keep the PVC created for this run after it succeeds (a failed run always keeps it for inspection)."
+    keep_pvc: str = run_option(
+        "auto",
+        "After a successful run, keep the PVC created for it (true) or delete it (false). auto deletes it once the "
+        "model went to a Hub repository, an S3 bucket or an OCI registry (hub_repo_id, model_s3_uri, "
+        "model_oci_uri) and keeps it when it holds the run's only copy; false with none of those is refused. A "
+        "failed run always keeps its PVC for inspection.",
+        choices=KEEP_PVC_CHOICES,
     )
 
 
@@ -150,4 +158,6 @@ def workspace_problems(options: WorkspaceOptions) -> dict[str, str]:
             f"{options.pvc_storage_class!r} is not a valid StorageClass name (lowercase letters, digits, '-' and "
             "'.'; empty means the cluster default)"
         )
+    if options.keep_pvc not in KEEP_PVC_CHOICES:
+        problems["keep_pvc"] = f"is {options.keep_pvc!r}, not one of {', '.join(KEEP_PVC_CHOICES)}"
     return problems
