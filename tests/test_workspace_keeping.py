@@ -76,7 +76,8 @@ def test_auto_keeps_the_pvc_exactly_when_it_holds_the_only_copy(setting, kept, s
     """auto deletes the PVC only once the model is somewhere else; the step's log line says which way it went."""
     keep, line = keeps_workspace(defaults(**setting))
     assert keep is kept
-    assert line.startswith("workspace PVC: kept" if kept else "workspace PVC: deleted after a successful run")
+    prefix = "workspace PVC (on a cluster): "
+    assert line.startswith(prefix + ("kept" if kept else "deleted after a successful run"))
     assert says in line
 
 
@@ -97,4 +98,4 @@ def test_the_first_steps_pod_refuses_in_one_paragraph_and_logs_the_decision():
     )
     passed = run_first_step({})
     assert passed.returncode == 0, passed.stderr
-    assert "workspace PVC: kept after the run (keep_pvc auto:" in passed.stdout
+    assert "workspace PVC (on a cluster): kept after the run (keep_pvc auto:" in passed.stdout

@@ -167,16 +167,17 @@ def _workspace_rules(values: dict[str, Any]) -> dict[str, str]:
 
 def keeps_workspace(values: dict[str, Any]) -> tuple[bool, str]:
     """Whether the PVC a successful run creates outlives it, and the line that says why in the first step's log
-    (keep_pvc auto decides by where the model goes, so the log must say which way it went)."""
-    choice = values["keep_pvc"]
+    (keep_pvc auto decides by where the model goes, so the log must say which way it went). A local run has no
+    PVC, and its log says so through "on a cluster"."""
+    choice, prefix = values["keep_pvc"], "workspace PVC (on a cluster): "
     if choice == "true":
-        return True, "workspace PVC: kept after the run (keep_pvc true)"
+        return True, prefix + "kept after the run (keep_pvc true)"
     if choice == "false" or _delivered_elsewhere(values):
         targets = ", ".join(name for name in DELIVERY_TARGETS if values[name]) or "none"
-        return False, f"workspace PVC: deleted after a successful run (keep_pvc {choice}; the model goes to {targets})"
-    return True, (
-        "workspace PVC: kept after the run (keep_pvc auto: hub_repo_id, model_s3_uri and model_oci_uri are empty, "
-        "so the PVC holds the only copy of the model; delete it with `oc delete pvc` once you have copied it)"
+        return False, prefix + f"deleted after a successful run (keep_pvc {choice}; the model goes to {targets})"
+    return True, prefix + (
+        "kept after the run (keep_pvc auto: hub_repo_id, model_s3_uri and model_oci_uri are empty, so the PVC holds "
+        "the only copy of the model; delete it with `oc delete pvc` once you have copied it)"
     )
 
 
