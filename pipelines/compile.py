@@ -4,9 +4,10 @@
     python -m pipelines.compile --check         # exit 1 if that file is stale
     python -m pipelines.compile --image REGISTRY/IMAGE:TAG --output my.yaml
 
-The YAML needs a KFP v2 backend that supports ``dsl.If/Else`` with ``dsl.OneOf``
-and kfp-kubernetes PVC tasks: Kubeflow Pipelines 2.2 or newer (Red Hat OpenShift
-AI data science pipelines 2.x). See README.md.
+The KFP SDK that compiles it is the one pyproject.toml pins (kfp 2.17, which the
+YAML records). The YAML needs a Kubeflow Pipelines 2.15 or newer backend; on
+OpenShift AI, 3.0 or newer: ``pipelines/backend_versions.py`` names the feature
+that sets the minimum, and docs/getting-started/openshift-ai.md says why.
 """
 
 import argparse

@@ -28,8 +28,8 @@ from pipelines.run_summary import summary_lines
 DEFAULT_OUTPUT_DIR = Path("local-run")
 LOG = "run.log"
 # Where a local run's defaults differ from the run form's (which are the cluster's), to keep `make run` within ten
-# minutes on two CPU cores while still clearing the quality gate (measured in the README's Quick start): half an
-# epoch instead of three (each optimizer step takes about 27 s there, so a whole epoch alone took nine minutes),
+# minutes on two CPU cores while still clearing the quality gate (measured in docs/getting-started/local.md, "How long
+# it takes"): half an epoch instead of three (one epoch alone took ten minutes of training there),
 # and a bounded evaluation: generating answers on the CPU is what its time goes on (each scored row and sample
 # question is answered by every model, up to eval_max_new_tokens each), while the held-out loss, which decides the
 # gate, still covers every eval conversation. The benchmarks are the bundled practical-skills task, 40 questions
