@@ -14,9 +14,8 @@ class, and the run waits there for good. So the chosen class is checked where
 the cluster says what it can give: CDI's StorageProfile for the class (on
 clusters with OpenShift Virtualization, including an administrator's
 overrides), else CDI's own table of well-known provisioners
-(kubevirt/containerized-data-importer, pkg/storagecapabilities/
-storagecapabilities.go, ``CapabilitiesByProvisionerKey``). A class neither
-knows is used, and the log says that it could not be checked.
+(``pipelines.storage_capabilities``). A class neither knows is used, and the
+log says that it could not be checked.
 """
 
 from __future__ import annotations
@@ -28,6 +27,7 @@ from kubernetes.client.rest import ApiException
 
 from common.errors import UserError, exit_on_user_error
 from common.kube import Cluster, connect
+from pipelines.storage_capabilities import gives_rwx_filesystem
 
 DEFAULT_CLASS_ANNOTATIONS = (
     "storageclass.kubernetes.io/is-default-class",
@@ -35,53 +35,6 @@ DEFAULT_CLASS_ANNOTATIONS = (
 )
 # CDI's StorageProfile: one per StorageClass, named like it, cluster-scoped.
 PROFILE_GROUP, PROFILE_VERSION, PROFILE_PLURAL = "cdi.kubevirt.io", "v1beta1", "storageprofiles"
-# Provisioners whose claims CDI's table says may be ReadWriteMany with volumeMode Filesystem, and those it says
-# may not (ReadWriteOnce only, or ReadWriteMany only as a raw block device, which a workspace cannot mount).
-# Only the provisioners CDI keys by name alone: where it reads the class's parameters to decide (Portworx,
-# Trident, vSphere, Dell, Huawei, Infinidat, Longhorn), the class is left unchecked.
-SHARED_FILESYSTEM_PROVISIONERS = frozenset(
-    {
-        "nfs.csi.k8s.io",
-        "k8s-sigs.io/nfs-subdir-external-provisioner",
-        "cephfs.csi.ceph.com",
-        "csi-isilon.dellemc.com",
-        "efs.csi.aws.com",
-        "kubernetes.io/azure-file",
-        "file.csi.azure.com",
-        "spectrumscale.csi.ibm.com",
-        "manila.csi.openstack.org",
-    }
-)
-SINGLE_NODE_PROVISIONERS = frozenset(
-    {
-        "kubevirt.io.hostpath-provisioner",
-        "kubevirt.io/hostpath-provisioner",
-        "k8s.io/minikube-hostpath",
-        "kubernetes.io/rbd",
-        "rbd.csi.ceph.com",
-        "linstor.csi.linbit.com",
-        "kubernetes.io/storageos",
-        "storageos",
-        "kubernetes.io/aws-ebs",
-        "ebs.csi.aws.com",
-        "kubernetes.io/azure-disk",
-        "disk.csi.azure.com",
-        "kubernetes.io/gce-pd",
-        "pd.csi.storage.gke.io",
-        "hspc.csi.hitachi.com",
-        "csi.hpe.com",
-        "block.csi.ibm.com",
-        "topolvm.cybozu.com",
-        "topolvm.io",
-        "cinder.csi.openstack.org",
-        "csi.ovirt.org",
-        "kubesan.gitlab.io",
-        "blockvolume.csi.oraclecloud.com",
-    }
-)
-# Ceph-CSI drivers are named after the namespace of the operator that runs them (openshift-storage. on ODF,
-# rook-ceph. on Rook): CDI lists those two; the suffix covers any namespace.
-CEPH_SUFFIXES = {".cephfs.csi.ceph.com": True, ".rbd.csi.ceph.com": False}
 RWX_FIX = (
     "Set the pipeline parameter pvc_storage_class to a class that gives ReadWriteMany filesystem volumes (CephFS, "
     "NFS, EFS, Azure Files; on OpenShift Data Foundation: ocs-storagecluster-cephfs; `oc get storageclass` lists "
@@ -110,22 +63,28 @@ def choose_storage_class(requested: str, cluster: Cluster | None = None) -> Work
     )
     if requested:
         storage_class = named_class(requested, cluster.storage)
-        if storage_class is None:
-            return WorkspaceClass(
-                requested, "", "not checked: the pipeline's service account may not read StorageClasses (HTTP 403)"
-            )
         what = f"The StorageClass {requested} (pvc_storage_class)"
     else:
         storage_class = default_class(cluster.storage)
         what = f"The cluster's default StorageClass {storage_class.metadata.name} (pvc_storage_class is empty)"
-    name, provisioner = storage_class.metadata.name, storage_class.provisioner or ""
-    gives_rwx, source = profile_verdict(name, cluster.custom) or table_verdict(provisioner)
+    if storage_class is None:  # named, but the service account may not read StorageClasses: CDI may still know it
+        provisioner = ""
+        gives_rwx, source = profile_verdict(requested, cluster.custom) or (
+            None,
+            "not checked: the pipeline's service account may not read StorageClasses (HTTP 403), and no CDI "
+            "StorageProfile says what it gives",
+        )
+    else:
+        name, provisioner = storage_class.metadata.name, storage_class.provisioner or ""
+        gives_rwx, source = profile_verdict(name, cluster.custom) or table_verdict(
+            provisioner, storage_class.parameters or {}
+        )
     if gives_rwx is False:
         raise UserError(
             f"{what} cannot give the run's workspace a ReadWriteMany filesystem volume ({source}), so the run's "
             f"PVC would stay Pending and the run would wait there. {RWX_FIX}"
         )
-    return WorkspaceClass(name, provisioner, source)
+    return WorkspaceClass(requested or storage_class.metadata.name, provisioner, source)
 
 
 def named_class(name: str, storage: client.StorageV1Api) -> client.V1StorageClass | None:
@@ -197,17 +156,12 @@ def profile_verdict(name: str, custom: client.CustomObjectsApi) -> tuple[bool, s
     return gives_rwx, f"its CDI StorageProfile offers {offered}"
 
 
-def table_verdict(provisioner: str) -> tuple[bool | None, str]:
-    """What CDI's table of well-known provisioners says; None when the provisioner is not in it."""
-    shared = provisioner in SHARED_FILESYSTEM_PROVISIONERS or any(
-        provisioner.endswith(suffix) for suffix, rwx in CEPH_SUFFIXES.items() if rwx
-    )
-    single = provisioner in SINGLE_NODE_PROVISIONERS or any(
-        provisioner.endswith(suffix) for suffix, rwx in CEPH_SUFFIXES.items() if not rwx
-    )
-    if shared:
+def table_verdict(provisioner: str, parameters: dict[str, str]) -> tuple[bool | None, str]:
+    """What CDI's table of well-known provisioners says of the class; None when it does not know it."""
+    gives_rwx = gives_rwx_filesystem(provisioner, parameters)
+    if gives_rwx:
         return True, f"{provisioner} gives ReadWriteMany filesystem volumes"
-    if single:
+    if gives_rwx is False:
         return False, f"{provisioner} gives ReadWriteOnce volumes, or ReadWriteMany only as raw block devices"
     return None, (
         "not checked: whether it gives ReadWriteMany cannot be read here; if the PVC stays Pending, "

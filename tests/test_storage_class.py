@@ -25,6 +25,7 @@ from kubernetes import client
 
 from common.errors import UserError
 from common.kube import Cluster
+from pipelines.storage_capabilities import FS_TYPE, gives_rwx_filesystem
 from pipelines.storage_class import choose_storage_class
 
 LIST_PATH = "/apis/storage.k8s.io/v1/storageclasses"
@@ -36,17 +37,20 @@ CEPH_RBD = "openshift-storage.rbd.csi.ceph.com"  # ODF's ocs-storagecluster-ceph
 EBS = "ebs.csi.aws.com"  # gp3-csi, the default of OpenShift on AWS
 
 
-def storage_class(name: str, annotations: dict | None = None, provisioner: str = "nfs.csi.k8s.io") -> dict:
+def storage_class(
+    name: str, annotations: dict | None = None, provisioner: str = "nfs.csi.k8s.io", parameters: dict | None = None
+) -> dict:
     metadata = {"name": name}
     if annotations is not None:
         metadata["annotations"] = annotations
-    return {
+    found = {
         "kind": "StorageClass",
         "apiVersion": "storage.k8s.io/v1",
         "metadata": metadata,
         "provisioner": provisioner,
         "reclaimPolicy": "Delete",
     }
+    return {**found, "parameters": parameters} if parameters else found
 
 
 def storage_profile(name: str, *property_sets: tuple[list[str], str]) -> dict:
@@ -184,6 +188,72 @@ def test_a_named_class_the_service_account_may_not_read_is_used_unchecked(cluste
     chosen = choose_storage_class("nfs-client", api)
     assert chosen.name == "nfs-client"
     assert "not checked: the pipeline's service account may not read StorageClasses (HTTP 403)" in chosen.log_line()
+
+
+def test_a_named_class_that_cannot_be_read_is_still_judged_by_its_storage_profile(cluster, api):
+    """CDI's StorageProfiles are readable where StorageClasses are not: what the profile says still decides."""
+    state, _ = cluster
+    state.status = 403
+    state.profiles = {
+        "thin-csi": storage_profile("thin-csi", (["ReadWriteOnce"], "Filesystem"), (["ReadWriteOnce"], "Block")),
+        "nfs": storage_profile("nfs", (["ReadWriteMany"], "Filesystem")),
+    }
+    with pytest.raises(UserError, match=r"^The StorageClass thin-csi \(pvc_storage_class\) cannot give .* \(its CDI"):
+        choose_storage_class("thin-csi", api)
+    assert "its CDI StorageProfile offers ReadWriteMany Filesystem" in choose_storage_class("nfs", api).log_line()
+
+
+def test_a_vsphere_default_is_judged_by_its_parameters(cluster, api):
+    """thin-csi, the default of OpenShift on vSphere, gives ReadWriteOnce; CDI reads the class's fstype to tell an
+    NFS (vSAN file) class, which gives ReadWriteMany, from it."""
+    state, _ = cluster
+    state.items = [
+        storage_class("thin-csi", {GA: "true"}, "csi.vsphere.vmware.com", {"StoragePolicyName": "thin"}),
+        storage_class("vsan-file", provisioner="csi.vsphere.vmware.com", parameters={FS_TYPE: "nfs4"}),
+    ]
+    with pytest.raises(UserError, match=r"default StorageClass thin-csi .*\(csi\.vsphere\.vmware\.com gives Read"):
+        choose_storage_class("", api)
+    assert (
+        choose_storage_class("vsan-file", api)
+        .log_line()
+        .endswith("csi.vsphere.vmware.com gives ReadWriteMany filesystem volumes)")
+    )
+
+
+@pytest.mark.parametrize(
+    ("provisioner", "parameters", "gives"),
+    [
+        ("csi.trident.netapp.io", {"backendType": "ontap-nas-economy"}, True),
+        ("csi.trident.netapp.io", {"backendType": "ontap-san"}, False),
+        (
+            "csi.trident.netapp.io",
+            {"backendType": "google-cloud-netapp-volumes", "selector": "a=b; performance=flex"},
+            True,
+        ),
+        ("csi.trident.netapp.io", {"backendType": "azure-netapp-files"}, None),
+        ("driver.longhorn.io", {}, False),
+        ("driver.longhorn.io", {"nfsOptions": "vers=4.2"}, True),
+        ("driver.longhorn.io", {"migratable": "true", "nfsOptions": "vers=4.2"}, False),
+        ("pxd.portworx.com", {}, True),
+        ("pxd.portworx.com", {"backend": "pure_block"}, False),
+        ("kubernetes.io/portworx-volume", {"sharedv4_mount_options": "vers=3.0,nolock"}, True),
+        ("infinibox-csi-driver", {"storage_protocol": "nfs_treeq"}, True),
+        ("infinibox-csi-driver", {"storage_protocol": "iscsi"}, False),
+        ("infinibox-csi-driver", {}, None),
+        ("csi-unity.dellemc.com", {"protocol": "NFS"}, True),
+        ("csi-powerstore.dellemc.com", {FS_TYPE: "ext4"}, False),
+        ("csi-powermax.dellemc.com", {FS_TYPE: "nfs"}, True),
+        ("csi.huawei.com", {"protocol": "iscsi"}, False),
+        ("rook-ceph.cephfs.csi.ceph.com", {}, True),
+        ("storage.rbd.csi.ceph.com", {}, False),
+        ("ebs.csi.aws.com", {"type": "io2"}, False),  # ReadWriteMany only as a raw block device
+        ("csi.vendor.example.com", {}, None),
+    ],
+)
+def test_cdis_table_reads_the_parameters_cdi_reads(provisioner, parameters, gives):
+    """The provisioners CDI judges by their class's parameters: each side of each rule, and what it does not
+    know."""
+    assert gives_rwx_filesystem(provisioner, parameters) is gives
 
 
 @pytest.mark.parametrize(
