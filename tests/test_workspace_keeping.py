@@ -69,15 +69,16 @@ def test_keep_pvc_takes_only_its_three_values():
         ({**S3, **OCI}, False, "keep_pvc auto; the model goes to model_s3_uri, model_oci_uri"),
         ({"keep_pvc": "true", **HUB}, True, "kept after the run (keep_pvc true)"),
         ({"keep_pvc": "false", **OCI}, False, "keep_pvc false; the model goes to model_oci_uri"),
+        ({"keep_pvc": "false", "pvc_name": "team-ws"}, True, "team-ws (pvc_name), yours: the run never deletes it"),
     ],
-    ids=["auto-nowhere", "auto-hub", "auto-s3-oci", "true", "false"],
+    ids=["auto-nowhere", "auto-hub", "auto-s3-oci", "true", "false", "existing-pvc"],
 )
 def test_auto_keeps_the_pvc_exactly_when_it_holds_the_only_copy(setting, kept, says):
     """auto deletes the PVC only once the model is somewhere else; the step's log line says which way it went."""
     keep, line = keeps_workspace(defaults(**setting))
     assert keep is kept
-    prefix = "workspace PVC (on a cluster): "
-    assert line.startswith(prefix + ("kept" if kept else "deleted after a successful run"))
+    assert line.startswith("workspace PVC (on a cluster): ")
+    assert ("deleted after a successful run" in line) is not kept
     assert says in line
 
 

@@ -170,6 +170,8 @@ def keeps_workspace(values: dict[str, Any]) -> tuple[bool, str]:
     (keep_pvc auto decides by where the model goes, so the log must say which way it went). A local run has no
     PVC, and its log says so through "on a cluster"."""
     choice, prefix = values["keep_pvc"], "workspace PVC (on a cluster): "
+    if values["pvc_name"]:
+        return True, prefix + f"{values['pvc_name']} (pvc_name), yours: the run never deletes it"
     if choice == "true":
         return True, prefix + "kept after the run (keep_pvc true)"
     if choice == "false" or _delivered_elsewhere(values):
