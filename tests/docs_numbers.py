@@ -1,16 +1,20 @@
-"""Every measured figure the docs quote from a results file, in one table: where it is quoted and where it comes from.
+"""Every measured figure the docs quote, in one table: where it is quoted and where it comes from.
 
-A page that quotes a measurement (a throughput, a loss difference, a run's time) quotes it from a file under
-``benchmarks/results/``, which the benchmark wrote. Typed by hand, such a figure drifts: the tokenise step's
-rate was quoted as 400 to 550 conversations/s per CPU where its results files give 349 to 455. So each quote
-is listed here as the page's own text with ``{}`` where each figure goes, and a function that computes those
-figures from the results file, formatted as the page writes them. ``tests/test_docs_numbers.py`` checks that
-every page says exactly that, and that no page states a throughput, or a time of ``make run`` / ``make test``,
-that is neither listed here nor in the one section that records those times.
+A page that quotes a measurement (a throughput, a loss difference, a ratio, a run's time) quotes it from a file
+under ``benchmarks/results/``, which the benchmark wrote, or, for a measurement with no results file, from the
+one page that records it. Typed by hand, such a figure drifts: the tokenise step's rate was quoted as 400 to 550
+conversations/s per CPU where its results files give 349 to 455. So each quote is listed here as the page's own
+text with ``{}`` where each figure goes, and a function that computes those figures from its source, formatted
+as the page writes them. ``tests/test_docs_numbers.py`` checks that every copy of the text on its page says
+exactly that, each figure standing alone (``10.056`` is not ``0.056``), and that no page states a measurement
+that is neither listed here nor in the page that records it: a throughput anywhere; a time in a paragraph about
+``make run``, ``make test`` or a local run (``pipelines.run``); and, outside docs/benchmarks.md, a ratio
+(``2.83×``) or a time of compiling.
 
 To quote a new measurement: add it here, then write it on the page. A measurement with no results file (the
 CPU training, fit-check and GGUF benchmarks, ``make run``'s time) is stated on one page only, its record, and
-other pages link there.
+other pages link there, or quote it here with that record as the source (``Quote.source`` the page, and
+``recorded`` to read the figure from its section), so that the two pages cannot disagree.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import re
 import statistics
 import sys
 from dataclasses import dataclass
+from fnmatch import fnmatch
 from functools import cache
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -56,13 +61,61 @@ class Quote:
 
     page: str  # from the repository root
     text: str  # the page's words; runs of whitespace (a line break) match any whitespace
-    source: str  # a results file under benchmarks/results, or a script under benchmarks/ (then its module)
+    source: str  # a results file under benchmarks/results, a script under benchmarks/ (then its module), or a page
     figures: Figures
 
     def expected(self) -> str:
-        return normalised(self.text.format(*self.figures(load(self.source))))
+        return normalised(self.text.format(*self.values()))
+
+    def values(self) -> list[str]:
+        """The figures, each as the page writes it (whitespace normalised)."""
+        return list(_compiled(self)[0])
+
+    def pattern(self) -> re.Pattern[str]:
+        """The text with its figures, each figure (and the text's ends) guarded so that no digit, decimal point
+        and digits, or digit-group comma can extend it: ``0.056`` is not found in ``10.056`` or ``0.0567``."""
+        return _compiled(self)[1]
+
+    def wildcard(self) -> re.Pattern[str] | None:
+        """The text with any figure of the same number of words in each ``{}`` (None for a quote that is all
+        figure): finds every copy of the sentence on the page, whatever figures each copy gives."""
+        return _compiled(self)[2]
+
+    def found_in(self, page: str) -> list[tuple[int, int]]:
+        """Where ``page`` (whitespace normalised) says the text with its figures, each figure standing alone."""
+        expected, spans = self.expected(), []
+        start = page.find(expected)
+        while start >= 0:
+            if self.pattern().match(page, start):  # its lookbehinds see the text before start
+                spans.append((start, start + len(expected)))
+            start = page.find(expected, start + 1)
+        return spans
 
 
+@cache
+def _compiled(quote: Quote) -> tuple[tuple[str, ...], re.Pattern[str], re.Pattern[str] | None]:
+    """A quote's figures, its pattern and its wildcard, computed once: the tests ask for them many times."""
+    values = tuple(normalised(str(value)) for value in quote.figures(load(quote.source)))
+    parts = normalised(quote.text).split("{}")
+    figures = [STANDS_ALONE.format(re.escape(value)) for value in values]
+    pattern = re.compile(STANDS_ALONE.format("".join(_interleave([re.escape(part) for part in parts], figures))))
+    if not "".join(parts).strip():
+        return values, pattern, None
+    slots = [r"([^\s|]+" + r"(?: [^\s|]+)" * value.count(" ") + ")" for value in values]
+    return values, pattern, re.compile("".join(_interleave([re.escape(part) for part in parts], slots)))
+
+
+def _interleave(parts: Sequence[str], slots: Sequence[str]) -> list[str]:
+    assert len(parts) == len(slots) + 1, "a quote needs one figure for each {}"
+    return [piece for part, slot in zip(parts, [*slots, ""]) for piece in (part, slot)]
+
+
+# A figure stands alone: no digit or decimal point right before it, nor a digit and a digit-group comma; no digit
+# right after it, nor a decimal point or comma and a digit.
+STANDS_ALONE = r"(?<![\d.])(?<!\d,)(?:{})(?![.,]?\d)"
+
+
+@cache
 def normalised(text: str) -> str:
     """Markdown wraps lines anywhere: compare text with every run of whitespace as one space."""
     return re.sub(r"\s+", " ", text).strip()
@@ -70,9 +123,12 @@ def normalised(text: str) -> str:
 
 @cache
 def load(source: str) -> Any:
-    """A results file's JSON, or a benchmark script imported as a module (for its constants and formulas)."""
+    """A results file's JSON, a benchmark script imported as a module (for its constants and formulas), or the
+    text of the page that records a measurement with no results file."""
     if source.endswith(".json"):
         return json.loads((RESULTS / source).read_text())
+    if source.endswith(".md"):
+        return (REPO_ROOT / source).read_text()
     if str(BENCHMARKS) not in sys.path:
         sys.path.insert(0, str(BENCHMARKS))  # the benchmarks are scripts, not a package, and import each other so
     return importlib.import_module(Path(source).stem)
@@ -512,7 +568,41 @@ LM_EVAL_QUOTES = [
     ),
 ]
 
-QUOTES: list[Quote] = [*TOKENISE_QUOTES, *GPU_TRAIN_QUOTES, *GPU_CHECK_QUOTES, *LM_EVAL_QUOTES]
+# --- measurements with no results file, quoted from the page that records them ----------------------------------
+
+
+def section(text: str, heading: str) -> str:
+    """The part of a page under ``heading`` (``## How long it takes``), up to the next heading of its level."""
+    level = heading.split(" ", 1)[0]
+    assert heading + "\n" in text, f"the record has no section {heading!r}"
+    return re.split(rf"\n#{{1,{len(level)}}} ", text.split(heading + "\n", 1)[1], maxsplit=1)[0]
+
+
+def recorded(heading: str, *patterns: str) -> Figures:
+    """The figures the record states in its section under ``heading``: the first group of each pattern."""
+
+    def figures(text: str) -> list[str]:
+        part = normalised(section(text, heading))
+        found = [re.search(pattern, part) for pattern in patterns]
+        missing = [pattern for pattern, match in zip(patterns, found) if not match]
+        assert not missing, f"the record's section {heading!r} no longer states {missing}: read it and update"
+        return [match[1] for match in found if match]
+
+    return figures
+
+
+RECORD_QUOTES = [
+    Quote(
+        EVALUATE_PAGE,
+        "in `make run` (SmolLM2-135M on the 2-core host; per model the five sample questions and 10 scored rows, "
+        "answers of up to 128 tokens, and the bundled benchmark) the evaluate step took {} for the base and the "
+        "fine-tuned model",
+        TIMES_RECORD[0],
+        recorded(TIMES_RECORD[1], r"evaluation (\d+m \d+s) with the benchmarks"),
+    ),
+]
+
+QUOTES: list[Quote] = [*TOKENISE_QUOTES, *GPU_TRAIN_QUOTES, *GPU_CHECK_QUOTES, *LM_EVAL_QUOTES, *RECORD_QUOTES]
 
 # --- what a measured figure looks like on a page ---------------------------------------------------------------
 
@@ -520,11 +610,45 @@ QUOTES: list[Quote] = [*TOKENISE_QUOTES, *GPU_TRAIN_QUOTES, *GPU_CHECK_QUOTES, *
 THROUGHPUT = re.compile(
     r"\d[\d,.]*(?:\s+to\s+\d[\d,.]*)?\s+(?:tokens|conversations|requests|records)\s*(?:/\s*s\b|a\s+second|per\s+second)"
 )
-# A time ("4.8 minutes", "290 s"), counted where its paragraph (or list item) names make run or make test.
-TIME = re.compile(r"\d[\d,.]*(?:\s*(?:[–-]|to)\s*\d[\d,.]*)?\s+(?:minutes?|min|seconds?|s)\b")
-TIMED_COMMAND = re.compile(r"make (?:run|test)\b")
-# Times beside make run or make test that are settings, not measurements: (page, the text that holds one).
-SETTINGS = [(BENCH_PAGE, "full fine-tuning skipped by a 1 s budget")]
+# A time ("4.8 minutes", "290 s", "2m 49s"), counted where its paragraph (or list item, or table row) names the local
+# run (TIMED_COMMAND), and, on the pages of MEASURED_ELSEWHERE, where its sentence is about compiling (COMPILING).
+TIME = re.compile(r"\d[\d,.]*(?:\s*(?:[–-]|to)\s*\d[\d,.]*)?\s+(?:minutes?|min|seconds?|s)\b|\b\d+m\s*\d+s\b")
+TIMED_COMMAND = re.compile(r"make (?:run|test)\b|pipelines[./]run\b|\blocal runs?\b", re.I)
+COMPILING = re.compile(r"compil", re.I)
+# A time right after these words is a limit someone set ("times out after 30 minutes"), not a measurement. Other
+# settings that look like measurements are listed in SETTINGS.
+LIMIT = re.compile(
+    r"(?:times?\s+out\s+after|timeout(?:\s+of)?|limit(?:\s+of)?|at\s+most|up\s+to)\s+(?:about\s+)?$", re.I
+)
+# A ratio, measured: "2.83×", "1.83–1.88×", "3.06x". Not a product, which has spaces ("128 × 128", "4 × the
+# blocks"), nor a version ("3.x").
+RATIO = re.compile(r"\d(?:[\d,.]*\d)?(?:\s*(?:[–-]|to)\s*\d(?:[\d,.]*\d)?)?[×x](?!\w)")
+# Where a ratio, or a time in a sentence about compiling, is a measurement quoted from elsewhere: every page but
+# docs/benchmarks.md, the measured record, whose tables are the source (its prose is covered by QUOTES), and
+# docs/contributing.md, which tells how to quote. (local.md's record of make run's times is left out by _blocks.)
+MEASURED_ELSEWHERE = (
+    "README.md",
+    "docs/index.md",
+    "docs/architecture.md",
+    "docs/getting-started/*.md",
+    "docs/stages/*.md",
+    "docs/guides/*.md",
+)
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`*\[(\"])")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A figure that looks like a measurement but is a setting, a default or a limit: ``text`` on ``page``."""
+
+    page: str
+    text: str  # the words around the figure, as the page writes them
+    why: str
+
+
+SETTINGS = [
+    Setting(BENCH_PAGE, "full fine-tuning skipped by a 1 s budget", "the CPU mode's --budget, beside make test"),
+]
 
 
 def pages() -> dict[str, str]:
@@ -536,68 +660,105 @@ def pages() -> dict[str, str]:
 
 
 def misquoted(quotes: Sequence[Quote], texts: Mapping[str, str]) -> list[str]:
-    """Each quote its page does not say as its results file gives it, with what the page says there instead."""
-    found = []
+    """Each quote its page does not say as its source gives it, with what the page says there instead, and each
+    copy of a quoted sentence whose figures are not its source's.
+
+    Quotes of one text on one page (the two tokenise tables) are judged together: every copy of the text must give
+    the figures of one of them, and each of them must be on the page."""
+    groups: dict[tuple[str, str], list[Quote]] = {}
     for quote in quotes:
-        expected, page = quote.expected(), normalised(texts.get(quote.page, ""))
-        if expected in page:
-            continue
-        said = re.search(_figure_pattern(quote.text), page) if quote.text.strip("{} ") else None
-        instead = f"; the page says {', '.join(said.groups())}" if said else "; the text is not on the page"
-        found.append(f"{quote.page}: {expected!r} (from benchmarks/{_where(quote.source)}){instead}")
+        groups.setdefault((quote.page, normalised(quote.text)), []).append(quote)
+    flat = {name: normalised(text) for name, text in texts.items()}
+    found = []
+    for (name, _), group in groups.items():
+        page = flat.get(name, "")
+        wanted = {tuple(quote.values()) for quote in group}
+        wildcard = group[0].wildcard()
+        wrong = [said.groups() for said in wildcard.finditer(page) if said.groups() not in wanted] if wildcard else []
+        for quote in group:
+            if quote.found_in(page):
+                continue
+            instead = f"; the page says {', '.join(wrong.pop(0))}" if wrong else "; the text is not on the page"
+            found.append(f"{name}: {quote.expected()!r} (from {_where(quote.source)}){instead}")
+        for said in wrong:
+            sources = " or ".join(f"{', '.join(figures)}" for figures in sorted(wanted))
+            found.append(
+                f"{name}: {group[0].text!r} is on the page more than once, and one copy says {', '.join(said)} "
+                f"where {' or '.join(sorted({_where(quote.source) for quote in group}))} gives {sources}"
+            )
     return found
 
 
-def _figure_pattern(text: str) -> str:
-    """The quote's text with any figure in place of each ``{}``: to say what the page quotes instead."""
-    return r"([^\s|]+)".join(re.escape(part) for part in normalised(text).split("{}"))
-
-
 def _where(source: str) -> str:
-    return source if source.endswith(".py") else f"results/{source}"
+    if source.endswith(".md"):
+        return source
+    return f"benchmarks/{source}" if source.endswith(".py") else f"benchmarks/results/{source}"
 
 
 def unlisted(quotes: Sequence[Quote], texts: Mapping[str, str]) -> list[str]:
-    """Each throughput, and each time in a paragraph about make run or make test, that no quote covers.
+    """Each measurement no quote covers: a throughput; a time in a paragraph about the local run (``make run``,
+    ``make test``, ``pipelines.run``); and on the pages of ``MEASURED_ELSEWHERE`` a ratio, or a time in a sentence
+    about compiling.
 
-    Times are exempt in the section that records them (``TIMES_RECORD``) and where ``SETTINGS`` lists them;
-    throughputs have no exemption."""
+    Times are exempt in the section that records them (``TIMES_RECORD``); a figure ``SETTINGS`` lists is exempt
+    anywhere; throughputs have no exemption but a quote."""
+    flat = {name: normalised(text) for name, text in texts.items()}
     covered: dict[str, list[tuple[int, int]]] = {}
-    allowed = [(quote.page, quote.expected()) for quote in quotes] + [
-        (page, normalised(text)) for page, text in SETTINGS
-    ]
-    for page, expected in allowed:
-        text = normalised(texts.get(page, ""))
-        covered.setdefault(page, []).extend(
-            (match.start(), match.end()) for match in re.finditer(re.escape(expected), text)
+    for quote in quotes:
+        covered.setdefault(quote.page, []).extend(quote.found_in(flat.get(quote.page, "")))
+    for setting in SETTINGS:
+        covered.setdefault(setting.page, []).extend(
+            match.span() for match in re.finditer(re.escape(normalised(setting.text)), flat.get(setting.page, ""))
         )
     found = []
     for name, text in texts.items():
-        spans, flat_page = covered.get(name, []), normalised(text)
+        spans, flat_page = covered.get(name, []), flat[name]
+        elsewhere = any(fnmatch(name, pattern) for pattern in MEASURED_ELSEWHERE)
         for block in _blocks(name, text):
-            figures = list(THROUGHPUT.finditer(block))
-            if TIMED_COMMAND.search(block):
-                figures += TIME.finditer(block)
             offset = flat_page.find(block)
-            for figure in figures:
+            for figure in measurements(block, elsewhere):
                 start, end = offset + figure.start(), offset + figure.end()
                 if not any(low <= start and end <= high for low, high in spans):
                     found.append(f"{name}: {figure.group()!r} in {_around(block, figure)!r}")
     return found
 
 
+def measurements(block: str, elsewhere: bool) -> list[re.Match[str]]:
+    """The figures of one paragraph that are measurements (``elsewhere``: on a page of ``MEASURED_ELSEWHERE``),
+    in the order they appear."""
+    times: list[re.Match[str]] = []
+    if TIMED_COMMAND.search(block):
+        times += TIME.finditer(block)
+    if elsewhere:
+        for start, end in _sentences(block):
+            if COMPILING.search(block, start, end):
+                times += TIME.finditer(block, start, end)
+    figures = [*THROUGHPUT.finditer(block), *(RATIO.finditer(block) if elsewhere else [])]
+    figures += [time for time in times if not LIMIT.search(block, 0, time.start())]
+    unique = {figure.span(): figure for figure in figures}
+    return [unique[span] for span in sorted(unique)]
+
+
+def _sentences(block: str) -> list[tuple[int, int]]:
+    """Where each sentence of the paragraph starts and ends."""
+    starts = [0, *(end.end() for end in SENTENCE_END.finditer(block))]
+    ends = [end.start() for end in SENTENCE_END.finditer(block)] + [len(block)]
+    return list(zip(starts, ends))
+
+
 def _around(block: str, figure: re.Match[str], width: int = 60) -> str:
     return block[max(0, figure.start() - width) : figure.end() + width]
 
 
-def _blocks(name: str, text: str) -> list[str]:
-    """The page's paragraphs and list items, whitespace normalised, less the section that records make run's and
-    make test's times: a time counts as theirs when its paragraph names them ("it takes 5 to 8 minutes" follows
-    the sentence that says what "it" is)."""
+@cache
+def _blocks(name: str, text: str) -> tuple[str, ...]:
+    """The page's paragraphs, list items and table rows, whitespace normalised, less the section that records
+    make run's and make test's times: a time counts as theirs when its paragraph names them ("it takes 5 to 8
+    minutes" follows the sentence that says what "it" is)."""
     page, heading = TIMES_RECORD
     if name == page and heading in text:
         before, after = text.split(heading, 1)
         rest = after.split("\n## ", 1)
         text = before + ("\n## " + rest[1] if len(rest) > 1 else "")
-    blocks = re.split(r"\n\s*\n|\n\s*(?=[-*] |\d+\. )", text)
-    return [normalised(block) for block in blocks if block.strip()]
+    blocks = re.split(r"\n\s*\n|\n\s*(?=[-*] |\d+\. |\|)", text)
+    return tuple(normalised(block) for block in blocks if block.strip())

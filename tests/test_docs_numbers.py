@@ -1,8 +1,9 @@
-"""The figures the docs quote are the results files' figures, and no page states a measurement of its own.
+"""The figures the docs quote are the results files' (or the record's) figures, and no page states a measurement
+of its own.
 
-``tests/docs_numbers.py`` lists each quote (page, text, results file, formula). A quote that no longer matches
-its file, a page edited by hand, or a new figure typed onto a page without an entry fails here, naming the page,
-the text and what the results file gives.
+``tests/docs_numbers.py`` lists each quote (page, text, source, formula). A quote that no longer matches its
+source, a page edited by hand (one copy of a sentence, or one digit more), or a new figure typed onto a page
+without an entry fails here, naming the page, the text and what the source gives.
 """
 
 from __future__ import annotations
@@ -12,13 +13,18 @@ import re
 import pytest
 from docs_numbers import (
     BENCH_PAGE,
+    EVALUATE_PAGE,
     GPU_CHECK_3B,
     QUOTES,
+    RECORD_QUOTES,
     RESULTS,
     TIMES_RECORD,
+    TRAIN_PAGE,
     Quote,
+    load,
     misquoted,
     pages,
+    section,
     unlisted,
 )
 
@@ -107,3 +113,136 @@ def test_a_time_beside_make_run_outside_the_record_is_named():
     page, heading = TIMES_RECORD
     texts[page] = texts[page].replace(heading, "## How long it took")
     assert any(line.startswith(f"{page}: '4.8 minutes'") for line in unlisted(QUOTES, texts))
+
+
+# --- a figure is the whole number, on every copy of its sentence ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("page", "right", "wrong", "said"),
+    [
+        (BENCH_PAGE, "steps, 0.056 nats at step 3, before", "steps, 10.056 nats at step 3, before", "10.056"),
+        (BENCH_PAGE, "steps, 0.056 nats at step 3, before", "steps, 0.0567 nats at step 3, before", "0.0567"),
+        (TRAIN_PAGE, "trained at 16,436 tokens/s", "trained at 116,436 tokens/s", "116,436"),
+        (TRAIN_PAGE, "trained at 16,436 tokens/s", "trained at 16,436,1 tokens/s", "16,436,1"),
+        (TRAIN_PAGE, "29 graphs, 346 s of compiling", "29 graphs, 346.5 s of compiling", "346.5"),
+        (TRAIN_PAGE, "2.83× `sdpa`", "12.83× `sdpa`", "12.83"),
+    ],
+)
+def test_a_digit_added_to_a_figure_is_a_different_figure(page, right, wrong, said):
+    """The reviewer's case: "0.056 nats at step 3" made "10.056 nats at step 3" contains the right text, and
+    passed. A figure now stands alone: no digit, decimal point and digits, or digit-group comma beside it."""
+    texts = pages()
+    flat = " ".join(texts[page].split())
+    assert flat.count(right) == 1, f"the page no longer says {right!r}: choose another example"
+    texts[page] = flat.replace(right, wrong)
+    found = misquoted(QUOTES, texts)
+    assert len(found) == 1 and found[0].startswith(f"{page}: "), found
+    assert said in found[0].split("; the page says ")[1].split(", ")
+
+
+def test_every_copy_of_a_quoted_sentence_must_give_the_figures():
+    """A sentence quoted twice on a page (a summary repeating it) was checked only for one right copy."""
+    texts = pages()
+    sentence = "averaged 272 tokens/s."
+    assert sentence in " ".join(texts[BENCH_PAGE].split())
+    copy = "**Compiling takes about 346 s before the first step** (29 graphs, `compile.seconds` in the results): for "
+    copy += "this 25-step check the whole run averaged {} tokens/s."
+    texts[BENCH_PAGE] += "\n\nAgain: " + copy.format(272) + "\n"
+    assert misquoted(QUOTES, texts) == [], "a second, right copy is fine"
+    texts[BENCH_PAGE] += "\n\nAnd: " + copy.format(999) + "\n"
+    (found,) = misquoted(QUOTES, texts)
+    assert found.startswith(f"{BENCH_PAGE}: '**Compiling takes about {{}} s")
+    assert "more than once, and one copy says 346, 29, 999" in found and found.endswith("gives 346, 29, 272")
+
+
+def test_the_two_tokenise_tables_share_their_rows_text_and_each_keeps_its_own_figures():
+    """Both tables have the row "(c) tokenise step, 2 workers": each results file's figure must be on the page,
+    and no copy may give a third."""
+    texts = pages()
+    row = "| (c) tokenise step, 2 workers | {} | 1.00x |"
+    assert texts[BENCH_PAGE].count(row.format(771)) == texts[BENCH_PAGE].count(row.format(909)) == 1
+    swapped = dict(texts, **{BENCH_PAGE: texts[BENCH_PAGE].replace(row.format(909), row.format(771))})
+    (found,) = misquoted(QUOTES, swapped)
+    assert "| 909 | 1.00x |" in found and found.endswith("the text is not on the page")
+    third = dict(texts, **{BENCH_PAGE: texts[BENCH_PAGE] + "\n" + row.format(800) + "\n"})
+    (found,) = misquoted(QUOTES, third)
+    assert "one copy says 800" in found
+
+
+# --- a quote from the record of a measurement with no results file ---------------------------------------------
+
+
+def test_a_quote_may_take_its_figure_from_the_record():
+    """The evaluate page states make run's evaluation time, which has no results file, as the record states it."""
+    (quote,) = [quote for quote in RECORD_QUOTES if quote.page == EVALUATE_PAGE]
+    page, heading = TIMES_RECORD
+    assert quote.source == page and quote.values() == ["1m 24s"]
+    record = load(page)
+    assert quote.figures(record.replace("evaluation 1m 24s with", "evaluation 1m 31s with")) == ["1m 31s"]
+    assert "evaluation 1m 24s with" in section(record, heading) and "## S3" not in section(record, heading)
+    texts = pages()
+    texts[EVALUATE_PAGE] = " ".join(texts[EVALUATE_PAGE].split()).replace("step took 1m 24s", "step took 1m 31s")
+    (found,) = misquoted(QUOTES, texts)
+    assert found.startswith(f"{EVALUATE_PAGE}: ") and f"(from {page})" in found
+    assert found.endswith("the page says 1m 31s")
+
+
+def test_a_record_that_no_longer_states_the_figure_says_so():
+    (quote,) = RECORD_QUOTES
+    with pytest.raises(AssertionError, match="no longer states"):
+        quote.figures(load(TIMES_RECORD[0]).replace("with the benchmarks", "with benchmarks"))
+
+
+# --- ratios, compile times and local-run times are measurements too --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("page", "added", "figures"),
+    [
+        (
+            "README.md",
+            "LoRA trains at 3.50× sdpa here; compiling takes about 999 s before the first step.",
+            ["3.50×", "999 s"],
+        ),
+        ("README.md", "`python -m pipelines.run` takes 20 minutes on two cores.", ["20 minutes"]),
+        ("README.md", "A local run takes 9 to 12 minutes.", ["9 to 12 minutes"]),
+        ("docs/stages/train.md", "Liger is 1.27x faster for LoRA.", ["1.27x"]),
+        ("docs/guides/kueue-and-sizing.md", "On two GPUs the step took 1.83–1.88× as long.", ["1.83–1.88×"]),
+        ("docs/stages/train.md", "The 3B model's blocks compile in 5.8 minutes.", ["5.8 minutes"]),
+        ("docs/index.md", "`make test` took 2m 30s.", ["2m 30s"]),
+        ("docs/getting-started/openshift-ai.md", "The train step compiled its blocks for 400 s.", ["400 s"]),
+    ],
+)
+def test_a_ratio_a_compile_time_or_a_local_runs_time_typed_onto_a_page_is_named(page, added, figures):
+    texts = pages()
+    texts[page] += f"\n{added}\n"
+    flagged = [line for line in unlisted(QUOTES, texts) if added[:30] in line]
+    assert flagged == [f"{page}: {figure!r} in {around(added, figure)!r}" for figure in figures]
+
+
+def around(added: str, figure: str, width: int = 60) -> str:
+    start = added.index(figure)
+    return added[max(0, start - width) : start + len(figure) + width]
+
+
+@pytest.mark.parametrize(
+    ("page", "added"),
+    [
+        ("docs/stages/train.md", "The trainer's compile step times out after 30 minutes."),
+        ("docs/stages/train.md", "`training_timeout_minutes` (720) bounds the compiled run; 8 GiB per CPU."),
+        ("docs/stages/train.md", "Each 128 × 128 block is compiled; the limit is 4 × the number of blocks."),
+        ("README.md", "On OpenShift AI 3.x the job is a TrainJob; 2.x runs a PyTorchJob for 30 minutes at most."),
+        ("docs/benchmarks.md", "Compiling took 346 s, 2.83× sdpa."),  # the record: its tables are the source
+        ("docs/guides/security.md", "Every request times out after 30 s, 1.5x the registry's own."),  # not local
+    ],
+)
+def test_settings_products_versions_and_the_record_are_not_measurements_to_quote(page, added):
+    """A timeout, a default, a product in a formula or a version number is not flagged; only the time rule of
+    a paragraph about the local run, and ratios and compile times outside the record, are."""
+    texts = pages()
+    texts[page] += f"\n{added}\n"
+    flagged = [line for line in unlisted(QUOTES, texts) if added[:30] in line]
+    assert flagged == [] or page == "docs/guides/security.md"
+    if page == "docs/guides/security.md":
+        assert flagged == [f"{page}: '1.5x' in {added!r}"], "a ratio is flagged, the timeout is not"

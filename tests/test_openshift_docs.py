@@ -16,16 +16,21 @@ import functools
 import importlib
 import re
 import shlex
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
 from conftest import REPO_ROOT
 
+from common.errors import UserError
 from components.run_form.command_line import checked_overrides
 from components.run_form.table import RUN_PARAMETERS
 from components.serving.options import pull_secret_volume
+from components.training.api_server import require_kind
+from components.training.kinds import KINDS
 from pipelines.compile import DEFAULT_OUTPUT
 from pipelines.cron import validate_cron
 
@@ -59,6 +64,7 @@ class Mount:
     keys: set[str] = field(default_factory=set)  # the keys mapped to environment variables (none for a file mount)
     steps: set[str] = field(default_factory=set)  # the steps' names as the run graph shows them
     optional: bool = True
+    kinds: set[str] = field(default_factory=set)  # secretAsEnv, secretAsVolume: how the steps mount it
 
 
 @dataclass(frozen=True)
@@ -104,6 +110,7 @@ def compiled_mounts(path: Path) -> dict[tuple[str, str], Mount]:
                 mount.keys |= {pair["secretKey"] for pair in entry.get("keyToEnv") or []}
                 mount.steps.add(step)
                 mount.optional &= bool(entry.get("optional"))
+                mount.kinds.add(kind)
     return mounts
 
 
@@ -191,6 +198,113 @@ def test_every_secret_mount_is_optional_as_the_page_says_for_openshift_ai_3():
         assert required == [], f"{compiled.name} mounts these Secrets without optional: {required}"
 
 
+# --- (a2) The Secrets to create on OpenShift AI 2.22 to 2.25 --------------------------------------------------------
+
+SECRETS_SECTION = re.compile(r"^## \d+\. Secrets\n(.*?)(?=^## )", re.S | re.M)
+CREATE_SECRET = ["oc", "create", "secret", "generic"]
+LITERAL = "--from-literal="
+NUMBER_WORDS = {number: word for number, word in enumerate("zero one two three four five six seven eight nine".split())}
+
+
+@dataclass(frozen=True)
+class Created:
+    name: str
+    keys: tuple[str, ...]
+    values: tuple[str, ...]
+
+
+def secret_commands(text: str) -> list[Created]:
+    """Each ``oc create secret generic NAME ... --from-literal=KEY=VALUE`` of the Secrets section's block (the one
+    the page gives for OpenShift AI 2.22 to 2.25), in order."""
+    section = SECRETS_SECTION.search(text)
+    assert section, "the page has no '## N. Secrets' section"
+    blocks = [
+        block for block in re.findall(r"^```\w*\n(.*?)^```", section[1], re.S | re.M) if "--from-literal" in block
+    ]
+    assert len(blocks) == 1, f"expected one block of oc create secret commands in the Secrets section: {blocks}"
+    created = []
+    for line in blocks[0].replace("\\\n", " ").splitlines():
+        words = shlex.split(line, comments=True)
+        if not words:
+            continue
+        assert words[:4] == CREATE_SECRET, f"the block holds something other than {shlex.join(CREATE_SECRET)}: {line}"
+        pairs = [word.removeprefix(LITERAL).partition("=") for word in words if word.startswith(LITERAL)]
+        created.append(Created(words[4], tuple(key for key, _, _ in pairs), tuple(value for _, _, value in pairs)))
+    return created
+
+
+def secret_command_problems(mounts: dict[tuple[str, str], Mount], created: list[Created]) -> list[str]:
+    """What the block gets wrong about ``mounts``: a Secret mapped to environment variables (secretAsEnv) that it
+    does not create exactly once with every key; a Secret it creates that no step maps to environment variables
+    (a files-only mount stays optional on 2.22 to 2.25, so creating it is not needed); a value that is not empty."""
+    env = {name: mount.keys for (_, name), mount in mounts.items() if "secretAsEnv" in mount.kinds}
+    files_only = {name for (_, name), mount in mounts.items() if mount.kinds == {"secretAsVolume"}}
+    counts = Counter(secret.name for secret in created)
+    problems = []
+    for name, keys in sorted(env.items()):
+        if counts[name] != 1:
+            problems.append(f"{name}: created {counts[name]} times, once is needed (its steps map it to env)")
+            continue
+        (secret,) = [secret for secret in created if secret.name == name]
+        if missing := keys - set(secret.keys):
+            problems.append(f"{name}: the command lacks the keys {sorted(missing)}")
+        if extra := set(secret.keys) - keys:
+            problems.append(f"{name}: the command creates keys no step maps: {sorted(extra)}")
+        if repeated := [key for key, count in Counter(secret.keys).items() if count > 1]:
+            problems.append(f"{name}: the command gives {repeated} more than once")
+        if any(secret.values):
+            problems.append(f"{name}: the page's command carries a value; it creates the Secret empty")
+    for name in sorted(set(counts) - set(env)):
+        why = "a files-only mount, optional on every version" if name in files_only else "no step maps it to env"
+        problems.append(f"{name}: created, but {why}")
+    return problems
+
+
+@pytest.mark.parametrize("compiled", COMPILED, ids=lambda path: path.name)
+def test_the_secret_commands_for_openshift_ai_2_create_every_env_mounted_secret_with_every_key(compiled):
+    """On 2.22 to 2.25 a Secret mapped to environment variables must exist with every key before its step starts,
+    else the step waits in CreateContainerConfigError: the page's block must create each such Secret once, with
+    its full key set, and no files-only mount. The sentence before it counts them."""
+    mounts = compiled_mounts(compiled)
+    env = [name for (_, name), mount in mounts.items() if "secretAsEnv" in mount.kinds]
+    assert env and all(env), f"an env-mounted Secret has no default name, which the block cannot create: {mounts}"
+    assert secret_command_problems(mounts, secret_commands(page())) == []
+    assert f"create the {NUMBER_WORDS[len(env)]} others" in " ".join(page().split())
+
+
+def without_key(text: str, name: str, key: str) -> str:
+    """The page with ``--from-literal=KEY=`` taken out of the command that creates ``name`` (and no other)."""
+    start = text.index(f"oc create secret generic {name} ")
+    end = text.find("oc create secret", start + 1)
+    end = len(text) if end < 0 else end
+    command = text[start:end]
+    assert f" {LITERAL}{key}=" in command
+    return text[:start] + command.replace(f" {LITERAL}{key}=", "", 1) + text[end:]
+
+
+def test_the_secret_command_check_fails_without_any_one_key_or_command_and_with_a_files_only_secret():
+    """The check above proves something only if it notices: each key taken out of its command, each command taken
+    out of the block, a command given twice, a files-only Secret created, and a value filled in."""
+    mounts = compiled_mounts(COMPILED[0])
+    created = secret_commands(page())
+    for secret in created:
+        for key in secret.keys:
+            problems = secret_command_problems(mounts, secret_commands(without_key(page(), secret.name, key)))
+            assert problems == [f"{secret.name}: the command lacks the keys {[key]}"], (secret.name, key)
+        problems = secret_command_problems(mounts, [other for other in created if other != secret])
+        assert problems == [f"{secret.name}: created 0 times, once is needed (its steps map it to env)"]
+        problems = secret_command_problems(mounts, [*created, secret])
+        assert problems == [f"{secret.name}: created 2 times, once is needed (its steps map it to env)"]
+    files_only = Created("oci-connection-models", (".dockerconfigjson",), ("",))
+    assert secret_command_problems(mounts, [*created, files_only]) == [
+        "oci-connection-models: created, but a files-only mount, optional on every version"
+    ]
+    filled = page().replace("--from-literal=HF_TOKEN=", "--from-literal=HF_TOKEN=hf_abc", 1)
+    assert secret_command_problems(mounts, secret_commands(filled)) == [
+        "hf-read-token: the page's command carries a value; it creates the Secret empty"
+    ]
+
+
 # --- (b) The first run's parameters ------------------------------------------------------------------------------
 
 
@@ -236,6 +350,90 @@ def test_the_first_run_is_the_small_run_the_page_promises():
     assert 0 < values["max_steps"] <= 50
     assert values["benchmark_tasks"] == ""
     assert values["hub_repo_id"] == "" and values["dataset_uri"] == ""  # a dry run on the bundled sample
+
+
+def backend_problems(text: str) -> list[str]:
+    """What the page gets wrong about the training backend on OpenShift AI 3.x: the run form's default is
+    pytorchjob, so 3.x must be told to set trainjob (in the prerequisites, and at the first run's form), the first
+    run must set it, and the error the page quotes must be the train step's own on a cluster without PyTorchJob."""
+    flat, problems = " ".join(text.split()), []
+    default = {parameter.name: parameter.default for parameter in RUN_PARAMETERS}["training_backend"]
+    for needed in (
+        f"its default, `{default}`, is for 2.22 to 2.25",
+        "every run **must** set `training_backend` to `trainjob`",
+        "On OpenShift AI 3.x `training_backend` **must** be `trainjob`",
+    ):
+        if needed not in flat:
+            problems.append(f"the page does not say {needed!r}")
+    if "--param training_backend=trainjob" not in shlex.join(first_run_words(text)):
+        problems.append("the first run does not set training_backend=trainjob")
+    unserved = SimpleNamespace(get_api_resources=lambda *args, **kwargs: SimpleNamespace(resources=[]))
+    said = "nothing: it accepted a cluster that serves no PyTorchJob"
+    try:
+        require_kind(SimpleNamespace(custom=unserved, namespace="project"), KINDS["pytorchjob"])
+    except UserError as refused:
+        said = str(refused)
+    quoted = re.findall(r"`(This cluster does not serve [^`]+)`", flat)
+    if len(quoted) != 1 or quoted[0] not in said or "set the backend parameter to trainjob" not in said:
+        problems.append(f"the page quotes {quoted} where the train step says {said!r}")
+    return problems
+
+
+def test_openshift_ai_3_must_train_with_trainjob_and_the_page_says_what_pytorchjob_does_there():
+    assert backend_problems(page()) == []
+
+
+@pytest.mark.parametrize(
+    ("right", "wrong"),
+    [
+        ("every run **must** set `training_backend`", "every run should set `training_backend`"),
+        ("On OpenShift AI 3.x `training_backend` **must** be", "On OpenShift AI 3.x `training_backend` may be"),
+        ("--param training_backend=trainjob", "--param training_backend=pytorchjob"),
+        (
+            "`This cluster does not serve\n  PyTorchJob (pytorchjobs",
+            "`This cluster does not serve\n  PyTorchJobs (pytorchjobs",
+        ),
+    ],
+)
+def test_the_backend_check_fails_on_a_wrong_word(right, wrong):
+    assert right in page()
+    assert len(backend_problems(page().replace(right, wrong, 1))) == 1
+
+
+def compiled_step_names() -> set[str]:
+    """The task names of every DAG in the compiled pipelines, as the run graph shows them (store-model-2 is a
+    second store-model)."""
+    names: set[str] = set()
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("tasks"), dict):
+                names.update(re.sub(r"-\d+$", "", name) for name in node["tasks"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    for compiled in COMPILED:
+        for document in yaml.safe_load_all(compiled.read_text()):
+            walk(document)
+    return names
+
+
+def unknown_steps(text: str) -> set[str]:
+    """The steps the page sends the reader to ("the `resolve-storage-class` step's log") that the run graph does
+    not have."""
+    return set(re.findall(r"`([a-z]+(?:-[a-z]+)+)` step", " ".join(text.split()))) - compiled_step_names()
+
+
+def test_every_step_the_page_names_is_in_the_compiled_pipeline():
+    """A renamed step leaves the reader looking for a box the run graph does not show."""
+    assert {"resolve-storage-class", "workspace-pvc"} <= set(re.findall(r"`([a-z-]+)` step", page()))
+    assert unknown_steps(page()) == set()
+    assert unknown_steps(page().replace("`resolve-storage-class` step", "`check-storage-class` step")) == {
+        "check-storage-class"
+    }
 
 
 # --- (c) The commands ----------------------------------------------------------------------------------------------
