@@ -1,4 +1,5 @@
-"""Validate rendered manifests against the published CRD schemas in ``../shared/schemas``.
+"""Validate rendered manifests against the published CRD schemas, vendored in ``tests/schemas`` (its README says
+where each came from).
 
 The API server prunes fields a structural schema does not declare, silently: a
 misspelt ``nprocsPerNode`` would be dropped, not rejected. So besides the
@@ -15,13 +16,9 @@ from typing import Any
 
 import jsonschema
 import yaml
-from conftest import REPO_ROOT
 
-
-def shared_dir() -> Path:
-    """``../shared`` relative to the repository root: reference data shared by every checkout."""
-    return REPO_ROOT.parent / "shared"
-
+SCHEMAS = Path(__file__).resolve().parent / "schemas"
+"""The vendored upstream schemas: the CRDs, and the Model Registry API that tests/fake_model_registry.py serves."""
 
 SUBSCHEMA_KEYS = ("items", "additionalProperties", "not")
 SUBSCHEMA_LIST_KEYS = ("allOf", "anyOf", "oneOf")
@@ -48,8 +45,8 @@ def _closed(schema: dict[str, Any]) -> dict[str, Any]:
 
 @functools.cache
 def crd_validator(file_name: str) -> jsonschema.protocols.Validator:
-    """A validator for the (only) served version of the CRD in ``shared/schemas/<file_name>``."""
-    crd = yaml.safe_load((shared_dir() / "schemas" / file_name).read_text())
+    """A validator for the (only) served version of the CRD in ``tests/schemas/<file_name>``."""
+    crd = yaml.safe_load((SCHEMAS / file_name).read_text())
     (version,) = [v for v in crd["spec"]["versions"] if v.get("served", True)]
     schema = _closed(version["schema"]["openAPIV3Schema"])
     jsonschema.Draft7Validator.check_schema(schema)

@@ -3,7 +3,7 @@
 No Model Registry installs here (upstream runs it as a Go server in front of
 ML Metadata and a database), so this fake follows the upstream API instead:
 kubeflow/model-registry ``api/openapi/model-registry.yaml`` at v1alpha3 (the
-copy in ``../shared/schemas/model-registry-openapi.yaml``) and the behaviour of
+copy vendored in ``tests/schemas/model-registry-openapi.yaml``) and the behaviour of
 its Go server (``internal/server/openapi/api_model_registry_service_service.go``):
 find-by-name lookups answer 404 with an ``Error`` body when nothing matches,
 creation answers 201, PATCH replaces the fields it is sent (``customProperties``
@@ -26,16 +26,16 @@ import itertools
 import json
 import threading
 from http.server import BaseHTTPRequestHandler
-from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
 import yaml
 from openapi_core import OpenAPI
 from openapi_core.testing import MockRequest, MockResponse
 
+from tests.crd_schemas import SCHEMAS
 from tests.local_server import LocalServer
 
-SPEC = Path(__file__).resolve().parents[2] / "shared" / "schemas" / "model-registry-openapi.yaml"
+SPEC = SCHEMAS / "model-registry-openapi.yaml"
 PREFIX = "/api/model_registry/v1alpha3"
 NOW = "1764115200000"  # milliseconds since the epoch, as a string: the spec's createTimeSinceEpoch
 

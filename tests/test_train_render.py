@@ -1,7 +1,7 @@
 """``python -m pipelines.training_job render``: the training job a run would create, shown without a cluster.
 
-Each rendered manifest is validated against the published CRD schemas in
-``../shared/schemas`` (Training Operator v1.9.0, Trainer v2.3.0), for the job
+Each rendered manifest is validated against the published CRD schemas vendored in
+``tests/schemas`` (Training Operator v1.9.0, Trainer v2.3.0), for the job
 shapes users run: one CPU pod, two single-GPU pods, four 8-GPU pods, each with
 and without a Kueue queue and priority.
 """
