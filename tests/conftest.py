@@ -6,13 +6,51 @@ import gzip
 import json
 import subprocess
 import sys
+from collections.abc import Generator
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from outside_reads import OutsideReads, interpreter_dirs
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PUBLISHED = ("train.parquet", "eval.parquet", "rejects.jsonl", "stats.json")
+
+# --- No test reads beside the repository ---------------------------------------------------------
+# A file opened in the repository's parent directory (../<sibling>/...) fails the test or the collection
+# during which it was opened: a clone of the repository does not have it (tests/outside_reads.py).
+
+OUTSIDE_READS = OutsideReads(REPO_ROOT, allowed=interpreter_dirs())
+sys.addaudithook(OUTSIDE_READS.audit)  # for the rest of the process: an audit hook cannot be removed
+
+
+def fail_on_outside_reads(report: pytest.TestReport | pytest.CollectReport, where: str) -> None:
+    """Turn ``report`` into a failure naming the files opened beside the repository since the last report, if any."""
+    paths = OUTSIDE_READS.take()
+    if paths:
+        message = OUTSIDE_READS.message(where, paths)
+        report.longrepr = f"{message}\n\n{report.longrepr}" if report.failed else message
+        report.outcome = "failed"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Each phase of a test (setup, call, teardown) answers for the files opened while it ran."""
+    report = yield
+    fail_on_outside_reads(report, f"{item.nodeid} ({call.when})")
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+    """Collecting a test module answers for the files its import opened (a path read at module level)."""
+    report = yield
+    fail_on_outside_reads(report, f"collecting {collector.nodeid or 'the tests'}")
+    return report
 
 
 def write_jsonl(path: Path, lines, *, gz: bool | None = None) -> Path:
