@@ -102,7 +102,7 @@ test: install test-packages
 	$(PY) -m ruff format --check .
 	$(PY) -m ruff check .
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=20
 
 # After adding or changing a run parameter: the literal signatures KFP reads and the run-parameter
 # guide's table, then the pipeline YAML.
