@@ -33,6 +33,13 @@ def fail_on_outside_reads(report: pytest.TestReport | pytest.CollectReport, wher
         report.outcome = "failed"
 
 
+def pytest_report_header() -> str | None:
+    """Say at the top of the run when the guard cannot watch this checkout's layout, rather than pass quietly."""
+    if OUTSIDE_READS.off_because:
+        return f"reads beside the repository: not watched ({OUTSIDE_READS.off_because}); the static scan still runs"
+    return None
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo

@@ -25,6 +25,8 @@ import os
 import re
 import site
 import sys
+import sysconfig
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -35,9 +37,12 @@ FIX = (
 
 
 def interpreter_dirs() -> list[str]:
-    """The folders this interpreter reads its standard library and packages from, wherever they are."""
+    """The folders this interpreter reads its standard library and packages from, wherever they are: its
+    prefixes, and their library folders by name, which still count where a prefix is the repository's parent
+    itself (a checkout at /usr/local/app, with Python in /usr/local)."""
     prefixes = (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)
-    return [*prefixes, *site.getsitepackages(), site.getusersitepackages()]
+    libraries = [sysconfig.get_paths()[name] for name in ("stdlib", "platstdlib", "purelib", "platlib")]
+    return [*prefixes, *libraries, *site.getsitepackages(), site.getusersitepackages()]
 
 
 class OutsideReads:
@@ -46,9 +51,18 @@ class OutsideReads:
 
     def __init__(self, repo_root: Path, allowed: Iterable[str] = ()) -> None:
         self.repo_root = repo_root
-        self._inside = f"{repo_root}{os.sep}"
-        self._beside = f"{repo_root.parent}{os.sep}"
-        folders = {f"{os.path.normpath(folder)}{os.sep}" for folder in allowed}
+        self._inside = os.path.join(str(repo_root), "")
+        parent = str(repo_root.parent)
+        # In the filesystem's root or the temp directory, what lies beside the checkout is the system's folders or
+        # every test's scratch files (tmp_path, mkdtemp), which the guard cannot tell from a sibling checkout.
+        shared_parents = {repo_root.anchor, os.path.normpath(tempfile.gettempdir())}
+        self.off_because = (
+            f"the checkout's parent, {parent}, is the filesystem's root or the temp directory"
+            if parent in shared_parents
+            else None
+        )
+        self._beside = os.path.join(parent, "")
+        folders = {os.path.join(os.path.normpath(folder), "") for folder in allowed}
         self._allowed = tuple(
             folder for folder in folders if folder.startswith(self._beside) and folder != self._beside
         )
@@ -59,7 +73,7 @@ class OutsideReads:
 
     def audit(self, event: str, args: tuple) -> None:
         """The audit hook: records the path of an ``open`` event, normalised, that lies beside the repository."""
-        if event != "open" or not isinstance(args[0], (str, bytes, os.PathLike)):
+        if event != "open" or self.off_because or not isinstance(args[0], (str, bytes, os.PathLike)):
             return  # other events, and os.fdopen's file descriptors
         try:
             path = os.fsdecode(args[0])

@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -168,6 +169,28 @@ def test_the_hook_passes_files_in_the_repository_and_elsewhere(reads, tmp_path):
     assert opened(reads, *map(str, [*inside, *tool_state, *elsewhere]), 3) == []  # 3: os.fdopen's file descriptor
     reads.audit("os.listdir", (str(tmp_path / "sibling"),))
     assert reads.take() == []
+
+
+def test_library_folders_count_where_the_interpreters_prefix_is_the_checkouts_parent(tmp_path):
+    """A checkout at /usr/local/app with Python in /usr/local: the prefix is the parent itself, which cannot be
+    allowed (every sibling would be), but its library folders by name are."""
+    prefix = tmp_path / "usr-local"
+    (prefix / "app").mkdir(parents=True)
+    reads = OutsideReads(prefix / "app", allowed=[str(prefix), str(prefix / "lib" / "python3.12")])
+    library, sibling = prefix / "lib" / "python3.12" / "json" / "__init__.py", prefix / "shared" / "x.yaml"
+    assert opened(reads, str(library), str(sibling)) == [str(sibling)]
+
+
+@pytest.mark.parametrize("parent", ["/", tempfile.gettempdir()], ids=["filesystem-root", "temp-directory"])
+def test_a_checkout_in_the_root_or_the_temp_directory_is_not_watched_and_says_so(parent):
+    """There every test's scratch files, or the system's folders, lie beside the checkout: the guard stands down
+    and says why (the run's header shows it) instead of failing every tmp_path test."""
+    reads = OutsideReads(Path(parent) / "main")
+    assert reads.off_because == (
+        f"the checkout's parent, {os.path.normpath(parent)}, is the filesystem's root or the temp directory"
+    )
+    assert opened(reads, os.path.join(parent, "shared", "x.yaml")) == []
+    assert OutsideReads(Path(parent) / "ci" / "main").off_because is None
 
 
 class NotAPath:
