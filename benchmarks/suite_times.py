@@ -20,27 +20,34 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class TestTime:
-    """One test case of the report: its file, its name and its seconds (setup, call and teardown)."""
+    """One test case of the report: its file, its node id (what pytest takes to run it again) and its seconds
+    (setup, call and teardown)."""
 
     file: str
-    name: str
+    node_id: str
     seconds: float
 
 
 def read_report(path: Path) -> list[TestTime]:
-    """Every test case of a JUnit XML report as pytest writes it (``classname`` is the dotted module path)."""
+    """Every test case of a JUnit XML report as pytest writes it: ``classname`` is the dotted module path, then
+    any test classes (capitalised, as pytest collects them by default). A case of no class name (a collection
+    error) is left out: it is no test and took no test time."""
     cases = []
     for case in ElementTree.parse(path).iter("testcase"):
-        module = case.get("classname", "").split(".")
-        file = "/".join(part for part in module if not part[:1].isupper()) + ".py"  # drop a test class
-        cases.append(TestTime(file, case.get("name", ""), float(case.get("time", 0))))
+        parts = case.get("classname", "").split(".")
+        if parts == [""]:
+            continue
+        first_class = next((i for i, part in enumerate(parts) if part[:1].isupper()), len(parts))
+        file = "/".join(parts[:first_class]) + ".py"
+        node_id = "::".join([file, *parts[first_class:], case.get("name", "")])
+        cases.append(TestTime(file, node_id, float(case.get("time", 0))))
     return cases
 
 
 def slowest_table(cases: Sequence[TestTime], count: int) -> list[str]:
     lines = ["| seconds | test |", "| ---: | --- |"]
     for case in sorted(cases, key=lambda case: -case.seconds)[:count]:
-        lines.append(f"| {case.seconds:.1f} | `{case.file}::{case.name}` |")
+        lines.append(f"| {case.seconds:.1f} | `{case.node_id}` |")
     return lines
 
 
@@ -50,11 +57,11 @@ def by_file_table(cases: Sequence[TestTime]) -> list[str]:
     for case in cases:
         seconds[case.file] += case.seconds
         tests[case.file] += 1
-    total = sum(seconds.values())
+    total = sum(seconds.values()) or 1.0  # a report of no timed test still prints its table
     lines = ["| seconds | share | tests | file |", "| ---: | ---: | ---: | --- |"]
     for file in sorted(seconds, key=lambda file: -seconds[file]):
         lines.append(f"| {seconds[file]:.0f} | {seconds[file] / total:.1%} | {tests[file]} | `{file}` |")
-    lines.append(f"| {total:.0f} | 100% | {len(cases)} | all |")
+    lines.append(f"| {sum(seconds.values()):.0f} | 100% | {len(cases)} | all |")
     return lines
 
 
