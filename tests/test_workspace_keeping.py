@@ -73,8 +73,9 @@ def test_keep_pvc_takes_only_its_three_values():
     ],
     ids=["auto-nowhere", "auto-hub", "auto-s3-oci", "true", "false", "existing-pvc"],
 )
-def test_auto_keeps_the_pvc_exactly_when_it_holds_the_only_copy(setting, kept, says):
-    """auto deletes the PVC only once the model is somewhere else; the step's log line says which way it went."""
+def test_the_first_step_decides_and_says_whether_the_pvc_outlives_the_run(setting, kept, says):
+    """auto deletes the PVC only once the model is somewhere else, true keeps it, false deletes it, and a PVC the
+    user named is never deleted; the step's log line says which way it went."""
     keep, line = keeps_workspace(defaults(**setting))
     assert keep is kept
     assert line.startswith("workspace PVC (on a cluster): ")
