@@ -97,12 +97,16 @@ test-packages:
 		|| { apt-get update && apt-get install -y --no-install-recommends $$missing; }; \
 	fi
 
+# The suite runs in $(TEST_WORKERS) processes (pytest-xdist), one per core of the 2-core CI hosts; each gets its
+# share of the cores for torch's threads (tests/process_settings.py). TEST_WORKERS=4 on a bigger machine.
+TEST_WORKERS ?= 2
+
 # The docs site fails on a broken link, a missing page or an anchor that is not there (strict).
 test: install test-packages
 	$(PY) -m ruff format --check .
 	$(PY) -m ruff check .
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
-	$(PY) -m pytest --durations=20
+	$(PY) -m pytest -n $(TEST_WORKERS) --durations=20
 
 # After adding or changing a run parameter: the literal signatures KFP reads and the run-parameter
 # guide's table, then the pipeline YAML.

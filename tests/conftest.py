@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Generator
 from pathlib import Path
 
+import process_settings
 import pyarrow.parquet as pq
 import pytest
+import worker_groups
 from outside_reads import OutsideReads, interpreter_dirs
+from shared_builds import build_once
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PUBLISHED = ("train.parquet", "eval.parquet", "rejects.jsonl", "stats.json")
@@ -31,6 +35,18 @@ def fail_on_outside_reads(report: pytest.TestReport | pytest.CollectReport, wher
         message = OUTSIDE_READS.message(where, paths)
         report.longrepr = f"{message}\n\n{report.longrepr}" if report.failed else message
         report.outcome = "failed"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Share the cores among xdist's workers and keep freed memory (tests/process_settings.py). The controller runs
+    this before it starts the workers, which inherit the environment it sets."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT") or getattr(config.option, "numprocesses", None) or 1
+    process_settings.apply(int(workers))
+    worker_groups.configure(config, int(workers))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    worker_groups.unconfigure()
 
 
 def pytest_report_header() -> str | None:
@@ -165,7 +181,7 @@ def smollm2_dir(tmp_path_factory) -> Path:
     """SmolLM2-135M-Instruct materialised once per test session into a private cache."""
     from components.local_model import local_base_model
 
-    return local_base_model(cache_dir=tmp_path_factory.mktemp("model-cache"))
+    return local_base_model(cache_dir=build_once(tmp_path_factory, "model-cache", local_base_model))
 
 
 def tiny_shape(tokenizer) -> dict:
@@ -201,9 +217,12 @@ def tiny_model_dir(smollm2_dir, tmp_path_factory) -> Path:
     """A 2-layer, 64-wide Llama sharing SmolLM2's tokenizer, chat template and special tokens."""
     from transformers import AutoTokenizer, LlamaConfig
 
-    tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
-    config = LlamaConfig(**tiny_shape(tokenizer), num_hidden_layers=2, tie_word_embeddings=True)
-    return save_tiny_model(config, tokenizer, tmp_path_factory.mktemp("tiny-model"))
+    def build(target: Path) -> None:
+        tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
+        config = LlamaConfig(**tiny_shape(tokenizer), num_hidden_layers=2, tie_word_embeddings=True)
+        save_tiny_model(config, tokenizer, target)
+
+    return build_once(tmp_path_factory, "tiny-model", build)
 
 
 @pytest.fixture(scope="session")
@@ -213,9 +232,9 @@ def prepared_data_dir(tmp_path_factory) -> Path:
     from components.dataprep.prepare import prepare
     from components.sample_data import bundled_dataset_path
 
-    target = tmp_path_factory.mktemp("prepared")
-    prepare(str(bundled_dataset_path()), target, PrepareOptions())
-    return target
+    return build_once(
+        tmp_path_factory, "prepared", lambda target: prepare(str(bundled_dataset_path()), target, PrepareOptions())
+    )
 
 
 def tokenised(
@@ -249,11 +268,12 @@ def gguf_models(smollm2_dir, tmp_path_factory) -> dict[str, Path]:
     """Checkpoint directory per architecture name: smollm2 (Llama), smollm3, qwen2, qwen3, mistral."""
     from tests.gguf_models import ARCHITECTURES, build_tiny_model
 
-    root = tmp_path_factory.mktemp("gguf-models")
-    return {
-        "smollm2": smollm2_dir,
-        **{kind: build_tiny_model(kind, smollm2_dir, root / kind) for kind in ARCHITECTURES},
-    }
+    def build(root: Path) -> None:
+        for kind in ARCHITECTURES:
+            build_tiny_model(kind, smollm2_dir, root / kind)
+
+    root = build_once(tmp_path_factory, "gguf-models", build)
+    return {"smollm2": smollm2_dir, **{kind: root / kind for kind in ARCHITECTURES}}
 
 
 @pytest.fixture(scope="session")
@@ -262,12 +282,18 @@ def reference_ggufs(gguf_models, tmp_path_factory) -> dict[tuple[str, str], Path
     from tests.gguf_models import PRE_TOKENIZER_OVERRIDES
     from tests.llama_cpp_reference import reference_convert
 
-    root = tmp_path_factory.mktemp("gguf-reference")
-    files = {(name, kind): root / f"{name}-{kind}.gguf" for name in gguf_models for kind in GGUF_COMPARED_TYPES}
-    reference_convert(
-        [(gguf_models[name], kind, path, PRE_TOKENIZER_OVERRIDES.get(name, "")) for (name, kind), path in files.items()]
-    )
-    return files
+    def files(root: Path) -> dict[tuple[str, str], Path]:
+        return {(name, kind): root / f"{name}-{kind}.gguf" for name in gguf_models for kind in GGUF_COMPARED_TYPES}
+
+    def build(root: Path) -> None:
+        reference_convert(
+            [
+                (gguf_models[name], kind, path, PRE_TOKENIZER_OVERRIDES.get(name, ""))
+                for (name, kind), path in files(root).items()
+            ]
+        )
+
+    return files(build_once(tmp_path_factory, "gguf-reference", build))
 
 
 @pytest.fixture(scope="session")
@@ -277,20 +303,30 @@ def our_ggufs(gguf_models, tmp_path_factory) -> dict[tuple[str, str], Path]:
     from gguf_export.metadata import MetadataOptions
     from tests.gguf_models import PRE_TOKENIZER_OVERRIDES
 
-    root = tmp_path_factory.mktemp("gguf-ours")
-    return {
-        (name, kind): convert(
-            model_dir, root / f"{name}-{kind}.gguf", kind, MetadataOptions(), PRE_TOKENIZER_OVERRIDES.get(name, "")
-        ).path
-        for name, model_dir in gguf_models.items()
-        for kind in GGUF_COMPARED_TYPES
-    }
+    def build(root: Path) -> None:
+        for name, model_dir in gguf_models.items():
+            for kind in GGUF_COMPARED_TYPES:
+                path = root / f"{name}-{kind}.gguf"
+                convert(model_dir, path, kind, MetadataOptions(), PRE_TOKENIZER_OVERRIDES.get(name, ""))
+
+    root = build_once(tmp_path_factory, "gguf-ours", build)
+    return {(name, kind): root / f"{name}-{kind}.gguf" for name in gguf_models for kind in GGUF_COMPARED_TYPES}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run test_lock.py first: an environment that is not the locked one makes other tests fail in ways that
-    look like bugs (a stale compiled YAML, a changed default), and its message names the cause and the fix."""
-    items.sort(key=lambda item: item.path.name != "test_lock.py")
+    """Order the run and record its groups for pytest-xdist (tests/worker_groups.py).
+
+    The order is the one the workers are handed tests in: test_lock.py first (an environment that is not the locked
+    one makes other tests fail in ways that look like bugs, and its message names the cause and the fix), then the
+    slow tests, so that the many short ones fill both workers at the end instead of one long one running alone.
+    """
+    items.sort(key=lambda item: (item.path.name != "test_lock.py", item.get_closest_marker("slow") is None))
+    worker_groups.write_groups(items)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log) -> worker_groups.GroupScheduling:
+    """Tests that share a module fixture run in one worker; every other test goes to whichever worker is free."""
+    return worker_groups.GroupScheduling(config, log)
 
 
 @pytest.fixture(scope="module")

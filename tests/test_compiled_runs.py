@@ -23,6 +23,7 @@ import re
 from pathlib import Path
 
 import pytest
+from shared_builds import build_once
 from test_trainer_run import finish, summary, torchrun, trainer_args
 
 pytestmark = pytest.mark.slow
@@ -75,23 +76,32 @@ def fail_first_launch(graph, inputs):
 """
 
 
-@pytest.fixture(scope="module")
+# Session fixtures built once for all of xdist's workers (tests/shared_builds.py): each test here is a run of its
+# own, and the runs spread over the workers.
+
+
+@pytest.fixture(scope="session")
 def smollm3_dir(smollm2_dir, tmp_path_factory) -> Path:
     """8 blocks of 64 wide, NoPE every 4th block, with SmolLM2's tokenizer and chat template."""
     from conftest import save_tiny_model, tiny_shape
     from transformers import AutoTokenizer, SmolLM3Config
 
-    tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
-    config = SmolLM3Config(**tiny_shape(tokenizer), num_hidden_layers=8, no_rope_layer_interval=4)
-    assert config.no_rope_layers.count(0) == 2  # blocks 3 and 7 have no RoPE
-    return save_tiny_model(config, tokenizer, tmp_path_factory.mktemp("smollm3-nope"))
+    def build(target: Path) -> None:
+        tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
+        config = SmolLM3Config(**tiny_shape(tokenizer), num_hidden_layers=8, no_rope_layer_interval=4)
+        assert config.no_rope_layers.count(0) == 2  # blocks 3 and 7 have no RoPE
+        save_tiny_model(config, tokenizer, target)
+
+    return build_once(tmp_path_factory, "smollm3-nope", build)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def faulty_backends(tmp_path_factory) -> Path:
-    directory = tmp_path_factory.mktemp("faulty-backends")
-    (directory / "sitecustomize.py").write_text(FAULTY_BACKENDS)
-    return directory
+    return build_once(
+        tmp_path_factory,
+        "faulty-backends",
+        lambda directory: (directory / "sitecustomize.py").write_text(FAULTY_BACKENDS),
+    )
 
 
 def train(
@@ -190,17 +200,15 @@ def padded_lengths(rows: Path) -> set[int]:
     return {-(-len(ids) // 128) * 128 for ids in Dataset.from_file(str(rows))["input_ids"]}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def eager_losses(tiny_model_dir, prepared_data_dir, tmp_path_factory):
     """The loss curve of a run that never compiles, per number of ranks: what a run that fell back must train like."""
-    curves: dict[int, list[float]] = {}
 
     def of(ranks: int) -> list[float]:
-        if ranks not in curves:
-            output = tmp_path_factory.mktemp(f"eager-{ranks}") / "run"
-            train(tiny_model_dir, prepared_data_dir, output, "--no-compile-blocks", ranks=ranks)
-            curves[ranks] = losses(output)
-        return curves[ranks]
+        def build(directory: Path) -> None:
+            train(tiny_model_dir, prepared_data_dir, directory / "run", "--no-compile-blocks", ranks=ranks)
+
+        return losses(build_once(tmp_path_factory, f"eager-{ranks}", build) / "run")
 
     return of
 
