@@ -33,7 +33,7 @@ TORCH_CPU_WHEELS ?= $(or $(PIP_FIND_LINKS),https://download.pytorch.org/whl/cpu/
 # What the development environment resolves: $(LOCK), and `make test-lowest`'s venv.
 DEV_RESOLVE = --extra local --extra test --find-links "$(TORCH_CPU_WHEELS)" --no-emit-package torch
 
-.PHONY: install test-packages lock test-lowest run test compile bench clean
+.PHONY: install test-packages lock test-lowest run test test-fast compile bench clean
 
 # The venv, with the project installed in it in editable mode.
 $(VENV)/.installed: pyproject.toml
@@ -107,6 +107,16 @@ test: install test-packages
 	$(PY) -m ruff check .
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
 	$(PY) -m pytest -n $(TEST_WORKERS) --durations=20
+
+# While you iterate: the checks a change most often breaks, in under 3 minutes (docs/contributing.md). It is not
+# the suite: `make test` is, and what CI runs.
+TEST_FAST := tests/test_lock.py tests/test_layers.py tests/test_parameters.py tests/test_run_parameters.py \
+	tests/test_cli_options.py tests/test_compile.py tests/test_prepare_inputs.py tests/test_prepare_rejects.py \
+	tests/test_prepare_shapes.py tests/test_split.py tests/test_train_manifests.py tests/test_train_render.py
+test-fast: install
+	$(PY) -m ruff format --check .
+	$(PY) -m ruff check .
+	$(PY) -m pytest -n $(TEST_WORKERS) -q $(TEST_FAST)
 
 # After adding or changing a run parameter: the literal signatures KFP reads and the run-parameter
 # guide's table, then the pipeline YAML.
