@@ -40,13 +40,21 @@ def fail_on_outside_reads(report: pytest.TestReport | pytest.CollectReport, wher
 def pytest_configure(config: pytest.Config) -> None:
     """Share the cores among xdist's workers and keep freed memory (tests/process_settings.py). The controller runs
     this before it starts the workers, which inherit the environment it sets."""
-    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT") or getattr(config.option, "numprocesses", None) or 1
+    if worker_groups.is_worker(config):
+        workers = config.workerinput["workercount"]
+    else:
+        workers = getattr(config.option, "numprocesses", None) or 1
     process_settings.apply(int(workers))
-    worker_groups.configure(config, int(workers))
+    worker_groups.configure(config)
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: plain pytest (-p no:xdist) never calls it
+def pytest_configure_node(node) -> None:
+    worker_groups.configure_node(node)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    worker_groups.unconfigure()
+    worker_groups.unconfigure(config)
 
 
 def pytest_report_header() -> str | None:
@@ -96,6 +104,12 @@ def write_jsonl(path: Path, lines, *, gz: bool | None = None) -> Path:
         data = gzip.compress(data)
     path.write_bytes(data)
     return path
+
+
+def inner_pytest_environment(**extra: str) -> dict[str, str]:
+    """The environment for a pytest that a test starts: this one's, less what xdist set for this worker (the inner
+    run is not one of its workers), plus ``extra``."""
+    return {**{key: value for key, value in os.environ.items() if not key.startswith("PYTEST_XDIST_")}, **extra}
 
 
 def run_module(
@@ -313,7 +327,7 @@ def our_ggufs(gguf_models, tmp_path_factory) -> dict[tuple[str, str], Path]:
     return {(name, kind): root / f"{name}-{kind}.gguf" for name in gguf_models for kind in GGUF_COMPARED_TYPES}
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Order the run and record its groups for pytest-xdist (tests/worker_groups.py).
 
     The order is the one the workers are handed tests in: test_lock.py first (an environment that is not the locked
@@ -321,9 +335,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     slow tests, so that the many short ones fill both workers at the end instead of one long one running alone.
     """
     items.sort(key=lambda item: (item.path.name != "test_lock.py", item.get_closest_marker("slow") is None))
-    worker_groups.write_groups(items)
+    worker_groups.write_groups(config, items)
 
 
+@pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log) -> worker_groups.GroupScheduling:
     """Tests that share a module fixture run in one worker; every other test goes to whichever worker is free."""
     return worker_groups.GroupScheduling(config, log)

@@ -4,7 +4,9 @@ Two settings, measured on the 2-core CI host (issue 42; docs/contributing.md, "W
 
 * **Threads**: with several workers, each gets its share of the cores for torch's intra-op threads
   (``OMP_NUM_THREADS``). Two workers each running two threads on two cores spin against each other: the suite
-  under ``-n 2`` took as long as without it until this was set.
+  under ``-n 2`` took as long as without it until this was set. A one-rank run in a test then has one thread,
+  as each rank of a multi-rank run has anyway (torchrun sets one); inductor's CPU kernels compiled in such a
+  test are its one-thread variant.
 * **Freed memory is kept**: a tiny model with SmolLM2's 49,152-token vocabulary makes logits of about 200 MB a
   step. glibc serves every allocation that large with a fresh ``mmap`` and returns it on free, so each step pays
   the kernel to fault in and zero that memory again: a third of a training test's CPU time was system time.
@@ -31,7 +33,8 @@ def apply(workers: int) -> None:
     """Set this process's and its children's threads for ``workers`` processes sharing the host, and keep freed
     memory in the heap."""
     if workers > 1:
-        os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
+        cores = len(os.sched_getaffinity(0))  # the cores this process may run on, not the host's
+        os.environ.setdefault("OMP_NUM_THREADS", str(max(1, cores // workers)))
     for name, value in KEEP_FREED_MEMORY.items():
         os.environ.setdefault(name, value)
     libc_name = ctypes.util.find_library("c")

@@ -20,7 +20,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, inner_pytest_environment
 from crd_schemas import SCHEMAS
 from outside_reads import FIX, OutsideReads, paths_beside
 
@@ -249,7 +249,7 @@ def test_a_test_opening_a_file_beside_the_repository_fails(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "--continue-on-collection-errors"],
         cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "tests")},
+        env=inner_pytest_environment(PYTHONPATH=str(REPO_ROOT / "tests")),
         capture_output=True,
         text=True,
         timeout=120,

@@ -11,7 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO_ROOT
+import pytest
+from conftest import REPO_ROOT, inner_pytest_environment
 
 CONFTEST = f"""
 import sys
@@ -21,15 +22,19 @@ import worker_groups
 
 
 def pytest_configure(config):
-    worker_groups.configure(config, int(config.option.numprocesses or 1))
+    worker_groups.configure(config)
+
+
+def pytest_configure_node(node):
+    worker_groups.configure_node(node)
 
 
 def pytest_unconfigure(config):
-    worker_groups.unconfigure()
+    worker_groups.unconfigure(config)
 
 
-def pytest_collection_modifyitems(items):
-    worker_groups.write_groups(items)
+def pytest_collection_modifyitems(config, items):
+    worker_groups.write_groups(config, items)
 
 
 def pytest_xdist_make_scheduler(config, log):
@@ -86,6 +91,7 @@ def test_tests_sharing_a_module_fixture_run_in_one_worker_and_the_rest_spread(tm
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "-q", "--rootdir", project, project],
         cwd=project,
+        env=inner_pytest_environment(),
         capture_output=True,
         text=True,
         timeout=300,
@@ -103,8 +109,10 @@ def test_tests_sharing_a_module_fixture_run_in_one_worker_and_the_rest_spread(tm
     assert set(workers["alone"]) == {"gw0", "gw1"}, lines  # independent tests go to whichever worker is free
 
 
-def test_a_build_that_failed_is_made_again_by_the_next_worker_that_asks(tmp_path):
+def test_a_build_that_failed_is_made_again_by_the_next_worker_that_asks(tmp_path, monkeypatch):
     from shared_builds import build_once
+
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # the shared root is then the factory's own directory
 
     class Factory:
         def getbasetemp(self) -> Path:
@@ -114,10 +122,9 @@ def test_a_build_that_failed_is_made_again_by_the_next_worker_that_asks(tmp_path
         (directory / "half").write_text("written before the failure")
         raise RuntimeError("killed mid-build")
 
-    try:
+    with pytest.raises(RuntimeError, match="killed mid-build"):
         build_once(Factory(), "model", fail)
-    except RuntimeError:
-        pass
+    assert (tmp_path / "model" / "half").is_file()  # the failed build's files, with no marker
     built = build_once(Factory(), "model", lambda directory: (directory / "whole").write_text("ok"))
     assert sorted(path.name for path in built.iterdir()) == [".built", "whole"]
     assert build_once(Factory(), "model", fail) == built  # complete: not built again

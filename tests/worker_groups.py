@@ -13,7 +13,6 @@ ones first).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -21,8 +20,31 @@ from pathlib import Path
 import pytest
 from xdist.scheduler import LoadScopeScheduling
 
-GROUPS_DIR = "SUITE_WORKER_GROUPS_DIR"  # set by the controller; each worker writes <worker id>.json there
+GROUPS_INPUT = "suite_groups_dir"  # the key of the controller's directory in each worker's workerinput
+GROUPS_DIR = pytest.StashKey[Path]()
 SHARED_SCOPES = ("module", "class", "package")
+
+
+def is_worker(config: pytest.Config) -> bool:
+    """Whether this process is an xdist worker: from its config, not the environment, which a pytest that a test
+    starts in a subprocess inherits."""
+    return hasattr(config, "workerinput")
+
+
+def configure(config: pytest.Config) -> None:
+    """In an xdist controller (``-n N``, any N): the directory its workers write their groups into."""
+    if getattr(config.option, "tx", None) and not is_worker(config):
+        config.stash[GROUPS_DIR] = Path(tempfile.mkdtemp(prefix="pytest-worker-groups-"))
+
+
+def configure_node(node) -> None:
+    """In the controller, for each worker it starts: tell the worker where to write."""
+    node.workerinput[GROUPS_INPUT] = str(node.config.stash[GROUPS_DIR])
+
+
+def unconfigure(config: pytest.Config) -> None:
+    if GROUPS_DIR in config.stash:
+        shutil.rmtree(config.stash[GROUPS_DIR], ignore_errors=True)
 
 
 def shares_a_module_fixture(item: pytest.Item) -> bool:
@@ -31,39 +53,31 @@ def shares_a_module_fixture(item: pytest.Item) -> bool:
     return any(definitions[-1].scope in SHARED_SCOPES for definitions in fixtures.values())
 
 
-def configure(config: pytest.Config, workers: int) -> None:
-    """In the controller, before its workers start (they inherit the environment): where they write their groups."""
-    if workers > 1 and not os.environ.get("PYTEST_XDIST_WORKER"):
-        os.environ[GROUPS_DIR] = tempfile.mkdtemp(prefix="pytest-worker-groups-")
-
-
-def unconfigure() -> None:
-    if not os.environ.get("PYTEST_XDIST_WORKER") and GROUPS_DIR in os.environ:
-        shutil.rmtree(os.environ.pop(GROUPS_DIR), ignore_errors=True)
-
-
-def write_groups(items: list[pytest.Item]) -> None:
+def write_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
     """In a worker: record, for each test that shares a module fixture, its module as its group."""
-    directory, worker = os.environ.get(GROUPS_DIR), os.environ.get("PYTEST_XDIST_WORKER")
-    if not (directory and worker):
+    if not is_worker(config):
         return
-    groups = {item.nodeid: item.path.name for item in items if shares_a_module_fixture(item)}
-    partial = Path(directory) / f"{worker}.json.partial"
+    groups = {item.nodeid: item.nodeid.split("::")[0] for item in items if shares_a_module_fixture(item)}
+    partial = Path(config.workerinput[GROUPS_INPUT]) / f"{config.workerinput['workerid']}.json.partial"
     partial.write_text(json.dumps(groups))
     partial.rename(partial.with_suffix(""))  # whole or absent: the controller reads it only after collection
 
 
 class GroupScheduling(LoadScopeScheduling):
-    """xdist's scope scheduling, with the scope of each test the group its worker recorded, or the test itself."""
+    """xdist's scope scheduling, with the scope of each test the group its worker recorded, or the test itself.
+
+    Units are handed out in the order the workers collected them (xdist would otherwise put the largest first)."""
 
     def __init__(self, config: pytest.Config, log=None) -> None:
         super().__init__(config, log)
+        config.option.loadscopereorder = False
+        self.directory = config.stash[GROUPS_DIR]
         self.groups: dict[str, str] | None = None
 
     def _split_scope(self, nodeid: str) -> str:
         if self.groups is None:  # first called once every worker has sent its collection
-            files = sorted(Path(os.environ[GROUPS_DIR]).glob("*.json"))
+            files = sorted(self.directory.glob("*.json"))
             if not files:
-                raise RuntimeError(f"no worker wrote its test groups into ${GROUPS_DIR} ({os.environ[GROUPS_DIR]})")
+                raise RuntimeError(f"no xdist worker wrote its test groups into {self.directory}")
             self.groups = json.loads(files[0].read_text())
         return self.groups.get(nodeid, nodeid)
