@@ -13,9 +13,11 @@ from pathlib import Path
 import process_settings
 import pyarrow.parquet as pq
 import pytest
-import worker_groups
 from outside_reads import OutsideReads, interpreter_dirs
 from shared_builds import build_once
+
+# Under pytest-xdist, the tests that share a module fixture run in one worker (its hooks; tests/worker_groups.py).
+pytest_plugins = ("worker_groups",)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PUBLISHED = ("train.parquet", "eval.parquet", "rejects.jsonl", "stats.json")
@@ -40,21 +42,15 @@ def fail_on_outside_reads(report: pytest.TestReport | pytest.CollectReport, wher
 def pytest_configure(config: pytest.Config) -> None:
     """Share the cores among xdist's workers and keep freed memory (tests/process_settings.py). The controller runs
     this before it starts the workers, which inherit the environment it sets."""
-    if worker_groups.is_worker(config):
+    from worker_groups import (
+        is_worker,
+    )  # imported by pytest first, as a plugin (pytest_plugins), to rewrite its asserts
+
+    if is_worker(config):
         workers = config.workerinput["workercount"]
     else:
         workers = getattr(config.option, "numprocesses", None) or 1
     process_settings.apply(int(workers))
-    worker_groups.configure(config)
-
-
-@pytest.hookimpl(optionalhook=True)  # an xdist hook: plain pytest (-p no:xdist) never calls it
-def pytest_configure_node(node) -> None:
-    worker_groups.configure_node(node)
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    worker_groups.unconfigure(config)
 
 
 def pytest_report_header() -> str | None:
@@ -327,21 +323,14 @@ def our_ggufs(gguf_models, tmp_path_factory) -> dict[tuple[str, str], Path]:
     return {(name, kind): root / f"{name}-{kind}.gguf" for name in gguf_models for kind in GGUF_COMPARED_TYPES}
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Order the run and record its groups for pytest-xdist (tests/worker_groups.py).
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Order the run: the order pytest-xdist's workers are handed tests in (tests/worker_groups.py groups them).
 
-    The order is the one the workers are handed tests in: test_lock.py first (an environment that is not the locked
+    The order is test_lock.py first (an environment that is not the locked
     one makes other tests fail in ways that look like bugs, and its message names the cause and the fix), then the
     slow tests, so that the many short ones fill both workers at the end instead of one long one running alone.
     """
     items.sort(key=lambda item: (item.path.name != "test_lock.py", item.get_closest_marker("slow") is None))
-    worker_groups.write_groups(config, items)
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log) -> worker_groups.GroupScheduling:
-    """Tests that share a module fixture run in one worker; every other test goes to whichever worker is free."""
-    return worker_groups.GroupScheduling(config, log)
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """The suite's parallel run: module fixtures built once, independent tests spread, shared builds made once.
 
-A small project is run by a real ``pytest -n 2`` in a subprocess, with the same hooks as tests/conftest.py
-(tests/worker_groups.py, tests/shared_builds.py). Each fixture build and each test appends a line naming its
+A small project is run by a real ``pytest -n 2`` in a subprocess, with the plugin tests/conftest.py loads
+(tests/worker_groups.py) and tests/shared_builds.py. Each fixture build and each test appends a line naming its
 worker to a log, and the log says what ran where.
 """
 
@@ -18,27 +18,7 @@ CONFTEST = f"""
 import sys
 
 sys.path.insert(0, {str(REPO_ROOT / "tests")!r})
-import worker_groups
-
-
-def pytest_configure(config):
-    worker_groups.configure(config)
-
-
-def pytest_configure_node(node):
-    worker_groups.configure_node(node)
-
-
-def pytest_unconfigure(config):
-    worker_groups.unconfigure(config)
-
-
-def pytest_collection_modifyitems(config, items):
-    worker_groups.write_groups(config, items)
-
-
-def pytest_xdist_make_scheduler(config, log):
-    return worker_groups.GroupScheduling(config, log)
+pytest_plugins = ("worker_groups",)  # as tests/conftest.py loads it
 """
 
 COMMON = """

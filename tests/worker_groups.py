@@ -5,9 +5,9 @@ tests, so the tests that share one must go to the same worker. pytest-xdist's ow
 the ``xdist_group`` mark, renames each grouped test's node id; pytest 9.2 reads node ids from elsewhere, so with
 the locked versions the groups are silently ignored (measured: the local-run module's three pipeline runs were
 made twice). Instead, each worker writes the groups it collected to a file, and the controller's scheduler
-(``GroupScheduling``) reads them: a grouped test's unit of work is its module, every other test is a unit of its
-own, sent to whichever worker is free, in the order the workers collected them (tests/conftest.py puts the slow
-ones first).
+(``GroupScheduling``) reads them (this module is a pytest plugin, which tests/conftest.py loads by name): a grouped
+test's unit of work is its module, every other test is a unit of its own, sent to whichever worker is free, in
+the order the workers collected them (tests/conftest.py puts the slow ones first).
 """
 
 from __future__ import annotations
@@ -31,18 +31,19 @@ def is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
 
-def configure(config: pytest.Config) -> None:
+def pytest_configure(config: pytest.Config) -> None:
     """In an xdist controller (``-n N``, any N): the directory its workers write their groups into."""
     if getattr(config.option, "tx", None) and not is_worker(config):
         config.stash[GROUPS_DIR] = Path(tempfile.mkdtemp(prefix="pytest-worker-groups-"))
 
 
-def configure_node(node) -> None:
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: plain pytest (-p no:xdist) never calls it
+def pytest_configure_node(node) -> None:
     """In the controller, for each worker it starts: tell the worker where to write."""
     node.workerinput[GROUPS_INPUT] = str(node.config.stash[GROUPS_DIR])
 
 
-def unconfigure(config: pytest.Config) -> None:
+def pytest_unconfigure(config: pytest.Config) -> None:
     if GROUPS_DIR in config.stash:
         shutil.rmtree(config.stash[GROUPS_DIR], ignore_errors=True)
 
@@ -53,7 +54,7 @@ def shares_a_module_fixture(item: pytest.Item) -> bool:
     return any(definitions[-1].scope in SHARED_SCOPES for definitions in fixtures.values())
 
 
-def write_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """In a worker: record, for each test that shares a module fixture, its module as its group."""
     if not is_worker(config):
         return
@@ -81,3 +82,9 @@ class GroupScheduling(LoadScopeScheduling):
                 raise RuntimeError(f"no xdist worker wrote its test groups into {self.directory}")
             self.groups = json.loads(files[0].read_text())
         return self.groups.get(nodeid, nodeid)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log) -> GroupScheduling:
+    """Tests that share a module fixture run in one worker; every other test goes to whichever worker is free."""
+    return GroupScheduling(config, log)
