@@ -273,6 +273,11 @@ def tokenised(
 GGUF_COMPARED_TYPES = ("f32", "f16", "bf16", "q8_0")
 
 
+def gguf_files(root: Path, models: dict[str, Path]) -> dict[tuple[str, str], Path]:
+    """(model, outtype) -> where a converter writes that GGUF under ``root``."""
+    return {(name, kind): root / f"{name}-{kind}.gguf" for name in models for kind in GGUF_COMPARED_TYPES}
+
+
 @pytest.fixture(scope="session")
 def gguf_models(smollm2_dir, tmp_path_factory) -> dict[str, Path]:
     """Checkpoint directory per architecture name: smollm2 (Llama), smollm3, qwen2, qwen3, mistral."""
@@ -292,18 +297,15 @@ def reference_ggufs(gguf_models, tmp_path_factory) -> dict[tuple[str, str], Path
     from tests.gguf_models import PRE_TOKENIZER_OVERRIDES
     from tests.llama_cpp_reference import reference_convert
 
-    def files(root: Path) -> dict[tuple[str, str], Path]:
-        return {(name, kind): root / f"{name}-{kind}.gguf" for name in gguf_models for kind in GGUF_COMPARED_TYPES}
-
     def build(root: Path) -> None:
         reference_convert(
             [
                 (gguf_models[name], kind, path, PRE_TOKENIZER_OVERRIDES.get(name, ""))
-                for (name, kind), path in files(root).items()
+                for (name, kind), path in gguf_files(root, gguf_models).items()
             ]
         )
 
-    return files(build_once(tmp_path_factory, "gguf-reference", build))
+    return gguf_files(build_once(tmp_path_factory, "gguf-reference", build), gguf_models)
 
 
 @pytest.fixture(scope="session")
@@ -314,13 +316,10 @@ def our_ggufs(gguf_models, tmp_path_factory) -> dict[tuple[str, str], Path]:
     from tests.gguf_models import PRE_TOKENIZER_OVERRIDES
 
     def build(root: Path) -> None:
-        for name, model_dir in gguf_models.items():
-            for kind in GGUF_COMPARED_TYPES:
-                path = root / f"{name}-{kind}.gguf"
-                convert(model_dir, path, kind, MetadataOptions(), PRE_TOKENIZER_OVERRIDES.get(name, ""))
+        for (name, kind), path in gguf_files(root, gguf_models).items():
+            convert(gguf_models[name], path, kind, MetadataOptions(), PRE_TOKENIZER_OVERRIDES.get(name, ""))
 
-    root = build_once(tmp_path_factory, "gguf-ours", build)
-    return {(name, kind): root / f"{name}-{kind}.gguf" for name in gguf_models for kind in GGUF_COMPARED_TYPES}
+    return gguf_files(build_once(tmp_path_factory, "gguf-ours", build), gguf_models)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -38,7 +38,7 @@ def apply(workers: int) -> None:
     for name, value in KEEP_FREED_MEMORY.items():
         os.environ.setdefault(name, value)
     libc_name = ctypes.util.find_library("c")
-    if libc_name and hasattr(ctypes.CDLL(libc_name), "mallopt"):
-        libc = ctypes.CDLL(libc_name)
+    libc = ctypes.CDLL(libc_name) if libc_name else None
+    if hasattr(libc, "mallopt"):  # glibc's; another libc keeps its own behaviour
         for name, parameter in MALLOPT.items():
             libc.mallopt(parameter, int(os.environ[name]))
