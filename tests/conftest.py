@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Generator
@@ -172,8 +173,8 @@ def fake(tmp_path, monkeypatch):
 
 
 # --- Trainer fixtures -------------------------------------------------------------------------
-# The real SmolLM2 tokenizer and chat template (from the bundled GGUF), and a tiny randomly
-# initialised Llama with that tokenizer: real tokenisation, training steps in milliseconds.
+# The real SmolLM2 tokenizer and chat template (from the bundled GGUF), and tiny randomly initialised
+# models with that tokenizer cut to its first ids: real tokenisation, training steps in milliseconds.
 
 
 @pytest.fixture
@@ -194,8 +195,43 @@ def smollm2_dir(tmp_path_factory) -> Path:
     return local_base_model(cache_dir=build_once(tmp_path_factory, "model-cache", local_base_model))
 
 
+# The tiny models' vocabulary: SmolLM2's first 2048 ids. A training step's cost is mostly the logits (tokens x
+# vocabulary); at SmolLM2's 49152 ids a 64-wide model spent two thirds of a run computing them.
+TINY_VOCABULARY = 2048
+# llama.cpp's name of SmolLM2's pre-tokenizer, which a cut tokenizer keeps but cannot be recognised by.
+TINY_PRE_TOKENIZER = "smollm"
+# SmolLM2's ids below its first merge: 17 special tokens, then the byte-level alphabet.
+SMOLLM2_FIRST_MERGE_ID = 252
+
+
+def cut_tokenizer(source: Path, target: Path, size: int = TINY_VOCABULARY) -> None:
+    """SmolLM2's tokenizer from ``source`` with only its first ``size`` ids, saved into ``target``.
+
+    SmolLM2's byte-level BPE numbers each merge's result after the alphabet, in merge order, so keeping the ids
+    below ``size`` and the merges that make them is a complete tokenizer: every byte still encodes, the special
+    tokens, chat template and pre-tokenizer are SmolLM2's, and a text takes more (shorter) tokens. llama.cpp
+    identifies pre-tokenizers by the ids of a test text, so a GGUF of a cut tokenizer names SmolLM2's explicitly.
+    """
+    from transformers import AutoTokenizer
+
+    target.mkdir(parents=True, exist_ok=True)
+    for name in ("tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(source / name, target / name)
+    tokenizer = json.loads((source / "tokenizer.json").read_text(encoding="utf-8"))
+    model = tokenizer["model"]
+    merged = [model["vocab"]["".join(pair)] for pair in model["merges"]]
+    assert model["type"] == "BPE" and merged == list(range(SMOLLM2_FIRST_MERGE_ID, len(model["vocab"]))), (
+        "SmolLM2's tokenizer no longer numbers its merges in order; cut_tokenizer relies on that"
+    )
+    assert all(token["id"] < SMOLLM2_FIRST_MERGE_ID for token in tokenizer["added_tokens"])
+    model["vocab"] = {text: id_ for text, id_ in model["vocab"].items() if id_ < size}
+    model["merges"] = model["merges"][: size - SMOLLM2_FIRST_MERGE_ID]
+    (target / "tokenizer.json").write_text(json.dumps(tokenizer, ensure_ascii=False), encoding="utf-8")
+    assert len(AutoTokenizer.from_pretrained(target)) == size
+
+
 def tiny_shape(tokenizer) -> dict:
-    """The config fields of the tests' tiny models: 64 wide, SmolLM2's vocabulary and special tokens."""
+    """The config fields of the tests' tiny models: 64 wide, the tokenizer's vocabulary, SmolLM2's special tokens."""
     return dict(
         vocab_size=len(tokenizer),
         hidden_size=64,
@@ -224,11 +260,13 @@ def save_tiny_model(config, tokenizer, target: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(smollm2_dir, tmp_path_factory) -> Path:
-    """A 2-layer, 64-wide Llama sharing SmolLM2's tokenizer, chat template and special tokens."""
+    """A 2-layer, 64-wide Llama with SmolLM2's tokenizer cut to 2048 ids (``cut_tokenizer``), its chat template and
+    special tokens."""
     from transformers import AutoTokenizer, LlamaConfig
 
     def build(target: Path) -> None:
-        tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
+        cut_tokenizer(smollm2_dir, target)
+        tokenizer = AutoTokenizer.from_pretrained(target)
         config = LlamaConfig(**tiny_shape(tokenizer), num_hidden_layers=2, tie_word_embeddings=True)
         save_tiny_model(config, tokenizer, target)
 

@@ -81,13 +81,13 @@ def fail_first_launch(graph, inputs):
 
 
 @pytest.fixture(scope="session")
-def smollm3_dir(smollm2_dir, tmp_path_factory) -> Path:
-    """8 blocks of 64 wide, NoPE every 4th block, with SmolLM2's tokenizer and chat template."""
+def smollm3_dir(tiny_model_dir, tmp_path_factory) -> Path:
+    """8 blocks of 64 wide, NoPE every 4th block, with the tiny models' tokenizer (SmolLM2's, cut to 2048 ids)."""
     from conftest import save_tiny_model, tiny_shape
     from transformers import AutoTokenizer, SmolLM3Config
 
     def build(target: Path) -> None:
-        tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
+        tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
         config = SmolLM3Config(**tiny_shape(tokenizer), num_hidden_layers=8, no_rope_layer_interval=4)
         assert config.no_rope_layers.count(0) == 2  # blocks 3 and 7 have no RoPE
         save_tiny_model(config, tokenizer, target)

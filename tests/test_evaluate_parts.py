@@ -1,6 +1,6 @@
 """The evaluation stage's parts on their own: loss as in training, batched generation, ROUGE-L, gate, report, options.
 
-Models are the tiny random Llama with SmolLM2's real tokenizer and chat
+Models are the tiny random Llama with SmolLM2's real tokenizer (cut to its first 2048 ids) and chat
 template (see conftest), so each forward pass takes milliseconds.
 """
 

@@ -34,6 +34,12 @@ def tokenizer(smollm2_dir):
     return AutoTokenizer.from_pretrained(smollm2_dir)
 
 
+@pytest.fixture(scope="module")
+def tiny_tokenizer(tiny_model_dir):
+    """The tiny model's own: SmolLM2's tokenizer and chat template, cut to the tiny vocabulary (conftest)."""
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
 def masked_runs(input_ids, mask, tokenizer):
     """Decoded text of each contiguous run of tokens whose mask is 1."""
     runs, current = [], []
@@ -59,19 +65,19 @@ def test_only_each_reply_and_its_end_token_are_trained(tokenizer):
     assert tokenizer.decode(encoded.input_ids) == tokenizer.apply_chat_template(CONVERSATION, tokenize=False)
 
 
-def test_prompt_tokens_carry_no_loss_in_the_packed_rows(tokenizer, tiny_model_dir, prepared_data_dir, tmp_path):
+def test_prompt_tokens_carry_no_loss_in_the_packed_rows(tiny_tokenizer, tiny_model_dir, prepared_data_dir, tmp_path):
     """In the rows the tokenise step packs, every labelled token is an assistant token and vice versa, and TRL's
     collator (which the trainer gets them through) keeps sequence boundaries out of the loss."""
-    tokens_dir = tokenised(tiny_model_dir, prepared_data_dir, max_length=256)
-    config = TrainConfig(model=str(tiny_model_dir), tokens_dir=tokens_dir, output_dir=tmp_path, max_length=256)
-    split = tokenise_split(data.load_split(prepared_data_dir, "train"), tokenizer, "assistant")
+    tokens_dir = tokenised(tiny_model_dir, prepared_data_dir, max_length=512)
+    config = TrainConfig(model=str(tiny_model_dir), tokens_dir=tokens_dir, output_dir=tmp_path, max_length=512)
+    split = tokenise_split(data.load_split(prepared_data_dir, "train"), tiny_tokenizer, "assistant")
     expected_labelled = sum(sum(row) for row in split["assistant_masks"])
-    _, packed, _ = data.token_rows(config, tiny_model_dir, tokenizer)
+    _, packed, _ = data.token_rows(config, tiny_model_dir, tiny_tokenizer)
     trainer = SFTTrainer(
         model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
         args=sft_config(config, Topology(rank=0, local_rank=0, world_size=1), has_eval=False),
         train_dataset=packed,
-        processing_class=tokenizer,
+        processing_class=tiny_tokenizer,
     )
     assert len(packed) < len(split)  # conversations really were packed together
     labelled = [
@@ -79,7 +85,7 @@ def test_prompt_tokens_carry_no_loss_in_the_packed_rows(tokenizer, tiny_model_di
     ]
     assert all(token == label for token, label in labelled)
     assert len(labelled) == expected_labelled
-    text = tokenizer.decode([token for token, _ in labelled])
+    text = tiny_tokenizer.decode([token for token, _ in labelled])
     assert "<|im_start|>" not in text and "For car maintenance," not in text and "assistant\n" not in text
 
     batch = trainer.data_collator([packed[0], packed[1]])
@@ -130,14 +136,14 @@ def test_batched_tokenisation_gives_the_per_conversation_ids_and_masks(tokenizer
 
 @pytest.mark.parametrize("loss_on", ["assistant", "all"])
 def test_the_tokenise_steps_rows_are_the_per_conversation_reference(
-    tokenizer, tiny_model_dir, prepared_data_dir, loss_on
+    tiny_tokenizer, tiny_model_dir, prepared_data_dir, loss_on
 ):
     """What the trainer gets from a split, conversation by conversation (unpacked, nothing truncated), with
     ``--loss-on`` either way; and the evaluation stage's eval conversations, whose masks it always needs."""
     tokens_dir = tokenised(tiny_model_dir, prepared_data_dir, max_length=4096, loss_on=loss_on, packing=False)
     for split, rows in (("train", TRAIN_ROWS), ("eval", EVAL_ROWS)):
         reference = [
-            masking_reference.tokenise_conversation(tokenizer, messages)
+            masking_reference.tokenise_conversation(tiny_tokenizer, messages)
             for messages in data.load_split(prepared_data_dir, split)["messages"]
         ]
         tokenised_rows = open_rows(tokens_dir, rows)
@@ -167,7 +173,7 @@ def test_template_that_rewrites_history_is_refused(tokenizer):
         tokenise_conversation(tokenizer, CONVERSATION)
 
 
-def test_packed_conversations_do_not_attend_to_each_other(tokenizer, tiny_model_dir):
+def test_packed_conversations_do_not_attend_to_each_other(tiny_tokenizer, tiny_model_dir):
     """Packing is only correct when each conversation's logits equal those it gets alone.
 
     The forward pass is made as TRL's compute_loss makes it (``use_cache=False``): the
@@ -175,8 +181,8 @@ def test_packed_conversations_do_not_attend_to_each_other(tokenizer, tiny_model_
     KV cache the boundaries would be ignored, which is why the flag matters.
     """
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
-    first = tokenise_conversation(tokenizer, CONVERSATION[:3]).input_ids
-    second = tokenise_conversation(tokenizer, CONVERSATION[1:3]).input_ids
+    first = tokenise_conversation(tiny_tokenizer, CONVERSATION[:3]).input_ids
+    second = tokenise_conversation(tiny_tokenizer, CONVERSATION[1:3]).input_ids
     with torch.no_grad():
         alone = [model(input_ids=torch.tensor([ids]), use_cache=False).logits[0] for ids in (first, second)]
         packed = model(

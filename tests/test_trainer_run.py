@@ -1,6 +1,6 @@
 """The trainer as it runs in the pods: real torchrun, two ranks on gloo, real checkpoints and signals.
 
-The model is a tiny randomly initialised Llama with SmolLM2's real tokenizer and
+The model is a tiny randomly initialised Llama with SmolLM2's real tokenizer (cut to its first 2048 ids) and
 chat template (see conftest), so each step takes a fraction of a second on CPU.
 """
 
