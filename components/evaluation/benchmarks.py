@@ -52,6 +52,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from common.errors import UserError, one_line
+from components.evaluation import registry_names
 from components.evaluation.task_checks import ALLOW_CODE, TaskFile, checked_config
 from components.sample_data import SAMPLE_TASK, bundled_task_dir
 
@@ -125,23 +126,15 @@ def path_problem(entries: list[str]) -> str | None:
     )
 
 
-@functools.cache
-def _registry_names() -> tuple[str, ...]:
-    """Every task, group and tag name in lm-eval's registry, indexed once per process (seconds on two cores)."""
-    from lm_eval.tasks import TaskManager
-
-    return tuple(TaskManager().all_tasks)
-
-
 def registry_problem(names: list[str], manager: Any = None) -> str | None:
     """What is wrong with ``names`` as lm-eval registry names (None: each is a task, group or tag lm-eval has).
 
-    Cheap enough for the pipeline's first step (indexing the registry takes seconds, no data is read), so a
-    misspelt task fails the run before training rather than after it.
+    Cheap enough for the pipeline's first step (the registry's names are indexed once per lm-eval version, see
+    ``registry_names``; no data is read), so a misspelt task fails the run before training rather than after it.
     """
     if not names:
         return None
-    known = manager.all_tasks if manager is not None else _registry_names()
+    known = manager.all_tasks if manager is not None else registry_names.known(names)
     unknown = [name for name in names if name not in known]
     if not unknown:
         return None
