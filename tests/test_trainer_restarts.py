@@ -124,13 +124,50 @@ def test_every_restarted_round_joins_afresh(tmp_path):
 # and 6, and the run finishes from checkpoint 6.
 STEPS, SAVE_STEPS, KILLED_AFTER = 10, 2, (2, 4, 6)
 
+# On the workers' path in the killed run: once rank 0 has marked a checkpoint of $HOLD_AFTER complete, it waits to
+# be killed (the first time only; a marker in $HOLD_DIR says it held there), so each kill lands between that
+# checkpoint and the next however fast the steps are. A step of the tiny model takes milliseconds: without the
+# hold, a round could save the next checkpoint before the kill and be killed again before it logged its resume.
+# When torchrun stops the round (SIGTERM), the held rank exits at once, as the trainer's own handler would not.
+HOLD_SITECUSTOMIZE = """
+import os
+if os.environ.get("HOLD_AFTER") and "RANK" in os.environ:
+    import signal
+    import time
+    from pathlib import Path
+    import trainer.checkpoints as _checkpoints
 
-def kill_a_rank_after_each(process: subprocess.Popen, output: Path, log: Path) -> None:
-    """SIGKILL rank 1, then 0, then 1 (a pod lost to OOM or a node failure), each once the next checkpoint of
-    KILLED_AFTER is complete, so that every restart round makes progress before it loses a rank."""
+    _mark_complete = _checkpoints.mark_complete
+    _hold_after = {int(step) for step in os.environ["HOLD_AFTER"].split(",")}
+
+    def mark_complete(checkpoint, step):
+        _mark_complete(checkpoint, step)
+        held = Path(os.environ["HOLD_DIR"]) / f"held-{step}"
+        if step in _hold_after and not held.exists():
+            held.touch()
+            signal.signal(signal.SIGTERM, lambda number, frame: os._exit(128 + number))
+            while True:
+                time.sleep(1)
+
+    _checkpoints.mark_complete = mark_complete
+"""
+
+
+def hold_environment(directory: Path) -> dict[str, str]:
+    """The workers' environment that holds rank 0 after each checkpoint of KILLED_AFTER (HOLD_SITECUSTOMIZE)."""
+    directory.mkdir()
+    (directory / "sitecustomize.py").write_text(HOLD_SITECUSTOMIZE)
+    hold = {"HOLD_AFTER": ",".join(map(str, KILLED_AFTER)), "HOLD_DIR": str(directory)}
+    return {**hold, "PYTHONPATH": f"{directory}{os.pathsep}{REPO_ROOT}"}
+
+
+def kill_a_rank_after_each(process: subprocess.Popen, output: Path, log: Path, holds: Path) -> None:
+    """SIGKILL rank 1, then 0, then 1 (a pod lost to OOM or a node failure), each while rank 0 holds after the next
+    checkpoint of KILLED_AFTER, so that every restart round makes progress before it loses a rank."""
     for number, step in enumerate(KILLED_AFTER):
         manifest = output / "checkpoints" / f"checkpoint-{step}" / checkpoints.MANIFEST
-        wait_for(lambda: manifest.exists() or process.poll() is not None, 120, f"checkpoint-{step}")
+        held = holds / f"held-{step}"
+        wait_for(lambda: (manifest.exists() and held.exists()) or process.poll() is not None, 120, f"checkpoint-{step}")
         assert process.poll() is None, log.read_text()[-3000:]
         os.kill(worker_pid(process, rank=(number + 1) % 2), signal.SIGKILL)
 
@@ -141,7 +178,8 @@ def test_three_killed_ranks_under_torchrun_restarts_end_with_the_weights_of_an_u
 ):
     """A rank SIGKILLed three times, torchrun restarting the ranks each time (``--max-restarts 3``, no spare):
     every restart joins and resumes from the newest complete checkpoint, and the run ends where a run never
-    interrupted ends, to the same weights and eval loss."""
+    interrupted ends, to the same weights and eval loss. Rank 0 holds after each checkpoint a kill follows
+    (``HOLD_SITECUSTOMIZE``) until that kill, so the rounds go as planned however fast the steps are."""
     runs = {}
     for name in ("uninterrupted", "killed"):
         output, log = tmp_path / name, tmp_path / f"{name}.log"
@@ -152,9 +190,10 @@ def test_three_killed_ranks_under_torchrun_restarts_end_with_the_weights_of_an_u
             *("--max-steps", STEPS, "--save-steps", SAVE_STEPS, "--learning-rate", "1e-3"),
             *("--collective-timeout-minutes", "1"),  # a join that fails ends the round within a minute
         )
-        with stopped_at_exit(torchrun(args, None, log, 2, "--max-restarts", "3")) as process:
+        env = hold_environment(tmp_path / "holds") if name == "killed" else None
+        with stopped_at_exit(torchrun(args, env, log, 2, "--max-restarts", "3")) as process:
             if name == "killed":
-                kill_a_rank_after_each(process, output, log)
+                kill_a_rank_after_each(process, output, log, tmp_path / "holds")
             assert finish(process, timeout=180) == 0, log.read_text()[-3000:]
         runs[name] = summary(output)
 
