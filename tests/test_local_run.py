@@ -31,6 +31,7 @@ import boto3
 import pytest
 from conftest import REPO_ROOT, read_split, read_stats, run_module, write_jsonl
 from fake_model_registry import FakeModelRegistry
+from shared_builds import build_once
 
 from common.run_layout import PUBLISHED
 from components.publish.record import DRY_RUN_NAME
@@ -115,7 +116,23 @@ def model_registry():
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, tiny_model_dir, s3_bucket, oci_registry, model_registry):
+def tiny_whole_vocabulary_dir(smollm2_dir, tmp_path_factory) -> Path:
+    """A 2-layer, 64-wide Llama with SmolLM2's whole tokenizer, for the third run: its gate compares it with the
+    first run's SmolLM2 adapter, and refuses models of different vocabularies (the tests' tiny model has a cut
+    one)."""
+    from conftest import save_tiny_model, tiny_shape
+    from transformers import AutoTokenizer, LlamaConfig
+
+    def build(target: Path) -> None:
+        tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
+        config = LlamaConfig(**tiny_shape(tokenizer), num_hidden_layers=2, tie_word_embeddings=True)
+        save_tiny_model(config, tokenizer, target)
+
+    return build_once(tmp_path_factory, "tiny-whole-vocabulary", build)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, tiny_whole_vocabulary_dir, s3_bucket, oci_registry, model_registry):
     """The three runs, in order, in one output directory: (output_dir, [(result, new run directory)])."""
     output_dir = tmp_path_factory.mktemp("local-run") / "out"
     env = {**s3_bucket[1], "REGISTRY_AUTH_FILE": str(oci_registry.auth_file), "MODEL_REGISTRY_TOKEN": REGISTRY_TOKEN}
@@ -134,7 +151,7 @@ def runs(tmp_path_factory, tiny_model_dir, s3_bucket, oci_registry, model_regist
             "--param",
             "force=true",
             "--param",
-            f"base_model={tiny_model_dir}",
+            f"base_model={tiny_whole_vocabulary_dir}",
             "--param",
             "min_eval_loss_improvement=100",
         ),
