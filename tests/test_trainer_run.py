@@ -192,24 +192,44 @@ def test_two_ranks_split_the_data_agree_on_weights_and_only_rank_0_writes(tiny_m
     assert list((output / "tensorboard").rglob("events.out.tfevents.*"))
 
 
-def test_two_ranks_reading_the_cache_log_todays_loss_curve(tiny_model_dir, prepared_data_dir, tmp_path):
+# Two ranks trained with today's defaults, read by both tests below: steps and evaluations enough for a loss curve.
+TODAYS_RUN = ("--max-steps", "6", "--save-steps", "10", "--eval-steps", "3", "--learning-rate", "1e-3")
+
+
+def two_rank_history(
+    model: Path, data: Path, output: Path, *settings: str, env=None, entry=("-m", "trainer")
+) -> list[dict]:
+    """The training history of two ranks trained for ``TODAYS_RUN`` with ``settings``, started through ``entry``."""
+    args = trainer_args(model, data, output, *TODAYS_RUN, *settings)
+    log = output.parent / f"{output.name}.log"
+    assert finish(torchrun(args, env, log, entry=entry)) == 0, log.read_text()[-3000:]
+    return json.loads((output / "training_history.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def todays_run(tiny_model_dir, prepared_data_dir, tmp_path_factory) -> Path:
+    """Two ranks with today's defaults, reading the tokenise step's cache: the output directory."""
+    output = tmp_path_factory.mktemp("todays-run") / "out"
+    two_rank_history(tiny_model_dir, prepared_data_dir, output)
+    return output
+
+
+def curves(histories: dict[str, list[dict]], key: str) -> dict[str, list[float]]:
+    return {name: [entry[key] for entry in history if key in entry] for name, history in histories.items()}
+
+
+def test_two_ranks_reading_the_cache_log_todays_loss_curve(todays_run, tiny_model_dir, prepared_data_dir, tmp_path):
     """The tokenise step moves tokenisation out of the ranks without changing what they train on: two ranks reading
     its rows log the same training and eval losses as two ranks that each tokenised the splits themselves and let
     TRL prepare them (the path before it, ``tests/todays_path.py``)."""
-    histories = {}
-    for name, entry in (("cache", ("-m", "trainer")), ("today", (str(REPO_ROOT / "tests" / "todays_path.py"),))):
-        output = tmp_path / name
-        args = trainer_args(tiny_model_dir, prepared_data_dir, output, "--max-steps", "4", "--save-steps", "10")
-        env = {"TODAYS_DATA_DIR": str(prepared_data_dir), "PYTHONPATH": f"{REPO_ROOT}:{REPO_ROOT / 'tests'}"}
-        process = torchrun(
-            [*args, "--eval-steps", "2", "--learning-rate", "1e-3"], env, tmp_path / f"{name}.log", entry=entry
-        )
-        assert finish(process) == 0, (tmp_path / f"{name}.log").read_text()[-3000:]
-        histories[name] = json.loads((output / "training_history.json").read_text())
+    env = {"TODAYS_DATA_DIR": str(prepared_data_dir), "PYTHONPATH": f"{REPO_ROOT}:{REPO_ROOT / 'tests'}"}
+    entry = (str(REPO_ROOT / "tests" / "todays_path.py"),)
+    today = two_rank_history(tiny_model_dir, prepared_data_dir, tmp_path / "today", env=env, entry=entry)
+    histories = {"cache": json.loads((todays_run / "training_history.json").read_text()), "today": today}
     for key in ("loss", "eval_loss"):
-        curves = {name: [entry[key] for entry in history if key in entry] for name, history in histories.items()}
-        assert len(curves["cache"]) >= 2 and curves["cache"] == pytest.approx(curves["today"], rel=1e-5), key
-    assert summary(tmp_path / "cache")["train_examples"] == summary(tmp_path / "today")["train_examples"]
+        found = curves(histories, key)
+        assert len(found["cache"]) >= 2 and found["cache"] == pytest.approx(found["today"], rel=1e-5), key
+    assert summary(todays_run)["train_examples"] == summary(tmp_path / "today")["train_examples"]
 
 
 # The settings before issue 25 (its defaults, and PEFT's cast of LoRA inputs) against today's defaults.
@@ -226,23 +246,16 @@ DROPOUT_NOISE = 1e-3
 
 
 def test_two_ranks_with_todays_defaults_follow_the_loss_curve_of_the_settings_before(
-    tiny_model_dir, prepared_data_dir, tmp_path
+    todays_run, tiny_model_dir, prepared_data_dir, tmp_path
 ):
     """The faster defaults change how a step is computed, not what is learnt: two ranks trained with them log the
     training and eval losses of two ranks trained with the settings before them, within dropout's noise."""
-    histories = {}
-    for name, settings in (("defaults", ()), ("before", SETTINGS_BEFORE_ISSUE_25)):
-        output = tmp_path / name
-        args = trainer_args(tiny_model_dir, prepared_data_dir, output, "--max-steps", "6", "--save-steps", "10")
-        process = torchrun(
-            [*args, "--eval-steps", "3", "--learning-rate", "1e-3", *settings], None, tmp_path / f"{name}.log"
-        )
-        assert finish(process) == 0, (tmp_path / f"{name}.log").read_text()[-3000:]
-        histories[name] = json.loads((output / "training_history.json").read_text())
+    before = two_rank_history(tiny_model_dir, prepared_data_dir, tmp_path / "before", *SETTINGS_BEFORE_ISSUE_25)
+    histories = {"defaults": json.loads((todays_run / "training_history.json").read_text()), "before": before}
     for key in ("loss", "eval_loss"):
-        curves = {name: [entry[key] for entry in history if key in entry] for name, history in histories.items()}
-        assert len(curves["defaults"]) >= 2 and curves["defaults"] == pytest.approx(curves["before"], rel=DROPOUT_NOISE)
-    assert curves["defaults"] != curves["before"], "the two runs must differ in their settings"
+        found = curves(histories, key)
+        assert len(found["defaults"]) >= 2 and found["defaults"] == pytest.approx(found["before"], rel=DROPOUT_NOISE)
+    assert found["defaults"] != found["before"], "the two runs must differ in their settings"
 
 
 def single_process_eval_loss(model_dir: Path, data_dir: Path, scratch: Path, packing: bool) -> float:
