@@ -113,7 +113,14 @@ def assert_refused_before_scoring(result: subprocess.CompletedProcess, message: 
 
 
 def evaluate_cli(
-    base: Path, fine_tuned: Path, data_dir: Path, train_dir: Path, output_dir: Path, *extra
+    base: Path,
+    fine_tuned: Path,
+    data_dir: Path,
+    train_dir: Path,
+    output_dir: Path,
+    *extra,
+    score_rows: int = SCORED_ROWS,
+    max_new_tokens: int = MAX_NEW_TOKENS,
 ) -> subprocess.CompletedProcess:
     return run_module(
         "components.evaluation.stage",
@@ -128,9 +135,9 @@ def evaluate_cli(
         "--output-dir",
         output_dir,
         "--score-rows",
-        SCORED_ROWS,
+        score_rows,
         "--max-new-tokens",
-        MAX_NEW_TOKENS,
+        max_new_tokens,
         "--batch-size",
         8,
         "--benchmark-tasks",
@@ -403,10 +410,14 @@ def test_the_stage_scores_the_base_model_as_lm_eval_s_own_command_line_does(cli_
 
 def test_a_benchmark_drop_beyond_the_maximum_fails_the_gate_naming_the_task(smollm2_dir, data_dir, train_dir, tmp_path):
     """max_benchmark_drop -1 asks the fine-tune to gain a whole point of accuracy: no model can, so the gate fails on
-    the benchmark alone (the loss comparison is set to pass)."""
+    the benchmark alone (the loss comparison is set to pass). Short answers, one scored row and ten benchmark
+    questions: this run is about the gate."""
     output_dir = tmp_path / "evaluate"
     result = evaluate_cli(
-        smollm2_dir, train_dir / "merged", data_dir, train_dir, output_dir, *LENIENT_LOSS, "--max-benchmark-drop", -1
+        *(smollm2_dir, train_dir / "merged", data_dir, train_dir, output_dir, *LENIENT_LOSS),
+        *("--max-benchmark-drop", -1, "--benchmark-limit", 10),
+        score_rows=1,
+        max_new_tokens=8,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     evaluation = read_json(output_dir / "evaluation.json")
