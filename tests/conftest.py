@@ -200,7 +200,7 @@ def smollm2_dir(tmp_path_factory) -> Path:
 TINY_VOCABULARY = 2048
 # llama.cpp's name of SmolLM2's pre-tokenizer, which a cut tokenizer keeps but cannot be recognised by.
 TINY_PRE_TOKENIZER = "smollm"
-# SmolLM2's ids below its first merge: 17 special tokens, then the byte-level alphabet.
+# SmolLM2's ids below its first merge's: 17 special tokens, then the 235 single characters its merges start from.
 SMOLLM2_FIRST_MERGE_ID = 252
 
 
@@ -219,7 +219,9 @@ def cut_tokenizer(source: Path, target: Path, size: int = TINY_VOCABULARY) -> No
         shutil.copy(source / name, target / name)
     tokenizer = json.loads((source / "tokenizer.json").read_text(encoding="utf-8"))
     model = tokenizer["model"]
-    merged = [model["vocab"]["".join(pair)] for pair in model["merges"]]
+    merged = [
+        model["vocab"].get("".join(pair.split(" ") if isinstance(pair, str) else pair)) for pair in model["merges"]
+    ]
     assert model["type"] == "BPE" and merged == list(range(SMOLLM2_FIRST_MERGE_ID, len(model["vocab"]))), (
         "SmolLM2's tokenizer no longer numbers its merges in order; cut_tokenizer relies on that"
     )

@@ -40,6 +40,7 @@ def cache(tmp_path, monkeypatch):
 def test_a_later_process_reads_the_saved_names_instead_of_indexing(cache):
     assert registry_problem(["arc_easy"]) is None and CountingTaskManager.made == 1
     assert json.loads(cache.read_text()) == ["arc_easy", "hellaswag", "mmlu"]
+    assert cache.stat().st_mode & 0o777 == 0o644  # readable by everyone who shares the cache
     registry_names._indexed.cache_clear()  # as in a new process
     assert registry_problem(["hellaswag", "mmlu"]) is None and CountingTaskManager.made == 1
 

@@ -144,8 +144,8 @@ if os.environ.get("HOLD_AFTER") and "RANK" in os.environ:
         _mark_complete(checkpoint, step)
         held = Path(os.environ["HOLD_DIR"]) / f"held-{step}"
         if step in _hold_after and not held.exists():
-            held.touch()
             signal.signal(signal.SIGTERM, lambda number, frame: os._exit(128 + number))
+            held.touch()
             while True:
                 time.sleep(1)
 

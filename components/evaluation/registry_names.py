@@ -1,11 +1,14 @@
 """The names in lm-eval's task registry, indexed once per lm-eval version rather than once per process.
 
 Indexing the registry parses every task YAML lm-eval ships (14,000 of them, about 6 s on two cores), and every
-run pays for it in its first step, before any work: that is where a misspelt ``benchmark_tasks`` entry must fail.
-The names are kept in the local cache (``$LLM_FT_CACHE``, see ``components.local_model``), under lm-eval's
-version. A saved index is only ever trusted to say a name exists: a name it lacks is looked up in a fresh index
-before it is called unknown, so a stale file costs seconds, never a wrong refusal. The evaluate step loads its
-tasks from a live index whatever this says.
+check of a run's parameters pays for it before any work: that is where a misspelt ``benchmark_tasks`` entry must
+fail. The names are kept in the local cache (``$LLM_FT_CACHE``, see ``components.local_model``), under lm-eval's
+version, readable by everyone who shares it: local runs and the CLIs that check parameters on the user's machine
+read them; a pod starts without them unless ``$LLM_FT_CACHE`` is on lasting storage.
+
+A saved index is only ever trusted to say a name exists: a name it lacks is looked up in a fresh index before it
+is called unknown, so a stale file costs seconds, never a wrong refusal. The evaluate step loads its tasks from a
+live index whatever this says.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ def _indexed() -> tuple[str, ...]:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json(path, list(names))
+        path.chmod(0o644)  # written private (mkstemp); the cache is shared like the models in it
     except OSError as error:
         print(f"note: lm-eval's task names were not saved to {path} ({error}); each run indexes them", file=sys.stderr)
     return names
