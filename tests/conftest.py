@@ -260,17 +260,24 @@ def save_tiny_model(config, tokenizer, target: Path) -> Path:
     return target
 
 
+def save_tiny_llama(tokenizer, target: Path) -> Path:
+    """The tests' tiny Llama for ``tokenizer``: 2 layers, tied embeddings, randomly initialised, saved into
+    ``target``."""
+    from transformers import LlamaConfig
+
+    config = LlamaConfig(**tiny_shape(tokenizer), num_hidden_layers=2, tie_word_embeddings=True)
+    return save_tiny_model(config, tokenizer, target)
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(smollm2_dir, tmp_path_factory) -> Path:
     """A 2-layer, 64-wide Llama with SmolLM2's tokenizer cut to 2048 ids (``cut_tokenizer``), its chat template and
     special tokens."""
-    from transformers import AutoTokenizer, LlamaConfig
+    from transformers import AutoTokenizer
 
     def build(target: Path) -> None:
         cut_tokenizer(smollm2_dir, target)
-        tokenizer = AutoTokenizer.from_pretrained(target)
-        config = LlamaConfig(**tiny_shape(tokenizer), num_hidden_layers=2, tie_word_embeddings=True)
-        save_tiny_model(config, tokenizer, target)
+        save_tiny_llama(AutoTokenizer.from_pretrained(target), target)
 
     return build_once(tmp_path_factory, "tiny-model", build)
 

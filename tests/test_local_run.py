@@ -120,13 +120,11 @@ def tiny_whole_vocabulary_dir(smollm2_dir, tmp_path_factory) -> Path:
     """A 2-layer, 64-wide Llama with SmolLM2's whole tokenizer, for the third run: its gate compares it with the
     first run's SmolLM2 adapter, and refuses models of different vocabularies (the tests' tiny model has a cut
     one)."""
-    from conftest import save_tiny_model, tiny_shape
-    from transformers import AutoTokenizer, LlamaConfig
+    from conftest import save_tiny_llama
+    from transformers import AutoTokenizer
 
     def build(target: Path) -> None:
-        tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
-        config = LlamaConfig(**tiny_shape(tokenizer), num_hidden_layers=2, tie_word_embeddings=True)
-        save_tiny_model(config, tokenizer, target)
+        save_tiny_llama(AutoTokenizer.from_pretrained(smollm2_dir), target)
 
     return build_once(tmp_path_factory, "tiny-whole-vocabulary", build)
 
