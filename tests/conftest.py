@@ -187,12 +187,35 @@ def no_hub(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # for the subprocesses a test starts
 
 
-@pytest.fixture(scope="session")
-def smollm2_dir(tmp_path_factory) -> Path:
-    """SmolLM2-135M-Instruct materialised once per test session into a private cache."""
-    from components.local_model import local_base_model
+# What `python -m components.local_model` did when it built the session's SmolLM2 (tests/test_local_model.py reads
+# it): its exit code and output, and each file's (mtime_ns, inode) right after the build.
+LOCAL_MODEL_BUILD = "cli-build.json"
 
-    return local_base_model(cache_dir=build_once(tmp_path_factory, "model-cache", local_base_model))
+
+def build_local_model(cache: Path) -> None:
+    """Materialise SmolLM2 into the empty cache ``cache`` through the command line, recording what it did."""
+    from components.local_model import CACHE_ENV_VAR, LOCAL_MODEL_NAME
+
+    result = run_module("components.local_model", env={**os.environ, CACHE_ENV_VAR: str(cache)}, timeout=600)
+    target = cache / "models" / LOCAL_MODEL_NAME
+    snapshot = {p.name: (p.stat().st_mtime_ns, p.stat().st_ino) for p in target.iterdir()} if target.is_dir() else {}
+    record = {"returncode": result.returncode, "stdout": result.stdout, "stderr": result.stderr, "snapshot": snapshot}
+    (cache / LOCAL_MODEL_BUILD).write_text(json.dumps(record))
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+@pytest.fixture(scope="session")
+def smollm2_cache(tmp_path_factory) -> Path:
+    """An LLM_FT_CACHE in which the command line built SmolLM2-135M-Instruct, once per test run."""
+    return build_once(tmp_path_factory, "model-cache", build_local_model)
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(smollm2_cache) -> Path:
+    """SmolLM2-135M-Instruct, materialised once per test run into a private cache."""
+    from components.local_model import LOCAL_MODEL_NAME
+
+    return smollm2_cache / "models" / LOCAL_MODEL_NAME
 
 
 # The tiny models' vocabulary: SmolLM2's first 2048 ids. A training step's cost is mostly the logits (tokens x

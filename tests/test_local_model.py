@@ -56,16 +56,17 @@ def model_cli(*args, cache: Path | None = None, timeout: float = 600) -> subproc
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    """The checkpoint built from scratch (about 30 s) by the CLI into a private LLM_FT_CACHE.
+def built(smollm2_cache):
+    """The checkpoint the CLI built from scratch into an empty LLM_FT_CACHE: the test run's SmolLM2, which
+    conftest.build_local_model builds that way and every other test reads.
 
-    Yields (cache root, CLI result, snapshot of {file name: (mtime_ns, inode)} right after the build).
+    Returns (cache root, CLI result, snapshot of {file name: (mtime_ns, inode)} right after the build).
     """
-    cache = tmp_path_factory.mktemp("llm-ft-cache")
-    result = model_cli(cache=cache)
-    target = cache / "models" / LOCAL_MODEL_NAME
-    snapshot = {p.name: (p.stat().st_mtime_ns, p.stat().st_ino) for p in target.iterdir()} if target.is_dir() else {}
-    return cache, result, snapshot
+    from conftest import LOCAL_MODEL_BUILD
+
+    record = json.loads((smollm2_cache / LOCAL_MODEL_BUILD).read_text())
+    result = subprocess.CompletedProcess([], record["returncode"], record["stdout"], record["stderr"])
+    return smollm2_cache, result, {name: tuple(stamp) for name, stamp in record["snapshot"].items()}
 
 
 @pytest.fixture(scope="module")
