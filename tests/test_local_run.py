@@ -53,7 +53,12 @@ SHORT_TRAINING = (
     "--param",
     "save_steps=1",
 )
+# 10 of the bundled benchmark's 40 questions: these runs check that the default benchmark is scored on every model
+# and reported, not what it scores, and each SmolLM2 model took 12-18 s to score all 40.
+BENCHMARK_LIMIT = 10
 SHORT_EVALUATION = (
+    "--param",
+    f"benchmark_limit={BENCHMARK_LIMIT}",
     "--param",
     "eval_score_rows=2",
     "--param",
@@ -61,8 +66,9 @@ SHORT_EVALUATION = (
     "--param",
     'extra_questions=["What is a bowline?"]',
 )
-# Two steps of a LoRA barely move a model: let the first run's gate pass whatever they did.
-LENIENT_GATE = ("--param", "min_eval_loss_improvement=-100")
+# Two steps of a LoRA barely move a model: let the first run's gate pass whatever they did (on 10 questions, one
+# answer that changes moves the score by 0.1).
+LENIENT_GATE = ("--param", "min_eval_loss_improvement=-100", "--param", "max_benchmark_drop=1")
 STAGES = ("data", "train", "evaluate", "export", "publish", "store")
 MODELS_BUCKET = "models"
 MODELS_URI = f"s3://{MODELS_BUCKET}/local"
@@ -205,7 +211,7 @@ def test_whole_pipeline_runs_locally_and_says_where_outputs_went(runs):
         f"run {run_dir.name} ({run_dir})",
         f"eval loss:  base {base:.3f} -> fine-tuned {tuned:.3f}",
         # The local default benchmark: the bundled lm-eval task, scored on both models.
-        f"benchmark practical_skills_mc: acc_norm, higher is better, 40 examples: base "
+        f"benchmark practical_skills_mc: acc_norm, higher is better, {BENCHMARK_LIMIT} examples: base "
         f"{evaluation['benchmarks']['scores']['base']['practical_skills_mc']['value']:.4f}",
         f"gate:       passed: {evaluation['gate']['reason']}",
         f"report:     {run_dir / 'evaluate' / 'report.html'}",
@@ -282,7 +288,8 @@ def test_publish_dry_run_writes_the_upload_folder_and_the_record(runs):
     fingerprint = read_stats(run_dir / "data")["fingerprint"]
     assert f"data_fingerprint: {fingerprint}" in card and "base_model: HuggingFaceTB/SmolLM2-135M-Instruct" in card
     assert {path.name for path in upload.iterdir()} >= {"README.md", "Modelfile", "training_summary.json"}
-    assert "| practical_skills_mc: acc_norm, higher is better, 40 examples | " in card  # the benchmark table
+    # The benchmark table.
+    assert f"| practical_skills_mc: acc_norm, higher is better, {BENCHMARK_LIMIT} examples | " in card
     assert any(path.suffix == ".gguf" for path in upload.iterdir())
     record = json.loads((output_dir / "workspace" / PUBLISHED / f"{DRY_RUN_NAME}.json").read_text())
     assert record["data_fingerprint"] == fingerprint and record["run_id"] == run_dir.name
