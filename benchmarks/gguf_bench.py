@@ -38,7 +38,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from tests.gguf_files import first_difference, read_gguf  # noqa: E402
+from gguf_export.reader import read_gguf  # noqa: E402
+from tests.gguf_files import first_difference  # noqa: E402
 from tests.llama_cpp_reference import reference_convert_cli, reference_dir  # noqa: E402
 
 OUTTYPES = ("f16", "q8_0")

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from common.errors import UserError, exit_on_user_error
+from gguf_export.reader import read_gguf
 
 EMBEDDED_TEMPLATE = "chat_template.default"  # llama-cpp-python's name for the GGUF's tokenizer.chat_template
 QUIT = {"/exit", "/quit"}
@@ -41,17 +42,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def open_model(path: Path, context: int):
     """The GGUF in llama.cpp, set to render with its own embedded chat template.
 
-    The header is read first (the ``gguf`` library maps it, no weights are read): a file that is no
+    The header is read first (``gguf_export.reader`` maps it; no weights are read): a file that is no
     GGUF or has no template is refused before llama.cpp loads it, and the context is capped at the
     model's trained length, past which llama.cpp would warn on every start.
     """
     if not path.is_file():
         raise UserError(f"{path} does not exist. Pass the .gguf file the export stage wrote (runs/<id>/export/).")
-    from gguf import GGUFReader
     from llama_cpp import Llama
 
     try:
-        fields = GGUFReader(path).fields
+        fields = read_gguf(path).metadata
     except (ValueError, OSError) as error:
         raise UserError(f"{path} is not a GGUF file ({error}). Pass the .gguf file the export stage wrote.") from None
     if "tokenizer.chat_template" not in fields:
@@ -59,9 +59,9 @@ def open_model(path: Path, context: int):
             f"{path} has no chat template (tokenizer.chat_template), so there is no right way to render a "
             "conversation for it. Export from a model directory whose tokenizer has one."
         )
-    architecture = fields["general.architecture"].contents()
+    architecture = fields["general.architecture"]
     trained = fields.get(f"{architecture}.context_length")
-    n_ctx = min(context, int(trained.contents())) if trained else context
+    n_ctx = min(context, int(trained)) if trained else context
     try:
         return Llama(model_path=str(path), n_ctx=n_ctx, verbose=False, chat_format=EMBEDDED_TEMPLATE)
     except (ValueError, RuntimeError) as error:

@@ -2,7 +2,7 @@
 
 Two levels, both needed before a file is published:
 
-1. The file read back with ``gguf.GGUFReader``: architecture, tensor count and
+1. The file read back (``gguf_export.reader``): architecture, tensor count and
    shapes, the vocabulary equal to the Hugging Face tokenizer's, the chat
    template present and equal.
 2. The file loaded in llama.cpp (llama-cpp-python) and compared with
@@ -30,6 +30,7 @@ from common.errors import UserError
 from gguf_export.chat_formats import chat_format_of
 from gguf_export.convert import ConversionResult
 from gguf_export.options import Thresholds
+from gguf_export.reader import read_gguf
 from gguf_export.verification_report import VerificationReport
 
 REPLY_TOKENS = 48
@@ -213,18 +214,16 @@ def check_file(
     expected: dict[str, tuple[int, ...]] | None,
     arch: str | None,
 ) -> None:
-    """Level 1: the file as written, read back with GGUFReader."""
-    from gguf import GGUFReader
-
-    reader = GGUFReader(path)
-    fields = reader.fields
-    written_arch = fields["general.architecture"].contents()
+    """Level 1: the file as written, read back."""
+    written = read_gguf(path)
+    fields = written.metadata
+    written_arch = fields["general.architecture"]
     report.add(
         "architecture",
         arch is None or written_arch == arch,
         f"{written_arch}" + ("" if arch is None or written_arch == arch else f", expected {arch}"),
     )
-    shapes = {tensor.name: tuple(int(n) for n in reversed(tensor.shape.tolist())) for tensor in reader.tensors}
+    shapes = {tensor.name: tensor.shape for tensor in written.tensors}
     if expected is not None:
         wrong = sorted(name for name in expected if shapes.get(name) != expected[name])
         extra = sorted(set(shapes) - set(expected))
@@ -235,7 +234,7 @@ def check_file(
             + (f"; wrong or missing: {', '.join(wrong[:5])}" if wrong else "")
             + (f"; unexpected: {', '.join(extra[:5])}" if extra else ""),
         )
-    tokens = fields["tokenizer.ggml.tokens"].contents()
+    tokens = fields["tokenizer.ggml.tokens"]
     vocab = reference.tokenizer.get_vocab()
     added = set(reference.tokenizer.get_added_vocab())
     mismatched = [
@@ -253,7 +252,7 @@ def check_file(
             else ", equal to the tokenizer's"
         ),
     )
-    template = fields["tokenizer.chat_template"].contents() if "tokenizer.chat_template" in fields else None
+    template = fields.get("tokenizer.chat_template")
     report.add(
         "chat_template",
         template is not None and template == reference.tokenizer.chat_template,

@@ -20,7 +20,7 @@ from conftest import REPO_ROOT
 
 from components.export.options import ExportStageOptions
 from components.export.stage import run_in_pipeline
-from tests.gguf_files import read_gguf
+from gguf_export.reader import read_gguf
 
 RANDOM_WEIGHTS = {"float_min_top1": 0.97}  # see tests/test_gguf_verify.py
 

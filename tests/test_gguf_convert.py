@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 from gguf import GGMLQuantizationType
 
+from gguf_export.reader import read_gguf
 from tests.conftest import GGUF_COMPARED_TYPES, REPO_ROOT
-from tests.gguf_files import first_difference, read_gguf
+from tests.gguf_files import first_difference
 
 MODELS = ("smollm2", "smollm3", "qwen2", "qwen3", "mistral")
 # Keys we write on purpose and llama.cpp's converter does not (see gguf_export/vocab.py).

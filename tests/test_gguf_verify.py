@@ -15,10 +15,10 @@ import pytest
 from gguf_export.convert import convert
 from gguf_export.metadata import MetadataOptions
 from gguf_export.options import Thresholds
+from gguf_export.reader import read_gguf
 from gguf_export.verification_report import markdown, report_json
 from gguf_export.verify import TransformersReference, verify
 from tests.conftest import GGUF_COMPARED_TYPES
-from tests.gguf_files import read_gguf
 
 MODELS = ("smollm2", "smollm3", "qwen2", "qwen3", "mistral")
 # Untrained random weights give near-ties between the two best tokens at a few percent of
