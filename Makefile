@@ -130,6 +130,7 @@ bench: install
 	$(PY) benchmarks/train_bench.py
 	$(PY) benchmarks/fit_bench.py
 	$(PY) benchmarks/gguf_bench.py
+	$(PY) benchmarks/gguf_reader_bench.py
 	$(PY) benchmarks/lm_eval_bench.py
 
 # What the GPU check (benchmarks/gpu_check.py) carries to a GPU machine with no network: the wheels its image
