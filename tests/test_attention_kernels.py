@@ -19,7 +19,8 @@ from common.errors import UserError
 from trainer import attention, compiled
 from trainer.config import TrainConfig
 from trainer.distributed import Topology
-from trainer.train import attention_of, check_config, load_model, lora_config
+from trainer.preflight import check_config
+from trainer.train import attention_of, load_model, lora_config
 
 SMOLLM2_BLOCKS = 4
 CONVERSATIONS = (37, 80, 11, 120, 52)  # tokens of each conversation packed into one row

@@ -7,8 +7,8 @@ import os
 import sys
 
 from common.errors import exit_on_user_error
+from trainer import preflight
 from trainer.config import parse_config
-from trainer.train import run
 
 
 @exit_on_user_error
@@ -21,7 +21,12 @@ def main() -> int:
     )
     # Our own progress and checkpoint lines on rank 0; libraries only when they warn.
     logging.getLogger("trainer").setLevel(logging.INFO if rank == 0 else logging.WARNING)
-    return run(parse_config())
+    config = parse_config()
+    # Before transformers, PEFT and TRL load: an option this pod cannot honour costs torch's import, not theirs.
+    topology = preflight.check(config)
+    from trainer.train import run_checked
+
+    return run_checked(config, topology)
 
 
 if __name__ == "__main__":

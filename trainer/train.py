@@ -7,8 +7,6 @@ model and summaries written by rank 0.
 
 from __future__ import annotations
 
-import dataclasses
-import importlib.util
 import logging
 import os
 import shutil
@@ -26,13 +24,22 @@ from transformers.trainer_utils import speed_metrics
 from trl import SFTConfig, SFTTrainer
 
 from common.atomic import replace_dir, write_json
-from common.cli_options import flag
 from common.errors import UserError
 from common.run_layout import DATA_SHARDS, LOSS_CURVE, TRAINING_HISTORY, TRAINING_SUMMARY
-from trainer import attention, base_model, checkpoints, compiled, data, diagnostics, distributed, outputs, sharding
+from trainer import (
+    attention,
+    base_model,
+    checkpoints,
+    compiled,
+    data,
+    diagnostics,
+    distributed,
+    outputs,
+    preflight,
+    sharding,
+)
 from trainer.callbacks import CompletionManifest, PreemptionSave, ProgressLines
-from trainer.config import TrainConfig, option_problems, packages_needed, peak_learning_rate
-from trainer.cuda import check_cuda_usable
+from trainer.config import TrainConfig, peak_learning_rate
 from trainer.diagnostics import ShardRecorder
 from trainer.distributed import Topology
 from trainer.precision import device_capability, precision
@@ -44,29 +51,6 @@ log = logging.getLogger("trainer")
 # checkpoint is on disk, so the restarted job resumes instead of finishing here.
 PREEMPTED_EXIT_CODE = 143
 RANK_SUMMARY_KEYS = ("rank", "device", "tokens", "weights_sha256", "local_parameter_fraction", "peak_memory_mb")
-
-
-def check_config(config: TrainConfig, topology: Topology) -> None:
-    """Reject settings that would fail (or silently misbehave) only after the model has loaded."""
-    problems = [f"{flag(name)} {problem}" for name, problem in option_problems(config).items()]
-    if config.sharding == "fsdp" and topology.world_size < 2:
-        problems.append(
-            "--sharding fsdp needs at least 2 processes to shard the model across, and this run has 1; launch with "
-            "torchrun --nproc-per-node (and nodes) for 2 or more, or use --sharding none"
-        )
-    for field, (module, alternative) in packages_needed(dataclasses.asdict(config)).items():
-        if not (torch.cuda.is_available() and importlib.util.find_spec(module)):
-            missing = "no CUDA device" if not torch.cuda.is_available() else f"no {module}"
-            switched_on = getattr(config, field) is True  # a boolean flag: --liger-kernels, off with --no-...
-            asked = flag(field) if switched_on else f"{flag(field)} {getattr(config, field)}"
-            fix = (
-                f"leave it out or pass --no-{flag(field)[2:]}"
-                if switched_on
-                else alternative.replace(field, flag(field))
-            )
-            problems.append(f"{asked} needs a CUDA GPU and the {module} package, and this process has {missing}; {fix}")
-    if problems:
-        raise UserError("invalid training options: " + "; ".join(problems) + ".")
 
 
 def load_model(config: TrainConfig, source: Path, bf16: bool) -> PreTrainedModel:
@@ -381,11 +365,12 @@ def speed_up(trainer: SFTTrainer, config: TrainConfig, topology: Topology) -> Sp
 
 
 def run(config: TrainConfig) -> int:
-    topology = Topology.from_environment()
-    if config.require_cuda:
-        check_cuda_usable("training job")
-    distributed.check_world_size(topology, config.expected_world_size)
-    check_config(config, topology)
+    """Check ``config`` against this process, then train (``python -m trainer`` checks before importing this)."""
+    return run_checked(config, preflight.check(config))
+
+
+def run_checked(config: TrainConfig, topology: Topology) -> int:
+    """Train with ``config``, which ``preflight.check`` accepted for this process's ``topology``."""
     started = time.monotonic()
     distributed.initialise(topology, config.collective_timeout_minutes)
     source = base_model.local_copy(config.model, config.base_model_revision, topology)
