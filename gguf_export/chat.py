@@ -53,13 +53,15 @@ def open_model(path: Path, context: int):
     try:
         fields = read_gguf(path).metadata
     except (ValueError, OSError) as error:
-        raise UserError(f"{path} is not a GGUF file ({error}). Pass the .gguf file the export stage wrote.") from None
+        raise UserError(
+            f"{path} is not a GGUF file llama.cpp can read: {error}. Pass the .gguf file the export stage wrote."
+        ) from None
     if "tokenizer.chat_template" not in fields:
         raise UserError(
             f"{path} has no chat template (tokenizer.chat_template), so there is no right way to render a "
             "conversation for it. Export from a model directory whose tokenizer has one."
         )
-    architecture = fields["general.architecture"]
+    architecture = fields.get("general.architecture")  # without it llama.cpp refuses the file below
     trained = fields.get(f"{architecture}.context_length")
     n_ctx = min(context, int(trained)) if trained else context
     try:

@@ -217,11 +217,13 @@ def check_file(
     """Level 1: the file as written, read back."""
     written = read_gguf(path)
     fields = written.metadata
-    written_arch = fields["general.architecture"]
+    written_arch = fields.get("general.architecture")
     report.add(
         "architecture",
-        arch is None or written_arch == arch,
-        f"{written_arch}" + ("" if arch is None or written_arch == arch else f", expected {arch}"),
+        written_arch is not None and (arch is None or written_arch == arch),
+        "missing (general.architecture)"
+        if written_arch is None
+        else f"{written_arch}" + ("" if arch is None or written_arch == arch else f", expected {arch}"),
     )
     shapes = {tensor.name: tensor.shape for tensor in written.tensors}
     if expected is not None:
@@ -234,7 +236,7 @@ def check_file(
             + (f"; wrong or missing: {', '.join(wrong[:5])}" if wrong else "")
             + (f"; unexpected: {', '.join(extra[:5])}" if extra else ""),
         )
-    tokens = fields["tokenizer.ggml.tokens"]
+    tokens = fields.get("tokenizer.ggml.tokens", [])
     vocab = reference.tokenizer.get_vocab()
     added = set(reference.tokenizer.get_added_vocab())
     mismatched = [

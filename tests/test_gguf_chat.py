@@ -7,6 +7,7 @@ of the capital-of-France answer, measured: the check below needs the answer tran
 from __future__ import annotations
 
 import shutil
+import struct
 import subprocess
 import sys
 
@@ -14,6 +15,7 @@ import pytest
 from conftest import REPO_ROOT, run_module
 
 from gguf_export.convert import convert
+from tests.gguf_files import UINT32, gguf_bytes, key_value
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +96,15 @@ def test_the_embedded_template_is_required(gguf_models, tmp_path):
 
 @pytest.mark.parametrize(
     ("name", "content", "message"),
-    [("missing.gguf", None, "does not exist"), ("notes.gguf", b"not a model\n", "is not a GGUF file")],
+    [
+        ("missing.gguf", None, "does not exist"),
+        ("notes.gguf", b"not a model\n", "is not a GGUF file llama.cpp can read: it starts with b'not '"),
+        (
+            "aligned-to-0.gguf",
+            gguf_bytes([key_value("general.alignment", UINT32, struct.pack("<I", 0))], []),
+            "is not a GGUF file llama.cpp can read: general.alignment is 0, not a power of two",
+        ),
+    ],
 )
 def test_a_bad_path_gets_one_paragraph(tmp_path, name, content, message):
     path = tmp_path / name

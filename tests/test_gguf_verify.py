@@ -79,6 +79,21 @@ def test_corrupted_weights_fail_verification(gguf_models, our_ggufs, tmp_path):
     assert json.loads(report_json([report]))["passed"] is False
 
 
+def test_a_file_without_architecture_or_tokens_fails_verification_naming_them(gguf_models, our_ggufs, tmp_path):
+    """Keys the converter must write and did not: failed checks in the report, not an exception."""
+    broken = tmp_path / "no-keys.gguf"
+    content = our_ggufs["qwen3", "f16"].read_bytes()
+    for key in (b"general.architecture", b"tokenizer.ggml.tokens"):
+        assert content.count(key) == 1
+        content = content.replace(key, key[:-1] + b"X")  # the same length: every offset stays valid
+    broken.write_bytes(content)
+    report = verify(broken, TransformersReference(gguf_models["qwen3"], 200), "f16", Thresholds(), arch="qwen3")
+    assert not report.passed
+    failures = {line.split(":")[0]: line for line in report.failures()}
+    assert "missing (general.architecture)" in failures["architecture"]
+    assert "0 tokens" in failures["vocabulary"]
+
+
 def test_wrong_pre_tokenizer_fails_verification(gguf_models, tmp_path):
     """Forcing Llama 3's pre-tokenizer onto SmolLM's vocabulary splits digits differently: caught."""
     path = convert(
