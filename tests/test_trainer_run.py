@@ -419,6 +419,21 @@ def test_world_size_mismatch_fails_at_start(tiny_model_dir, prepared_data_dir, t
     assert not (tmp_path / "out").exists()
 
 
+def test_options_a_rank_cannot_honour_are_refused_before_transformers_peft_and_trl_load(
+    tiny_model_dir, prepared_data_dir, tmp_path
+):
+    """trainer/preflight.py: the refusal costs torch's import, not the whole trainer's (-X importtime lists every
+    module the process imported)."""
+    args = trainer_args(tiny_model_dir, prepared_data_dir, tmp_path / "out", "--liger-kernels")
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "trainer", *args], cwd=REPO_ROOT, capture_output=True, text=True
+    )
+    assert result.returncode == 2 and "--liger-kernels needs a CUDA GPU" in result.stderr
+    lines = result.stderr.splitlines()
+    imported = {line.rsplit("|", 1)[1].strip() for line in lines if line.startswith("import time:")}
+    assert "torch" in imported and not imported & {"transformers", "peft", "trl", "datasets"}
+
+
 def test_qlora_is_refused_without_cuda(tiny_model_dir, prepared_data_dir, tmp_path):
     """4-bit QLoRA needs CUDA and bitsandbytes; on CPU the user hears so before anything loads."""
     assert not torch.cuda.is_available()

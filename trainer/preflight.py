@@ -1,6 +1,6 @@
 """The checks a rank makes of its options and its process before anything heavy loads.
 
-``python -m trainer`` runs them before it imports transformers, PEFT and TRL (about 5 s of CPU per rank): a pod
+``python -m trainer`` runs them before it imports transformers, PEFT and TRL (most of a rank's start-up): a pod
 with an option it cannot honour, the wrong number of workers or no usable CUDA stops after torch's import alone,
 with one paragraph naming the option and the fix.
 """
