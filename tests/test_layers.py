@@ -104,6 +104,16 @@ def test_gguf_export_and_common_import_without_torch():
     assert result.returncode == 0, result.stderr
 
 
+def test_the_pipeline_commands_load_without_the_ml_libraries():
+    """pipelines.compile, run and submit, and every step that reads the run form (the first step, for one), load the
+    form and the DAG, never torch, transformers or datasets: those cost seconds of CPU in every such process, and the
+    launcher pods run in 1 GiB."""
+    blocker = "import sys; sys.modules.update(dict.fromkeys(('torch', 'transformers', 'datasets', 'peft', 'trl'))); "
+    code = blocker + "import pipelines.compile, pipelines.run, pipelines.submit, components.run_form.options"
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+
+
 # What sits above the stages inside ``components``: the run form (it reads every stage's options) and the
 # KFP adapters (they call every stage). A stage that imported them would load every other stage with it.
 ABOVE_THE_STAGES = ("components.run_form", "components.pipeline_steps")

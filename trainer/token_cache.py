@@ -30,13 +30,14 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from datasets import Dataset
-from transformers import PreTrainedTokenizerBase
+from typing import TYPE_CHECKING, Any
 
 from common.errors import UserError
 from common.run_layout import TOKENS_MANIFEST
+
+if TYPE_CHECKING:  # every command that reads the run form's options imports this module for its constants
+    from datasets import Dataset
+    from transformers import PreTrainedTokenizerBase
 
 # Bump whenever what is written changes (columns, their meaning, how rows are prepared or packed).
 FORMAT_VERSION = 1
@@ -133,4 +134,6 @@ def check_matches(tokens_dir: Path, manifest: dict[str, Any], wanted: dict[str, 
 
 def open_rows(tokens_dir: Path, name: str) -> Dataset:
     """One of the Arrow files, memory-mapped: no row is read until it is used."""
+    from datasets import Dataset  # here, not above: see the TYPE_CHECKING import
+
     return Dataset.from_file(str(tokens_dir / name), in_memory=False)
