@@ -10,8 +10,6 @@ import struct
 
 from gguf_export.reader import GGUFFile
 
-UINT32, STRING, ARRAY = 4, 8, 9
-
 
 def string(text: str) -> bytes:
     encoded = text.encode()

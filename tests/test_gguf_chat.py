@@ -13,9 +13,10 @@ import sys
 
 import pytest
 from conftest import REPO_ROOT, run_module
+from gguf import GGUFValueType
 
 from gguf_export.convert import convert
-from tests.gguf_files import UINT32, gguf_bytes, key_value
+from tests.gguf_files import gguf_bytes, key_value
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +102,7 @@ def test_the_embedded_template_is_required(gguf_models, tmp_path):
         ("notes.gguf", b"not a model\n", "is not a GGUF file llama.cpp can read: it starts with b'not '"),
         (
             "aligned-to-0.gguf",
-            gguf_bytes([key_value("general.alignment", UINT32, struct.pack("<I", 0))], []),
+            gguf_bytes([key_value("general.alignment", GGUFValueType.UINT32, struct.pack("<I", 0))], []),
             "is not a GGUF file llama.cpp can read: general.alignment is 0, not a power of two",
         ),
     ],

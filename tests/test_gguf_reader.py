@@ -13,10 +13,10 @@ import struct
 
 import numpy as np
 import pytest
-from gguf import GGUFReader, GGUFWriter
+from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
 from gguf_export.reader import read_gguf
-from tests.gguf_files import ARRAY, STRING, UINT32, gguf_bytes, key_value, string, tensor_entry
+from tests.gguf_files import gguf_bytes, key_value, string, tensor_entry
 
 
 def assert_reads_as_gguf_py_does(path) -> None:
@@ -82,6 +82,8 @@ def u32(value: int) -> bytes:
     return struct.pack("<I", value)
 
 
+# The value types the broken headers below use, by gguf-py's (the specification's) numbers.
+UINT32, STRING, ARRAY = GGUFValueType.UINT32, GGUFValueType.STRING, GGUFValueType.ARRAY
 NAME = key_value("general.name", STRING, string("x"))
 
 

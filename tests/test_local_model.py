@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT, run_module
+from conftest import LOCAL_MODEL_BUILD, REPO_ROOT, run_module
 
 from common.errors import UserError
 from components import local_model
@@ -62,8 +62,6 @@ def built(smollm2_cache):
 
     Returns (cache root, CLI result, snapshot of {file name: (mtime_ns, inode)} right after the build).
     """
-    from conftest import LOCAL_MODEL_BUILD
-
     record = json.loads((smollm2_cache / LOCAL_MODEL_BUILD).read_text())
     result = subprocess.CompletedProcess([], record["returncode"], record["stdout"], record["stderr"])
     return smollm2_cache, result, {name: tuple(stamp) for name, stamp in record["snapshot"].items()}
