@@ -97,6 +97,22 @@ def test_full_fine_tuning_runs_only_when_it_fits_the_budget():
     assert skip_for_time(elapsed=9999, lora_wall=120, budget=0) is None  # no budget: always
 
 
+def test_runs_left_out_are_named_and_only_a_comparison_of_both_lora_runs_is_judged(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["--runs", "full-checkpointing,lora-fast", "--out", str(tmp_path), "--tokenizer", str(tmp_path)])
+    assert "--runs: no run named lora-fast; the runs are lora-defaults, lora-sdpa-eager" in capsys.readouterr().err
+
+    alone = {
+        "runs": [finished("full-checkpointing")],
+        "loss_comparison": {"skipped": "--runs left out lora-sdpa-eager"},
+    }
+    assert failures(alone) == []
+    late = finished("full-checkpointing", compile={"graphs": 5, "graphs_after_rehearsal": 2, "seconds": 60.0})
+    assert failures({**alone, "runs": [late]}) == [
+        "full-checkpointing: 2 graph(s) compiled after the rehearsal (TORCH_LOGS=recompiles in full-checkpointing.log)"
+    ]
+
+
 def test_the_carried_wheels_are_the_image_locks_pins_with_their_hashes():
     lines = pinned(IMAGE_LOCK.read_text(), CARRIED)
     assert [line.split("==")[0] for line in lines] == list(CARRIED)
