@@ -1,4 +1,5 @@
-"""trainer/rehearsal.py's cut rows: the lengths that leave flex_attention's block mask nothing to compile mid-run.
+"""trainer/rehearsal.py's rows: the lengths that leave flex_attention's block mask and Inductor's length ranges
+nothing to compile mid-run.
 
 transformers builds a packed row's ``BlockMask`` with ``create_block_mask(..., _compile=True)``, which is
 ``torch.compile(create_block_mask)``: not dynamic, so its first graph is for the first batch's length, a second
@@ -6,19 +7,25 @@ length makes the length symbolic, and a row of one 128-token tile gets a graph o
 dimension of size 1). With rows cut at one tile alone, the first training batch of another length compiled a graph
 mid-run on an H100 on 2026-11-27. dynamo's guards are the same with any backend, so a counting backend on CPU shows
 the same graphs as Inductor on a GPU.
+
+Inductor's ranges (a graph guarded on 128-2,559 tokens, another on 4,096 and up, on an H200 on 2026-11-28) come
+from its code generation, which a CPU backend does not run; a compiled function that branches on the length where
+Inductor's code does stands in for them: dynamo guards each graph on the side of the branch it took, as Inductor
+guards each on its range.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+import datasets
 import pytest
 import torch
 import torch._dynamo
 from torch.nn.attention.flex_attention import create_block_mask
 
 from trainer import compiled
-from trainer.rehearsal import cut_rows
+from trainer.rehearsal import cut_rows, rows_by_length
 
 FIRST_ROW = 1024  # tokens in the data's first (packed) row
 
@@ -94,3 +101,60 @@ def test_one_tile_cuts_alone_leave_longer_rows_a_graph_to_compile(count_block_ma
 
     build([100, 284])
     assert len(graphs) == rehearsed + 1
+
+
+def test_one_row_of_each_padded_length_is_found_from_the_offsets_shortest_first():
+    tile = compiled.PAD_MULTIPLE
+    lengths = [4 * tile, 5, tile + 2, tile + 12, 3 * tile, 2 * tile, tile, 4 * tile - 1]
+    rows = datasets.Dataset.from_dict({"input_ids": [[7] * length for length in lengths]})
+    assert rows_by_length(rows) == [1, 2, 4, 0]  # 1 tile (row 1), 2 tiles (row 2), 3 (row 4), 4 (row 0)
+    assert rows_by_length(rows.select([3, 6, 0])) == [1, 0, 2]  # through an index mapping, as after a shuffle
+
+    many = datasets.Dataset.from_dict({"input_ids": [[7] * (n * tile) for n in range(1, 101)]})
+    assert rows_by_length(many, limit=4) == [0, 33, 66, 99]  # spread: the shortest and the longest always
+
+
+@pytest.fixture
+def count_ranged_graphs() -> Iterator[tuple[Callable[[int], None], list[int]]]:
+    """``run(length)`` calls a block compiled as the trainer compiles one (``dynamic=True``) whose code differs below
+    2,560 tokens and from 4,096 up, the ranges Inductor cut the H200's length into; every graph is counted."""
+    graphs: list[int] = []
+
+    def counting_backend(graph_module: torch.fx.GraphModule, example_inputs: list) -> Callable:
+        graphs.append(len(graph_module.graph.nodes))
+        return graph_module.forward
+
+    def block(hidden: torch.Tensor) -> torch.Tensor:
+        if hidden.size(1) < 2560:  # flex_attention's decoding kernel is considered
+            hidden = hidden * 2
+        if hidden.size(1) >= 4096:  # 64-bit indexing
+            hidden = hidden + 1
+        return hidden.sum()
+
+    compiled_block = torch.compile(block, backend=counting_backend, dynamic=True)
+    torch._dynamo.reset()
+    yield (lambda length: compiled_block(torch.ones(1, length, 4))), graphs
+    torch._dynamo.reset()
+
+
+def test_rows_of_every_length_leave_no_length_range_to_compile_mid_run(count_ranged_graphs):
+    run, graphs = count_ranged_graphs
+    tile, longest = compiled.PAD_MULTIPLE, 4096
+    data = datasets.Dataset.from_dict({"input_ids": [[7] * n for n in (longest, 3000, 700, longest, 2900, 130)]})
+    first = [longest]
+    cuts = [sum(batch[0]["seq_lengths"]) for batch in cut_rows({"input_ids": [0] * longest})]
+
+    for length in (*first, *cuts):  # the rehearsal before the rows of each length
+        run(length)
+    before_lengths = len(graphs)
+    run(3072)  # a packed row of about 3,000 tokens, padded: the H200's step 8
+    assert len(graphs) == before_lengths + 1
+
+    torch._dynamo.reset()
+    graphs.clear()
+    for length in (*first, *cuts, *(-(-len(data[i]["input_ids"]) // tile) * tile for i in rows_by_length(data))):
+        run(length)
+    rehearsed = len(graphs)
+    for length in range(tile, longest + 1, tile):  # every padded length a row of this data can have
+        run(length)
+    assert len(graphs) == rehearsed

@@ -6,10 +6,19 @@ variant runs: the first micro-batch (the training variants, forward and backward
 evaluation (no gradient, eval mode). So before the first step every rank runs training
 micro-batches (forward and backward) and evaluation batches through the model as training will,
 with the arguments TRL's ``compute_loss`` passes, under the autocast accelerate put on the model's
-forward: the data's first, and rows cut from it at one and two 128-token tiles, each as one
-conversation (whose attention needs no mask, a variant of its own) and as two. Every variant the
-run needs is compiled and launched once, and the compiled code is reused by the real steps; the
-summary counts any graph compiled after it.
+forward: the data's first, rows cut from it at one and two 128-token tiles, each as one
+conversation (whose attention needs no mask, a variant of its own) and as two, and one row of each
+padded length the data holds (``rows_by_length``). Every variant the run needs is compiled and
+launched once, and the compiled code is reused by the real steps; the summary counts any graph
+compiled after it.
+
+Why every length: the blocks are compiled with a symbolic length, but Inductor still splits that
+length into ranges where its code differs (32-bit or 64-bit indexing, flex_attention's decoding
+kernel or not) and guards each graph on its range. On an H200 on 2026-11-28, full fine-tuning of
+SmolLM3-3B with checkpointing rehearsed on rows of 128, 256 and 4,096 tokens had graphs for 128-2,559
+and for 4,096 and up; a shorter packed row at step 8 compiled two more mid-run. The ranges' bounds
+depend on the model's widths, so the rehearsal does not guess them: it runs a row of each length the
+run will meet.
 
 The rehearsal calls the model itself, not DDP's wrapper, so no collective runs inside it and a rank
 that fails cannot leave the others waiting in one; its gradients are discarded and the random
@@ -28,8 +37,10 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy
+import pyarrow.compute
 import torch
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
@@ -37,9 +48,15 @@ from common.errors import UserError, one_line
 from trainer import compiled, diagnostics
 from trainer.distributed import Topology
 
+if TYPE_CHECKING:
+    from datasets import Dataset
+
 log = logging.getLogger("trainer")
 
 PROVEN_ATTENTION = "sdpa"
+# At most this many lengths are rehearsed, spread from the shortest to the longest: every length of rows up to
+# 4,096 tokens (at 128 a tile), and a bounded cost beyond, where a missed range costs one compile mid-run.
+LENGTHS_REHEARSED = 32
 
 
 @dataclass(frozen=True)
@@ -89,6 +106,20 @@ def cut_rows(row: dict[str, Any]) -> list[list[dict[str, Any]]]:
     return batches
 
 
+def rows_by_length(rows: Dataset, limit: int = LENGTHS_REHEARSED) -> list[int]:
+    """The index of the first row of each length ``rows`` holds, rounded up to ``PAD_MULTIPLE`` as the collator pads
+    them, shortest first; of more than ``limit`` lengths, ``limit`` spread evenly from the shortest to the longest.
+
+    The lengths come from the Arrow offsets of ``input_ids`` (no token is read), so a data set of millions of rows
+    costs milliseconds."""
+    lengths = pyarrow.compute.list_value_length(rows.with_format("arrow")["input_ids"]).to_numpy()
+    padded = -(-lengths // compiled.PAD_MULTIPLE) * compiled.PAD_MULTIPLE
+    _, first = numpy.unique(padded, return_index=True)
+    if len(first) > limit:
+        first = first[numpy.unique(numpy.linspace(0, len(first) - 1, limit).round().astype(int))]
+    return [int(index) for index in first]
+
+
 class SpeedPath(TrainerCallback):
     """Which blocks and attention this run trains with, rehearsed at ``on_train_begin`` (after accelerate has
     prepared the model and the Trainer enabled gradient checkpointing, so the variants are the real ones)."""
@@ -104,6 +135,7 @@ class SpeedPath(TrainerCallback):
         self.fallback: str | None = None
         self.compile: dict[str, float] | None = None
         self.rehearsal_totals: dict[str, float] | None = None
+        self.lengths_rehearsed = (0, 0)  # training, evaluation
 
     @property
     def rehearsed(self) -> bool:
@@ -121,9 +153,10 @@ class SpeedPath(TrainerCallback):
         self.rehearsal_totals = compiled.compile_stats()
         if not failures:
             log.info(
-                "speed path: %s rehearsed on the first training and evaluation batches and rows cut from them "
-                "in %.1f s, %d graph(s) compiled",
+                "speed path: %s rehearsed on the first training and evaluation batches, rows cut from them and "
+                "rows of %d training and %d evaluation lengths in %.1f s, %d graph(s) compiled",
                 self.path(),
+                *self.lengths_rehearsed,
                 time.monotonic() - started,
                 self.rehearsal_totals["graphs"],
             )
@@ -163,24 +196,27 @@ class SpeedPath(TrainerCallback):
 
     def _rehearse(self) -> Failure | None:
         """The training micro-batches (forward and backward), then the evaluation batches, on this rank; what
-        failed. Each phase runs the data's first batch and those of ``cut_rows``."""
+        failed. Each phase runs the data's first batch, those of ``cut_rows`` and one row of each of its lengths."""
         trainer, model = self.trainer, self.trainer.model
-        rows = min(len(trainer.train_dataset), trainer.args.per_device_train_batch_size)
-        first = [trainer.train_dataset[i] for i in range(rows)]
+        train_rows, eval_rows = trainer.train_dataset, trainer.eval_dataset
+        first = [train_rows[i] for i in range(min(len(train_rows), trainer.args.per_device_train_batch_size))]
         cut = cut_rows(first[0])
+        train_lengths = rows_by_length(train_rows)
+        eval_lengths = rows_by_length(eval_rows) if eval_rows is not None and len(eval_rows) else []
+        self.lengths_rehearsed = (len(train_lengths), len(eval_lengths))
         during = "the first training step"
         devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
         try:
             with torch.random.fork_rng(devices=devices):
                 model.train()
-                for batch in (first, *cut):
+                for batch in (first, *cut, *([train_rows[i]] for i in train_lengths)):
                     model(**model_inputs(trainer, batch)).loss.backward()
                     model.zero_grad(set_to_none=True)
-                if trainer.eval_dataset is not None and len(trainer.eval_dataset):
+                if eval_lengths:
                     during = "the first evaluation"
                     model.eval()
                     with torch.no_grad():
-                        for batch in ([trainer.eval_dataset[0]], *cut):
+                        for batch in ([eval_rows[0]], *cut, *([eval_rows[i]] for i in eval_lengths)):
                             model(**model_inputs(trainer, batch))
         except Exception as error:
             if not compiled.is_compile_failure(error):
