@@ -46,6 +46,8 @@ GPU_TRAIN = "gpu_train_bench-h100-2026-11-24.json"
 GPU_CHECK_FIRST = "gpu_check-h100-2026-11-27.json"
 GPU_CHECK_SMALL = "gpu_check-h100-2026-11-27-small-model.json"
 GPU_CHECK_3B = "gpu_check-h100-2026-11-27-3b-with-fixes.json"
+GPU_CHECK_FULL = "gpu_check-h200-2026-11-28-full-3b.json"
+GPU_CHECK_EVERY_LENGTH = "gpu_check-h200-2026-11-28-full-12-layers-every-length.json"
 LM_EVAL = "lm_eval_bench-cpu-2026-11-26.json"
 TARGETS = "gpu_train_bench.py"  # ABSOLUTE_TARGETS: the H100 throughput targets, twice the 2026-11-24 figures
 
@@ -504,6 +506,36 @@ GPU_CHECK_QUOTES = [
         "On an H100 (SmolLM3-3B, LoRA, flex_attention, 2026-11-27): {} graphs, {} s of compiling before the "
         "first step.",
         GPU_CHECK_3B,
+        at("runs.0.compile.graphs", "runs.0.compile.seconds"),
+    ),
+    # --- the GPU check of 2026-11-28: full fine-tuning alone, on an H200 ---
+    *gpu_check_rows(GPU_CHECK_FULL),
+    *gpu_check_rows(GPU_CHECK_EVERY_LENGTH),
+    Quote(
+        BENCH_PAGE,
+        "On SmolLM3-3B (`benchmarks/results/gpu_check-h200-2026-11-28-full-3b.json`, {} s) the check",
+        GPU_CHECK_FULL,
+        at("elapsed_s"),
+    ),
+    Quote(
+        BENCH_PAGE,
+        "inside the {} timed steps, which took {} s in all,",
+        GPU_CHECK_FULL,
+        lambda r: [
+            str(r["runs"][0]["timed_steps"]),
+            f"{r['runs'][0]['timed_steps'] * r['max_length'] / r['runs'][0]['tokens_per_s']:.1f}",
+        ],
+    ),
+    Quote(
+        BENCH_PAGE,
+        "`benchmarks/results/gpu_check-h200-2026-11-28-full-12-layers-every-length.json`, {} s, **passed**)",
+        GPU_CHECK_EVERY_LENGTH,
+        at("elapsed_s"),
+    ),
+    Quote(
+        BENCH_PAGE,
+        "compiled all {} graphs ({} s), and none compiled after it.",
+        GPU_CHECK_EVERY_LENGTH,
         at("runs.0.compile.graphs", "runs.0.compile.seconds"),
     ),
 ]
