@@ -231,6 +231,7 @@ def test_qlora_is_refused_in_an_image_without_bitsandbytes(capsys, monkeypatch):
     assert exited.value.code == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "parameter 'method' is qlora" in err and "does not install it: use method lora" in err
+    assert err.endswith("or build the image with bitsandbytes.")  # it needs no CUDA build
     monkeypatch.setattr(importlib.util, "find_spec", image_with(bitsandbytes=True))
     check_in_pipeline({"method": "qlora"})
     assert capsys.readouterr().out == "run parameters are valid\n"
@@ -340,7 +341,6 @@ def test_gpu_kernels_the_image_lacks_are_refused_by_the_first_step(capsys, monke
     [
         ({"liger_kernels": True}, "set liger_kernels false"),
         ({"attention": "flash_attention_2"}, "use attention auto"),
-        ({"method": "qlora"}, "use method lora"),
     ],
 )
 def test_gpu_only_options_on_a_job_without_gpus_are_refused(setting, alternative):
@@ -350,6 +350,11 @@ def test_gpu_only_options_on_a_job_without_gpus_are_refused(setting, alternative
     assert f"parameter '{name}' is {setting[name]}, which runs only on NVIDIA GPUs" in found
     assert alternative in found and "or give the training pods GPUs" in found
     assert problems({**setting, "gpus_per_node": 1}) == []
+
+
+def test_qlora_is_accepted_on_a_job_without_gpus():
+    """bitsandbytes 0.50 runs 4-bit layers on CPUs too: slow, but what the user asked for, so not refused."""
+    assert problems({"method": "qlora", "gpus_per_node": 0}) == []
 
 
 def test_local_defaults_are_valid_run_parameters_that_differ_from_the_run_forms():

@@ -434,16 +434,6 @@ def test_options_a_rank_cannot_honour_are_refused_before_transformers_peft_and_t
     assert "torch" in imported and not imported & {"transformers", "peft", "trl", "datasets"}
 
 
-def test_qlora_is_refused_without_cuda(tiny_model_dir, prepared_data_dir, tmp_path):
-    """4-bit QLoRA needs CUDA and bitsandbytes; on CPU the user hears so before anything loads."""
-    assert not torch.cuda.is_available()
-    result = run_module(
-        "trainer", *trainer_args(tiny_model_dir, prepared_data_dir, tmp_path / "out", "--method", "qlora")
-    )
-    assert result.returncode == 2
-    assert "--method qlora needs a CUDA GPU" in result.stderr and "Traceback" not in result.stderr
-
-
 def test_a_pod_given_gpus_without_usable_cuda_stops_instead_of_training_on_the_cpu(
     tiny_model_dir, prepared_data_dir, tmp_path
 ):

@@ -12,7 +12,7 @@ import argparse
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 from common.cli_options import add_options, flag, option, options_from, run_option
 from common.run_layout import ADAPTER, CHECKPOINTS, MERGED
@@ -25,14 +25,25 @@ METHOD_LEARNING_RATES = {"lora": 2e-4, "qlora": 2e-4, "full": 2e-5}
 LOSS_ON = ("assistant", "all")
 SHARDINGS = ("none", "fsdp")
 ATTENTIONS = ("auto", "flex_attention", "sdpa", "flash_attention_2", "eager")
-# Settings that need a CUDA-only package the runtime image may lack: (field, value) -> (module, the alternative).
+
+
+class Needs(NamedTuple):
+    """The package a setting needs, what to use instead, and whether it also needs an NVIDIA GPU."""
+
+    module: str
+    alternative: str
+    cuda: bool = True
+
+
+# Settings that need a package the runtime image may lack: (field, value) -> what they need.
 NEEDS_PACKAGE = {
-    ("method", "qlora"): ("bitsandbytes", "use method lora (LoRA on the bf16 model)"),
-    ("attention", "flash_attention_2"): ("flash_attn", "use attention auto"),
+    # bitsandbytes 0.50 runs 4-bit NF4 layers forward and backward on CPUs too (slowly): a CPU-only run may use it
+    ("method", "qlora"): Needs("bitsandbytes", "use method lora (LoRA on the bf16 model)", cuda=False),
+    ("attention", "flash_attention_2"): Needs("flash_attn", "use attention auto"),
     # FlexAttention's backward exists only as a Triton kernel (torch 2.13: "FlexAttention does not support backward
     # on CPU"), which torch.compile generates on CUDA devices.
-    ("attention", "flex_attention"): ("triton", "use attention auto"),
-    ("liger_kernels", True): ("liger_kernel", "set liger_kernels false"),
+    ("attention", "flex_attention"): Needs("triton", "use attention auto"),
+    ("liger_kernels", True): Needs("liger_kernel", "set liger_kernels false"),
 }
 
 
@@ -57,8 +68,8 @@ class TrainConfig:
     )
     method: str = run_option(
         "lora",
-        "lora (default), full fine-tuning, or qlora (4-bit; needs NVIDIA GPUs with CUDA and bitsandbytes, which "
-        "the runtime image does not install yet: the first step refuses it).",
+        "lora (default), full fine-tuning, or qlora (LoRA on a base held in 4-bit NF4 by bitsandbytes, a quarter of "
+        "bf16's memory for the base; runs on CPUs too, slowly; merged into the full-precision base at the end).",
         choices=METHODS,
     )
     sharding: str = run_option(
@@ -287,8 +298,8 @@ def to_args(config: TrainConfig) -> list[str]:
     return args
 
 
-def packages_needed(values: dict[str, Any]) -> dict[str, tuple[str, str]]:
-    """Field -> (module, alternative) for each setting among ``values`` (field -> value) that needs a package."""
+def packages_needed(values: dict[str, Any]) -> dict[str, Needs]:
+    """Field -> what it needs, for each setting among ``values`` (field -> value) that needs a package."""
     return {
         field: NEEDS_PACKAGE[field, value]
         for field, value in values.items()

@@ -38,16 +38,18 @@ def check_config(config: TrainConfig, topology: Topology) -> None:
             "--sharding fsdp needs at least 2 processes to shard the model across, and this run has 1; launch with "
             "torchrun --nproc-per-node (and nodes) for 2 or more, or use --sharding none"
         )
-    for field, (module, alternative) in packages_needed(dataclasses.asdict(config)).items():
-        if not (torch.cuda.is_available() and importlib.util.find_spec(module)):
-            missing = "no CUDA device" if not torch.cuda.is_available() else f"no {module}"
+    for field, needs in packages_needed(dataclasses.asdict(config)).items():
+        no_cuda = needs.cuda and not torch.cuda.is_available()
+        if no_cuda or not importlib.util.find_spec(needs.module):
+            missing = "no CUDA device" if no_cuda else f"no {needs.module}"
             switched_on = getattr(config, field) is True  # a boolean flag: --liger-kernels, off with --no-...
             asked = flag(field) if switched_on else f"{flag(field)} {getattr(config, field)}"
             fix = (
                 f"leave it out or pass --no-{flag(field)[2:]}"
                 if switched_on
-                else alternative.replace(field, flag(field))
+                else needs.alternative.replace(field, flag(field))
             )
-            problems.append(f"{asked} needs a CUDA GPU and the {module} package, and this process has {missing}; {fix}")
+            what = f"a CUDA GPU and the {needs.module} package" if needs.cuda else f"the {needs.module} package"
+            problems.append(f"{asked} needs {what}, and this process has {missing}; {fix}")
     if problems:
         raise UserError("invalid training options: " + "; ".join(problems) + ".")

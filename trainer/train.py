@@ -66,16 +66,25 @@ def load_model(config: TrainConfig, source: Path, bf16: bool) -> PreTrainedModel
         "dtype": torch.bfloat16 if bf16 and config.method != "full" else torch.float32,
         "attn_implementation": attention_of(config),
     }
-    if config.method == "qlora":
-        from transformers import BitsAndBytesConfig
+    if config.method != "qlora":
+        return AutoModelForCausalLM.from_pretrained(source, **kwargs)
+    from importlib.metadata import version
 
-        kwargs["quantization_config"] = BitsAndBytesConfig(
-            load_in_4bit=True,
-            bnb_4bit_quant_type="nf4",
-            bnb_4bit_use_double_quant=True,
-            bnb_4bit_compute_dtype=torch.bfloat16 if bf16 else torch.float16,
-        )
-    return AutoModelForCausalLM.from_pretrained(source, **kwargs)
+    from transformers import BitsAndBytesConfig
+
+    # the dtype the rest of the run computes in: bf16, fp16 on GPUs without native bf16, fp32 on CPU
+    compute = torch.bfloat16 if bf16 else torch.float16 if torch.cuda.is_available() else torch.float32
+    kwargs["quantization_config"] = BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=compute
+    )
+    model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+    log.info(
+        "qlora: the base's linear layers are held in 4-bit NF4 with double quantisation (bitsandbytes %s), computing "
+        "in %s; the LoRA adapters train on every one of them that lora_target_modules names",
+        version("bitsandbytes"),
+        str(compute).removeprefix("torch."),
+    )
+    return model
 
 
 def why_blocks_not_compiled(config: TrainConfig) -> str | None:

@@ -83,12 +83,13 @@ def _job_rules(values: dict[str, Any]) -> dict[str, str]:
         if problem:
             found["sharding"] = problem
     if values.get("gpus_per_node") == 0:
-        for field, (_, alternative) in packages_needed(values).items():
-            found.setdefault(
-                field,
-                f"is {values[field]}, which runs only on NVIDIA GPUs, and gpus_per_node is 0 (the training pods get "
-                f"none): {alternative}, or give the training pods GPUs",
-            )
+        for field, needs in packages_needed(values).items():
+            if needs.cuda:
+                found.setdefault(
+                    field,
+                    f"is {values[field]}, which runs only on NVIDIA GPUs, and gpus_per_node is 0 (the training pods "
+                    f"get none): {needs.alternative}, or give the training pods GPUs",
+                )
     return found
 
 
@@ -317,12 +318,12 @@ def runtime_image_problems(values: dict[str, Any]) -> list[str]:
     that renders or submits the run may have other packages).
     """
     found = []
-    for field, (module, alternative) in packages_needed(values).items():
-        if importlib.util.find_spec(module) is None:
+    for field, needs in packages_needed(values).items():
+        if importlib.util.find_spec(needs.module) is None:
             found.append(
-                f"parameter '{field}' is {values[field]}, which needs the {module} package, and the runtime image "
-                f"(which the training pods run too) does not install it: {alternative}, or build the image with "
-                f"{module} for CUDA"
+                f"parameter '{field}' is {values[field]}, which needs the {needs.module} package, and the runtime "
+                f"image (which the training pods run too) does not install it: {needs.alternative}, or build the "
+                f"image with {needs.module}{' for CUDA' if needs.cuda else ''}"
             )
     return found
 
