@@ -110,3 +110,23 @@ def test_qlora_without_bitsandbytes_is_refused_before_anything_loads(monkeypatch
     )
     monkeypatch.setattr(importlib.util, "find_spec", real_find_spec)
     preflight.check_config(config, alone)  # here, on a CPU, with bitsandbytes: accepted
+
+
+def test_the_fit_checks_4_bit_bytes_are_what_bitsandbytes_stores(tiny_model_dir):
+    """NF4_BYTES, the fit check's cost of a 4-bit weight, against the bytes of the layers the trainer loads: packed
+    weights, 8-bit absmax per block of 64 and the fp32 scales of those (double quantisation)."""
+    import bitsandbytes
+
+    from components.training.fit import NF4_BYTES, ModelShape
+    from trainer.train import load_model
+
+    model = load_model(TrainConfig(model=str(tiny_model_dir), method="qlora"), tiny_model_dir, bf16=False)
+    layers = [module for module in model.modules() if isinstance(module, bitsandbytes.nn.Linear4bit)]
+    stored = sum(
+        tensor.numel() * tensor.element_size()
+        for layer in layers
+        for tensor in (layer.weight, layer.weight.quant_state.absmax, layer.weight.quant_state.state2.absmax)
+    )
+    shape = ModelShape.from_config(json.loads((tiny_model_dir / "config.json").read_text()), "tiny")
+    assert len(layers) == 7 * shape.layers  # every projection of every block, not the embeddings or the head
+    assert stored == pytest.approx(NF4_BYTES * shape.linear_parameters, rel=0.01)

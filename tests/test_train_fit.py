@@ -16,7 +16,7 @@ import yaml
 from conftest import run_module
 
 from common.errors import UserError
-from components.training.fit import GIB, ModelShape, check_fit, estimate
+from components.training.fit import GIB, NF4_BYTES, ModelShape, check_fit, estimate
 from pipelines.training_job import render
 from trainer.config import TrainConfig
 
@@ -98,6 +98,33 @@ def test_the_parts_follow_the_formula():
     checkpointed = estimate(llama, train_config(Path("m"), method="full", gradient_checkpointing=True), 16, True)
     assert checkpointed.parts["activations"] < parts["activations"] / 8
     assert "bf16 copies" in checkpointed.parts and "ddp buckets" in checkpointed.parts  # DDP's own extras
+
+
+def test_qlora_holds_the_blocks_linear_weights_in_4_bit_and_the_rest_of_the_base_in_bf16():
+    llama = shape("Meta-Llama-3-8B")
+    config = train_config(Path("m"), method="qlora", max_length=1024)
+    parts = estimate(llama, config, processes=1, on_gpu=True).parts
+    linear = 32 * (2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336)  # q, o; k, v; gate, up, down
+    trainable = llama.lora_parameters(config.lora_r)
+    assert llama.linear_parameters == linear
+    assert parts["4-bit base"] == int(NF4_BYTES * linear) and NF4_BYTES == pytest.approx(0.5159, abs=1e-4)
+    assert parts["weights"] == 4 * trainable + 2 * (8_030_261_248 - linear)  # embeddings, head and norms in bf16
+    lora = estimate(llama, replace(config, method="lora"), processes=1, on_gpu=True).parts
+    assert parts["4-bit base"] + parts["weights"] < (lora["weights"]) * 0.37  # 5.4 GiB against 15.0
+
+
+def test_llama_3_8b_lora_on_one_24_gb_gpu_is_told_that_qlora_fits(model_dir):
+    """LoRA of Llama-3-8B with checkpointing on 4,096-token rows needs about 25.8 GiB, its bf16 base 15 GiB of
+    that: on one 24 GB GPU (an L4, an A10G) only QLoRA's 4-bit base, or FSDP over two nodes, fits."""
+    model = model_dir("Meta-Llama-3-8B")
+    settings = {"gradient_checkpointing": True, "max_length": 4096}
+    for method in ("lora", "full"):
+        with pytest.raises(UserError) as refused:
+            check_fit(train_config(model, method=method, **settings), nodes=1, gpus_per_node=1, gpu_memory="24Gi")
+        assert "Any one of these would fit: method qlora (LoRA on the base held in 4-bit); " in str(refused.value)
+    lines = check_fit(train_config(model, method="qlora", **settings), nodes=1, gpus_per_node=1, gpu_memory="24Gi")
+    assert ", qlora, " in lines[0] and any(line.startswith("  4-bit base      3.4 GiB") for line in lines)
+    assert lines[-1].startswith("  fits gpu_memory 24Gi")
 
 
 def test_checkpointing_every_nth_block_keeps_the_others_activations_whole():

@@ -5,7 +5,9 @@ run's settings, each GPU's memory is made of (bytes; P parameters, T trainable, 
 processes the state is sharded over: the world size under FSDP, 1 under DDP):
 
 - weights: full fine-tuning keeps fp32 master weights, 4P/S; LoRA keeps the frozen base in the
-  compute dtype (2 bytes on GPUs) and its adapters in fp32: 2(P-T)/S + 4T/S;
+  compute dtype (2 bytes on GPUs) and its adapters in fp32: 2(P-T)/S + 4T/S; QLoRA holds the blocks'
+  L linear weights in 4-bit NF4 (``NF4_BYTES`` each, with their quantisation constants) and the rest
+  of the base (embeddings, norms, the output head) in the compute dtype: NF4_BYTES x L + 2(P-L) + 4T;
 - gradients 4T/S and AdamW's two moments 8T/S, in fp32;
 - DDP only: its gradient buckets, another 4T, and the autocast cache of the bf16 copies of fp32
   weights used in the forward pass, 2P for full fine-tuning;
@@ -50,6 +52,9 @@ from common.errors import UserError, one_line
 from trainer.config import TrainConfig
 
 GIB = 2**30
+# bitsandbytes' NF4 with double quantisation (transformers' BitsAndBytesConfig, bnb_4bit_use_double_quant): 4 bits a
+# weight, one absmax per block of 64 weights quantised to 8 bits, and one fp32 scale for those per 256 blocks.
+NF4_BYTES = (4 + 8 / 64 + 32 / (64 * 256)) / 8
 GPU_OVERHEAD_BYTES = int(1.5 * GIB)
 FRAGMENTATION = 0.10
 MOST_NODES_SUGGESTED = 64
@@ -102,6 +107,11 @@ class ModelShape:
     def block_parameters(self) -> int:
         attention = 2 * self.hidden * self.heads * self.head_dim + 2 * self.hidden * self.kv_width
         return attention + 3 * self.hidden * self.intermediate + 2 * self.hidden
+
+    @property
+    def linear_parameters(self) -> int:
+        """The weights of every block's projections: what QLoRA holds in 4-bit (not the norms, embeddings or head)."""
+        return self.layers * (self.block_parameters - 2 * self.hidden)
 
     @property
     def embedding_parameters(self) -> int:
@@ -177,8 +187,12 @@ def estimate(shape: ModelShape, config: TrainConfig, processes: int, on_gpu: boo
     total = shape.parameters
     trainable = total if full else shape.lora_parameters(config.lora_r)
     frozen = total - trainable
+    # QLoRA: the blocks' linear weights in 4-bit, every other base weight (embeddings, norms) in the compute dtype
+    four_bit = shape.linear_parameters if config.method == "qlora" else 0
+    rest = total - four_bit if four_bit else frozen
     parts = {
-        "weights": (4 * trainable + (compute if not full else 4) * frozen) // shards,
+        "4-bit base": int(NF4_BYTES * four_bit),
+        "weights": (4 * trainable + (compute if not full else 4) * rest) // shards,
         "gradients": 4 * trainable // shards,
         "optimizer": 8 * trainable // shards,
     }
@@ -347,6 +361,8 @@ def fixes(shape: ModelShape, config: TrainConfig, nodes: int, procs_per_node: in
         found.append("sharding fsdp" + (", checkpoint_every 1" if config.checkpoint_every > 1 else ""))
     if config.method == "full" and fits(replace(config, method="lora")):
         found.append("method lora")
+    elif config.method != "qlora" and config.sharding == "none" and fits(replace(config, method="qlora")):
+        found.append("method qlora (LoRA on the base held in 4-bit)")
     more = next((n for n in range(nodes + 1, MOST_NODES_SUGGESTED + 1) if fits(sharded, n)), None)
     if more:
         found.append(
