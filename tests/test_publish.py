@@ -140,6 +140,20 @@ def test_the_card_says_when_training_fell_back_to_the_proven_path(tmp_path):
     assert f"| speed fallback | {fallback} |" in text
 
 
+def test_a_qlora_card_says_the_adapter_was_merged_into_the_full_precision_base(tmp_path):
+    run_dir = make_run(tmp_path)
+    summary_path = run_dir / "train" / "training_summary.json"
+    summary = json.loads(summary_path.read_text())
+    summary_path.write_text(json.dumps({**summary, "config": {**summary["config"], "method": "qlora"}}))
+    build_upload(str(tmp_path), "run-1", "", PublishOptions(repo_id="me/skills"), None)
+    text = " ".join(card_of(run_dir).split())
+    assert (
+        "with QLoRA (LoRA r=16, alpha=32 on the base held in 4-bit NF4), merged into the full-precision base's "
+        "weights, not the 4-bit ones." in text
+    )
+    assert "qlora" in yaml.safe_load(card_of(run_dir).split("---")[1])["tags"]
+
+
 def test_local_base_model_is_named_by_its_hub_id(tmp_path):
     """Local runs train a copy of SmolLM2 on disk; the card names the Hub model, not the cache path."""
     run_dir = make_run(tmp_path, model=str(tmp_path / "cache" / "models" / "SmolLM2-135M-Instruct"))

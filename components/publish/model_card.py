@@ -155,11 +155,13 @@ def resolve_base_model(options: PublishOptions, summary: dict[str, Any]) -> str:
 def _intro(outputs: RunOutputs, options: PublishOptions, base_model: str, context: CardContext) -> str:
     config = outputs.summary.get("config", {})
     method = config.get("method", "fine-tuning")
-    how = (
-        f"LoRA (r={config.get('lora_r')}, alpha={config.get('lora_alpha')}), merged into the weights"
-        if method in ("lora", "qlora")
-        else "full fine-tuning"
-    )
+    lora = f"r={config.get('lora_r')}, alpha={config.get('lora_alpha')}"
+    how = {
+        "lora": f"LoRA ({lora}), merged into the weights",
+        # the trainer merges a QLoRA adapter into a fresh full-precision copy of the base (train.merged_from_adapter)
+        "qlora": f"QLoRA (LoRA {lora} on the base held in 4-bit NF4), merged into the full-precision base's weights, "
+        "not the 4-bit ones",
+    }.get(method, "full fine-tuning")
     base = (
         f"[{base_model}](https://huggingface.co/{base_model})"
         if base_model
