@@ -129,6 +129,7 @@ bench: install
 	$(PY) benchmarks/tokenise_bench.py
 	$(PY) benchmarks/train_bench.py
 	$(PY) benchmarks/fit_bench.py
+	$(PY) benchmarks/qlora_bench.py
 	$(PY) benchmarks/gguf_bench.py
 	$(PY) benchmarks/gguf_reader_bench.py
 	$(PY) benchmarks/lm_eval_bench.py
