@@ -250,11 +250,6 @@ def option_problems(config: TrainConfig) -> dict[str, str]:
             f"must be at least 2 (got {config.save_total_limit}): a save interrupted by a pod "
             "restart must never leave the run without a complete checkpoint"
         )
-    if config.sharding == "fsdp" and config.method == "qlora":
-        problems["sharding"] = (
-            "fsdp is not supported with qlora (4-bit weights need a floating-point quant storage to be sharded); "
-            "use lora with fsdp"
-        )
     if config.sharding == "fsdp" and config.gradient_checkpointing and config.checkpoint_every > 1:
         problems["checkpoint_every"] = (
             f"must be 1 with sharding fsdp (got {config.checkpoint_every}): FSDP's own activation checkpointing "

@@ -75,9 +75,17 @@ def load_model(config: TrainConfig, source: Path, bf16: bool) -> PreTrainedModel
     # the dtype the rest of the run computes in: bf16, fp16 on GPUs without native bf16, fp32 on CPU
     compute = torch.bfloat16 if bf16 else torch.float16 if torch.cuda.is_available() else torch.float32
     kwargs["quantization_config"] = BitsAndBytesConfig(
-        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=compute
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=compute,
+        # FSDP2 shards floating-point tensors only: accelerate leaves uint8-packed 4-bit weights out of the sharding
+        # (every rank would hold the whole base), so under fsdp the same 4-bit values are packed into the compute dtype
+        bnb_4bit_quant_storage=compute if config.sharding == "fsdp" else torch.uint8,
     )
     model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+    if config.sharding == "fsdp":
+        keep_4bit_layout_under_fsdp(model)
     log.info(
         "qlora: the base's linear layers are held in 4-bit NF4 with double quantisation (bitsandbytes %s), computing "
         "in %s; the LoRA adapters train on every one of them that lora_target_modules names",
@@ -85,6 +93,21 @@ def load_model(config: TrainConfig, source: Path, bf16: bool) -> PreTrainedModel
         str(compute).removeprefix("torch."),
     )
     return model
+
+
+def keep_4bit_layout_under_fsdp(model: PreTrainedModel) -> None:
+    """Stop bitsandbytes repacking 4-bit weights for its CPU inference kernel.
+
+    On a CPU with AVX512-BF16, ``Linear4bit.forward`` in eval mode replaces ``weight.data`` with a repacked copy
+    and marks the shared quantisation state as repacked. Under FSDP2 that data is the gathered copy, dropped after
+    the forward, while the mark stays: every later forward reads the original layout as the repacked one (the
+    evaluation loss of a 2-rank run came out at the untrained model's). The training path never repacks.
+    """
+    from bitsandbytes.nn import Linear4bit
+
+    for module in model.modules():
+        if isinstance(module, Linear4bit):
+            module.support_avx512bf16_for_cpu = False
 
 
 def why_blocks_not_compiled(config: TrainConfig) -> str | None:

@@ -191,7 +191,7 @@ def estimate(shape: ModelShape, config: TrainConfig, processes: int, on_gpu: boo
     four_bit = shape.linear_parameters if config.method == "qlora" else 0
     rest = total - four_bit if four_bit else frozen
     parts = {
-        "4-bit base": int(NF4_BYTES * four_bit),
+        "4-bit base": int(NF4_BYTES * four_bit) // shards,
         "weights": (4 * trainable + (compute if not full else 4) * rest) // shards,
         "gradients": 4 * trainable // shards,
         "optimizer": 8 * trainable // shards,
@@ -361,7 +361,7 @@ def fixes(shape: ModelShape, config: TrainConfig, nodes: int, procs_per_node: in
         found.append("sharding fsdp" + (", checkpoint_every 1" if config.checkpoint_every > 1 else ""))
     if config.method == "full" and fits(replace(config, method="lora")):
         found.append("method lora")
-    elif config.method != "qlora" and config.sharding == "none" and fits(replace(config, method="qlora")):
+    elif config.method != "qlora" and fits(replace(config, method="qlora")):
         found.append("method qlora (LoRA on the base held in 4-bit)")
     more = next((n for n in range(nodes + 1, MOST_NODES_SUGGESTED + 1) if fits(sharded, n)), None)
     if more:
