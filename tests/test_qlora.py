@@ -130,3 +130,12 @@ def test_the_fit_checks_4_bit_bytes_are_what_bitsandbytes_stores(tiny_model_dir)
     shape = ModelShape.from_config(json.loads((tiny_model_dir / "config.json").read_text()), "tiny")
     assert len(layers) == 7 * shape.layers  # every projection of every block, not the embeddings or the head
     assert stored == pytest.approx(NF4_BYTES * shape.linear_parameters, rel=0.01)
+
+
+def test_the_evaluation_report_says_which_base_a_qlora_model_is_compared_with():
+    from components.evaluation.report import training_facts
+
+    facts = dict(training_facts({"config": {"model": "HuggingFaceTB/SmolLM3-3B", "method": "qlora"}}))
+    assert facts["Method"] == "qlora" and facts["Base model"] == "HuggingFaceTB/SmolLM3-3B"
+    assert facts["Base as evaluated"].startswith("the base model the adapter was trained against")
+    assert "Base as evaluated" not in dict(training_facts({"config": {"method": "lora"}}))

@@ -133,6 +133,15 @@ def training_facts(summary: dict[str, Any] | None) -> list[tuple[str, str]]:
             value = value.get(key) if isinstance(value, dict) else None
         if value is not None:
             facts.append((label, f"{value:.4g}" if isinstance(value, float) else str(value)))
+    if (summary or {}).get("config", {}).get("method") == "qlora":
+        # the trainer merges a QLoRA adapter into a fresh full-precision base (trainer.train.merged_from_adapter)
+        facts.append(
+            (
+                "Base as evaluated",
+                "the base model the adapter was trained against (same checkpoint and commit), at full precision: "
+                "the adapter trained on it held in 4-bit NF4 and was merged into its full-precision weights",
+            )
+        )
     return facts
 
 
