@@ -76,6 +76,8 @@ def test_qlora_trains_resumes_after_a_kill_merges_into_the_full_precision_base_a
     # about 0.02
     assert statistics.fmean(losses[-5:]) < statistics.fmean(losses[:3]) - 0.05, losses
 
+    adapter = load_file(output / "adapter" / "adapter_model.safetensors")
+    assert {tensor.dtype for tensor in adapter.values()} == {torch.float32}  # published at full precision
     base, merged = weights(tiny_model_dir), weights(output / "merged")
     assert set(merged) == set(base)
     adapted = [name for name in base if name.endswith("proj.weight")]

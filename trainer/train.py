@@ -53,14 +53,15 @@ PREEMPTED_EXIT_CODE = 143
 RANK_SUMMARY_KEYS = ("rank", "device", "tokens", "weights_sha256", "local_parameter_fraction", "peak_memory_mb")
 
 
-def load_model(config: TrainConfig, source: Path, bf16: bool) -> PreTrainedModel:
-    """The base model, in the dtype its trained weights are kept in.
+def load_model(config: TrainConfig, source: Path, bf16: bool, fp16: bool = False) -> PreTrainedModel:
+    """The base model, in the dtype its trained weights are kept in (``bf16``/``fp16``: the run's mixed precision).
 
     Full fine-tuning keeps fp32 master weights (and so fp32 AdamW state) and
     computes in bf16 under the Trainer's autocast: bf16 weights would round
     away most updates of a small learning rate. LoRA trains only its adapters,
     which PEFT keeps in fp32 (``autocast_adapter_dtype``), so the frozen base can
-    be held in bf16, halving its memory.
+    be held in bf16, halving its memory. QLoRA holds the blocks' linear weights
+    in 4-bit NF4, computing in the run's precision.
     """
     kwargs: dict[str, Any] = {
         "dtype": torch.bfloat16 if bf16 and config.method != "full" else torch.float32,
@@ -72,8 +73,9 @@ def load_model(config: TrainConfig, source: Path, bf16: bool) -> PreTrainedModel
 
     from transformers import BitsAndBytesConfig
 
-    # the dtype the rest of the run computes in: bf16, fp16 on GPUs without native bf16, fp32 on CPU
-    compute = torch.bfloat16 if bf16 else torch.float16 if torch.cuda.is_available() else torch.float32
+    # the dtype the rest of the run computes in: bf16, fp16 on GPUs without native bf16, else (CPU, or
+    # mixed_precision false) fp32
+    compute = torch.bfloat16 if bf16 else torch.float16 if fp16 else torch.float32
     kwargs["quantization_config"] = BitsAndBytesConfig(
         load_in_4bit=True,
         bnb_4bit_quant_type="nf4",
@@ -420,7 +422,7 @@ def run_checked(config: TrainConfig, topology: Topology) -> int:
     sharding_check = sharding.ShardingCheck(config, topology.world_size)
     sharding.prepare_environment(config)
     trainer = EveryEvalRowTrainer(
-        model=load_model(config, source, args.bf16),
+        model=load_model(config, source, args.bf16, args.fp16),
         args=args,
         train_dataset=train_split,
         eval_dataset=eval_split if len(eval_split) else None,
