@@ -8,8 +8,9 @@ imported, and the bytes of the loaded model's tensors (4-bit weights with their 
 random-initialised at SmolLM2-135M's and SmolLM2-360M's public shapes (their config.json values), with SmolLM2's
 tokenizer's vocabulary; random weights weigh what trained ones do.
 
-On CPU the trainer computes in fp32, so LoRA's frozen base is fp32 here (bf16 on GPUs): the load ratio on a GPU is
-about half this one. The 4-bit base is the same on both.
+On CPU the trainer computes in fp32, so LoRA's frozen base and the part of QLoRA's base not held in 4-bit (the
+embeddings and norms) are fp32 here; on a GPU both are bf16, and the ratio of the loaded models is smaller (about
+2.4x at 135M and 2.8x at 362M, by the fit check's terms, against 3.2x and 4.1x here).
 
     python benchmarks/qlora_bench.py
 """

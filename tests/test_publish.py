@@ -148,7 +148,7 @@ def test_a_qlora_card_says_the_adapter_was_merged_into_the_full_precision_base(t
     build_upload(str(tmp_path), "run-1", "", PublishOptions(repo_id="me/skills"), None)
     text = " ".join(card_of(run_dir).split())
     assert (
-        "with QLoRA (LoRA r=16, alpha=32 on the base held in 4-bit NF4), merged into the full-precision base's "
+        "with QLoRA (LoRA r=16, alpha=32 on the base held in 4-bit NF4), merged into the unquantised base's "
         "weights, not the 4-bit ones." in text
     )
     assert "qlora" in yaml.safe_load(card_of(run_dir).split("---")[1])["tags"]

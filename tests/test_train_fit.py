@@ -115,7 +115,7 @@ def test_qlora_holds_the_blocks_linear_weights_in_4_bit_and_the_rest_of_the_base
 
 def test_llama_3_8b_lora_on_one_24_gb_gpu_is_told_that_qlora_fits(model_dir):
     """LoRA of Llama-3-8B with checkpointing on 4,096-token rows needs about 25.8 GiB, its bf16 base 15 GiB of
-    that: on one 24 GB GPU (an L4, an A10G) only QLoRA's 4-bit base, or FSDP over two nodes, fits."""
+    that: with gpu_memory 24Gi only QLoRA's 4-bit base, or FSDP over two nodes, fits."""
     model = model_dir("Meta-Llama-3-8B")
     settings = {"gradient_checkpointing": True, "max_length": 4096}
     for method in ("lora", "full"):

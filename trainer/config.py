@@ -68,8 +68,9 @@ class TrainConfig:
     )
     method: str = run_option(
         "lora",
-        "lora (default), full fine-tuning, or qlora (LoRA on a base held in 4-bit NF4 by bitsandbytes, a quarter of "
-        "bf16's memory for the base; runs on CPUs too, slowly; merged into the full-precision base at the end).",
+        "lora (default), full fine-tuning, or qlora (LoRA on a base whose blocks' linear weights bitsandbytes holds in "
+        "4-bit NF4, a quarter of their bf16 memory; runs on CPUs too, slowly; merged into the unquantised base at "
+        "the end).",
         choices=METHODS,
     )
     sharding: str = run_option(

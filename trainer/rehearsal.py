@@ -110,8 +110,10 @@ def rows_by_length(rows: Dataset, limit: int = LENGTHS_REHEARSED) -> list[int]:
     """The index of the first row of each length ``rows`` holds, rounded up to ``PAD_MULTIPLE`` as the collator pads
     them, shortest first; of more than ``limit`` lengths, ``limit`` spread evenly from the shortest to the longest.
 
-    The lengths come from the Arrow offsets of ``input_ids`` (no token is read), so a data set of millions of rows
-    costs milliseconds."""
+    The lengths come from the Arrow offsets of ``input_ids`` (no token is read) of the memory-mapped token cache the
+    trainer opens, so a data set of millions of rows costs milliseconds (a data set behind an index mapping, after a
+    ``select`` or ``shuffle``, would be copied first). With ``per_device_batch_size`` above 1 a packed micro-batch
+    is its rows joined into one sequence, whose lengths these rows do not cover."""
     lengths = pyarrow.compute.list_value_length(rows.with_format("arrow")["input_ids"]).to_numpy()
     padded = -(-lengths // compiled.PAD_MULTIPLE) * compiled.PAD_MULTIPLE
     _, first = numpy.unique(padded, return_index=True)

@@ -134,12 +134,12 @@ def training_facts(summary: dict[str, Any] | None) -> list[tuple[str, str]]:
         if value is not None:
             facts.append((label, f"{value:.4g}" if isinstance(value, float) else str(value)))
     if (summary or {}).get("config", {}).get("method") == "qlora":
-        # the trainer merges a QLoRA adapter into a fresh full-precision base (trainer.train.merged_from_adapter)
+        # the trainer merges a QLoRA adapter into a fresh unquantised base (trainer.train.merged_from_adapter)
         facts.append(
             (
                 "Base as evaluated",
-                "the base model the adapter was trained against (same checkpoint and commit), at full precision: "
-                "the adapter trained on it held in 4-bit NF4 and was merged into its full-precision weights",
+                "the base model the adapter was trained against (same checkpoint and commit), unquantised: "
+                "the adapter trained on it held in 4-bit NF4 and was merged into its unquantised weights",
             )
         )
     return facts

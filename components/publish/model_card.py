@@ -158,8 +158,8 @@ def _intro(outputs: RunOutputs, options: PublishOptions, base_model: str, contex
     lora = f"r={config.get('lora_r')}, alpha={config.get('lora_alpha')}"
     how = {
         "lora": f"LoRA ({lora}), merged into the weights",
-        # the trainer merges a QLoRA adapter into a fresh full-precision copy of the base (train.merged_from_adapter)
-        "qlora": f"QLoRA (LoRA {lora} on the base held in 4-bit NF4), merged into the full-precision base's weights, "
+        # the trainer merges a QLoRA adapter into a fresh unquantised copy of the base (train.merged_from_adapter)
+        "qlora": f"QLoRA (LoRA {lora} on the base held in 4-bit NF4), merged into the unquantised base's weights, "
         "not the 4-bit ones",
     }.get(method, "full fine-tuning")
     base = (

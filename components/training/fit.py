@@ -7,7 +7,7 @@ processes the state is sharded over: the world size under FSDP, 1 under DDP):
 - weights: full fine-tuning keeps fp32 master weights, 4P/S; LoRA keeps the frozen base in the
   compute dtype (2 bytes on GPUs) and its adapters in fp32: 2(P-T)/S + 4T/S; QLoRA holds the blocks'
   L linear weights in 4-bit NF4 (``NF4_BYTES`` each, with their quantisation constants) and the rest
-  of the base (embeddings, norms, the output head) in the compute dtype: NF4_BYTES x L + 2(P-L) + 4T;
+  of the base (embeddings, norms, the output head) in the compute dtype: (NF4_BYTES x L + 2(P-L) + 4T)/S;
 - gradients 4T/S and AdamW's two moments 8T/S, in fp32;
 - DDP only: its gradient buckets, another 4T, and the autocast cache of the bf16 copies of fp32
   weights used in the forward pass, 2P for full fine-tuning;
