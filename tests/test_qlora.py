@@ -42,7 +42,7 @@ def weights(directory: Path) -> dict[str, torch.Tensor]:
     }
 
 
-def test_qlora_trains_resumes_after_a_kill_merges_into_the_full_precision_base_and_exports(
+def test_qlora_trains_resumes_after_a_kill_merges_into_the_unquantised_base_and_exports(
     tiny_model_dir, prepared_data_dir, tmp_path
 ):
     output = tmp_path / "out"
