@@ -140,7 +140,7 @@ def test_the_card_says_when_training_fell_back_to_the_proven_path(tmp_path):
     assert f"| speed fallback | {fallback} |" in text
 
 
-def test_a_qlora_card_says_the_adapter_was_merged_into_the_full_precision_base(tmp_path):
+def test_a_qlora_card_says_the_adapter_was_merged_into_the_unquantised_base(tmp_path):
     run_dir = make_run(tmp_path)
     summary_path = run_dir / "train" / "training_summary.json"
     summary = json.loads(summary_path.read_text())
