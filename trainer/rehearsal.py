@@ -206,19 +206,22 @@ class SpeedPath(TrainerCallback):
         train_lengths = rows_by_length(train_rows)
         eval_lengths = rows_by_length(eval_rows) if eval_rows is not None and len(eval_rows) else []
         self.lengths_rehearsed = (len(train_lengths), len(eval_lengths))
+        # row 0 is always among them (the first row of its length): not again where a phase's first batch is row 0
+        train_singles = [[train_rows[i]] for i in train_lengths if i or len(first) > 1]
+        eval_singles = [[eval_rows[i]] for i in eval_lengths if i]
         during = "the first training step"
         devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
         try:
             with torch.random.fork_rng(devices=devices):
                 model.train()
-                for batch in (first, *cut, *([train_rows[i]] for i in train_lengths)):
+                for batch in (first, *cut, *train_singles):
                     model(**model_inputs(trainer, batch)).loss.backward()
                     model.zero_grad(set_to_none=True)
                 if eval_lengths:
                     during = "the first evaluation"
                     model.eval()
                     with torch.no_grad():
-                        for batch in ([eval_rows[0]], *cut, *([eval_rows[i]] for i in eval_lengths)):
+                        for batch in ([eval_rows[0]], *cut, *eval_singles):
                             model(**model_inputs(trainer, batch))
         except Exception as error:
             if not compiled.is_compile_failure(error):
