@@ -40,7 +40,7 @@ def config_for(model: str, output: Path, case: tuple) -> object:
         model=model,
         output_dir=output,
         method=method,
-        gradient_checkpointing=checkpointing,
+        gradient_checkpointing="true" if checkpointing else "false",
         per_device_batch_size=batch,
         max_length=length,
         max_steps=4,

@@ -251,7 +251,7 @@ def case_config(case: Case, max_length: int, path: str, **run: object) -> object
 
     return TrainConfig(
         method=case.method,
-        gradient_checkpointing=case.checkpointing,
+        gradient_checkpointing="true" if case.checkpointing else "false",
         liger_kernels=case.liger,
         per_device_batch_size=case.batch,
         max_length=case.max_length or max_length,
@@ -276,7 +276,7 @@ def training_model(model_dir: Path, config: object) -> object:
         dtype=torch.float32 if config.method == "full" else torch.bfloat16,
         attn_implementation=attention_kernel(config),
     ).cuda()
-    if config.gradient_checkpointing:
+    if config.recomputes_activations:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if config.liger_kernels:
         from transformers.integrations.liger import apply_liger_kernel

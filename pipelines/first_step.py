@@ -45,7 +45,7 @@ def validate_parameters(
     packing: bool,
     loss_on: str,
     mixed_precision: bool,
-    gradient_checkpointing: bool,
+    gradient_checkpointing: str,
     checkpoint_every: int,
     save_steps: int,
     save_total_limit: int,

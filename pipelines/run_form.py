@@ -44,7 +44,7 @@ def with_run_form(body: Callable[[dict[str, Any]], None]) -> Callable[..., None]
         packing: bool = True,
         loss_on: str = "assistant",
         mixed_precision: bool = True,
-        gradient_checkpointing: bool = False,
+        gradient_checkpointing: str = "auto",
         checkpoint_every: int = 1,
         save_steps: int = 50,
         save_total_limit: int = 2,

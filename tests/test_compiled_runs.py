@@ -159,7 +159,7 @@ def test_every_variant_of_a_run_fits_the_compiled_blocks(
     smollm3_dir, prepared_data_dir, tmp_path, method, checkpoint_every
 ):
     checkpointing = (
-        ["--gradient-checkpointing", "--checkpoint-every", str(checkpoint_every)] if checkpoint_every else []
+        ["--gradient-checkpointing", "true", "--checkpoint-every", str(checkpoint_every)] if checkpoint_every else []
     )
     result, log = train(
         smollm3_dir,

@@ -140,7 +140,7 @@ def test_the_gpu_report_compares_with_the_2026_11_24_figures_and_the_targets(cap
             "runs": [
                 finished(**lora),
                 finished("lora-sdpa-eager", {"attention": "sdpa", "compile_blocks": False}, **sdpa),
-                finished("full-checkpointing", {"method": "full", "gradient_checkpointing": True}, **full),
+                finished("full-checkpointing", {"method": "full", "gradient_checkpointing": "true"}, **full),
             ],
             "loss_comparison": compare_losses(CURVE, CURVE, LOSS_TOLERANCE),
             "failures": [],

@@ -65,11 +65,13 @@ def test_qlora_trains_resumes_after_a_kill_merges_into_the_unquantised_base_and_
     first_log = (tmp_path / "first.log").read_text()
     assert resume_point is not None, first_log[-3000:]
     assert "4-bit NF4 with double quantisation (bitsandbytes 0.50" in first_log and "computing in float32" in first_log
+    assert "gradient checkpointing on for every block (auto for method qlora)" in first_log
 
     process = torchrun(args, log=tmp_path / "second.log")
     assert finish(process) == 0, (tmp_path / "second.log").read_text()[-3000:]
     result = summary(output)
     assert result["resumed_from"] == str(resume_point) and result["global_step"] == STEPS
+    assert result["gradient_checkpointing"] is True and result["config"]["gradient_checkpointing"] == "auto"
     history = json.loads((output / "training_history.json").read_text())
     losses = [entry["loss"] for entry in history if "loss" in entry]
     # the adapters learn: the tiny random model starts at ln(2048) = 7.62 and settles near 7.55, its steps' noise

@@ -95,7 +95,7 @@ def test_the_parts_follow_the_formula():
     assert parts["gathered"] == 2 * 2 * 128256 * 4096  # the untied embedding is the largest FSDP unit
     assert parts["activations"] == 1024 * 32 * (2 * 4096 * 4 + 2 * (5 * 4096 + 3 * 1024 + 4 * 14336))
     assert parts["logits"] == 1024 * 128256 * 10
-    checkpointed = estimate(llama, train_config(Path("m"), method="full", gradient_checkpointing=True), 16, True)
+    checkpointed = estimate(llama, train_config(Path("m"), method="full", gradient_checkpointing="true"), 16, True)
     assert checkpointed.parts["activations"] < parts["activations"] / 8
     assert "bf16 copies" in checkpointed.parts and "ddp buckets" in checkpointed.parts  # DDP's own extras
 
@@ -117,7 +117,7 @@ def test_llama_3_8b_lora_on_one_24_gb_gpu_is_told_that_qlora_fits(model_dir):
     """LoRA of Llama-3-8B with checkpointing on 4,096-token rows needs about 25.8 GiB, its bf16 base 15 GiB of
     that: with gpu_memory 24Gi only QLoRA's 4-bit base, or FSDP over two nodes, fits."""
     model = model_dir("Meta-Llama-3-8B")
-    settings = {"gradient_checkpointing": True, "max_length": 4096}
+    settings = {"gradient_checkpointing": "true", "max_length": 4096}
     for method in ("lora", "full"):
         with pytest.raises(UserError) as refused:
             check_fit(train_config(model, method=method, **settings), nodes=1, gpus_per_node=1, gpu_memory="24Gi")
@@ -127,12 +127,29 @@ def test_llama_3_8b_lora_on_one_24_gb_gpu_is_told_that_qlora_fits(model_dir):
     assert lines[-1].startswith("  fits gpu_memory 24Gi")
 
 
+def test_qlora_checkpoints_by_default_and_a_lora_job_is_told_so(model_dir):
+    """gradient_checkpointing auto is on for qlora only: Llama-3-8B LoRA on 8,192-token rows on one 24 GiB GPU, on
+    the defaults (no checkpointing), is told that qlora fits, with the checkpointing that method brings; the qlora
+    job's first line says checkpointing is on and why, and qlora without it would not fit."""
+    model = model_dir("Meta-Llama-3-8B")
+    with pytest.raises(UserError) as refused:
+        check_fit(train_config(model, max_length=8192), nodes=1, gpus_per_node=1, gpu_memory="24Gi")
+    assert "method qlora (LoRA on the base held in 4-bit, gradient checkpointing on)" in str(refused.value)
+    lines = check_fit(train_config(model, method="qlora", max_length=8192), nodes=1, gpus_per_node=1, gpu_memory="24Gi")
+    assert "gradient checkpointing on for every block (auto for method qlora)" in lines[0]
+    assert lines[-1].startswith("  fits gpu_memory 24Gi")
+    unchecked = train_config(model, method="qlora", max_length=8192, gradient_checkpointing="false")
+    with pytest.raises(UserError) as refused:
+        check_fit(unchecked, nodes=1, gpus_per_node=1, gpu_memory="24Gi")
+    assert "gradient_checkpointing true" in str(refused.value)
+
+
 def test_checkpointing_every_nth_block_keeps_the_others_activations_whole():
     """Llama-3-8B's 32 blocks checkpointed every 3rd: blocks 0, 3, ..., 30 (11) keep their input, the 21 others
     keep everything, plus one block being recomputed; every 1 is plain checkpointing."""
     llama = shape("Meta-Llama-3-8B")
     h, per_layer = 4096, 2 * 4096 * 4 + 2 * (5 * 4096 + 3 * 1024 + 4 * 14336)
-    config = train_config(Path("m"), method="full", gradient_checkpointing=True, max_length=1024)
+    config = train_config(Path("m"), method="full", gradient_checkpointing="true", max_length=1024)
     every_third = estimate(llama, replace(config, checkpoint_every=3), 1, True).parts["activations"]
     assert every_third == 1024 * (11 * h * 4 + 21 * per_layer + per_layer)
     every_one = estimate(llama, config, 1, True).parts["activations"]
@@ -146,7 +163,7 @@ def test_a_fitting_job_is_told_the_least_checkpointing_and_largest_micro_batch_t
     """SmolLM3-3B full fine-tuning with checkpointing, 8k-token rows, on one 80 GiB GPU fits with room to spare (an
     estimated 60 GiB): the check names the largest checkpoint_every and per_device_batch_size that still fit, each
     checked here against the estimate."""
-    config = train_config(model_dir("SmolLM3-3B"), method="full", gradient_checkpointing=True, max_length=8192)
+    config = train_config(model_dir("SmolLM3-3B"), method="full", gradient_checkpointing="true", max_length=8192)
     lines = check_fit(config, nodes=1, gpus_per_node=1, gpu_memory="80Gi")
     assert "1 x 8192 = 8,192 tokens per micro-batch" in lines[0]
     assert "faster settings that also fit: checkpoint_every " in lines[-1]
@@ -165,7 +182,7 @@ def test_on_gpus_the_gradients_and_the_forward_pass_memory_are_not_counted_toget
     allocated, estimated 52.9 GiB with the CUDA overhead and fragmentation; the sum would say 65.5). On CPU the
     resident peak is the sum (benchmarks/fit_bench.py). Liger's fused cross-entropy holds no logits."""
     smollm3 = shape("SmolLM3-3B")
-    config = train_config(Path("m"), method="full", gradient_checkpointing=True, max_length=4096)
+    config = train_config(Path("m"), method="full", gradient_checkpointing="true", max_length=4096)
     on_gpu = estimate(smollm3, config, processes=1, on_gpu=True)
     parts = on_gpu.parts
     forward = parts["bf16 copies"] + parts["activations"] + parts["logits"]
@@ -237,14 +254,14 @@ def test_the_workspace_space_is_estimated_and_a_too_small_pvc_is_warned_about(mo
     assert not any(line.startswith("WARNING") for line in lora)
 
 
-def test_under_fsdp_no_advice_names_a_checkpoint_every_fsdp_refuses(model_dir):
-    """FSDP's activation checkpointing wraps every block, so checkpoint_every must stay 1 there (option_problems);
-    neither the fixes for a job that does not fit nor the advice for one that does may suggest more."""
+def test_under_fsdp_the_advice_names_selective_checkpointing_too(model_dir):
+    """Under FSDP the blocks are checkpointed by transformers, as under DDP, so checkpoint_every applies there too:
+    SmolLM3-3B full fine-tuning over 2 GPUs of 64 GiB on 8,192-token rows fits checkpointing 1 block in 4, which
+    both the advice for the job that checkpoints every block and the fixes for the one that checkpoints none name."""
     model = model_dir("SmolLM3-3B")
-    config = train_config(model, method="full", sharding="fsdp", gradient_checkpointing=True, max_length=8192)
-    lines = check_fit(config, nodes=1, gpus_per_node=2, gpu_memory="80Gi")
-    assert "checkpoint_every" not in lines[-1]
+    config = train_config(model, method="full", sharding="fsdp", gradient_checkpointing="true", max_length=8192)
+    lines = check_fit(config, nodes=1, gpus_per_node=2, gpu_memory="64Gi")
+    assert "faster settings that also fit: checkpoint_every 4; " in lines[-1]
     with pytest.raises(UserError) as refused:
-        check_fit(replace(config, gradient_checkpointing=False), nodes=1, gpus_per_node=2, gpu_memory="48Gi")
-    assert "gradient_checkpointing true" in str(refused.value)
-    assert "checkpoint_every" not in str(refused.value)
+        check_fit(replace(config, gradient_checkpointing="false"), nodes=1, gpus_per_node=2, gpu_memory="64Gi")
+    assert "Any one of these would fit: gradient_checkpointing true, checkpoint_every 4; " in str(refused.value)

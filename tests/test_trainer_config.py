@@ -50,7 +50,7 @@ def test_every_field_changed_round_trips():
         packing=False,
         loss_on="all",
         mixed_precision=False,
-        gradient_checkpointing=True,
+        gradient_checkpointing="true",
         checkpoint_every=2,
         save_steps=9,
         save_total_limit=3,
@@ -92,6 +92,24 @@ def test_the_learning_rate_defaults_to_the_methods_usual_one(method, learning_ra
 
 
 @pytest.mark.parametrize(
+    ("method", "asked", "recomputes"),
+    [("qlora", "auto", True), ("lora", "auto", False), ("full", "auto", False), ("qlora", "false", False)]
+    + [("lora", "true", True), ("full", "true", True)],
+)
+def test_gradient_checkpointing_auto_is_on_for_qlora_only(method, asked, recomputes):
+    """QLoRA is chosen to save memory and its recipes all checkpoint; an explicit true or false is used as given."""
+    config = TrainConfig(**REQUIRED, method=method, gradient_checkpointing=asked)
+    assert config.recomputes_activations is recomputes
+    assert parse_config(to_args(config)) == config
+
+
+def test_gradient_checkpointing_takes_auto_true_or_false_only(capsys):
+    with pytest.raises(SystemExit):
+        parse_config(["--model", "m", "--tokens-dir", "t", "--output-dir", "o", "--gradient-checkpointing", "yes"])
+    assert "--gradient-checkpointing: invalid choice: 'yes'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
     "change, field",
     [
         (dict(lora_r=0), "lora_r"),
@@ -101,7 +119,7 @@ def test_the_learning_rate_defaults_to_the_methods_usual_one(method, learning_ra
         (dict(save_total_limit=1), "save_total_limit"),
         (dict(method="dora"), "method"),
         (dict(checkpoint_every=0), "checkpoint_every"),
-        (dict(sharding="fsdp", gradient_checkpointing=True, checkpoint_every=2), "checkpoint_every"),
+        (dict(gradient_checkpointing="on"), "gradient_checkpointing"),
         (dict(attention="flash"), "attention"),
     ],
 )
@@ -112,6 +130,11 @@ def test_option_problems_name_the_field(change, field):
 def test_defaults_have_no_problems():
     assert option_problems(TrainConfig(**REQUIRED)) == {}
     assert option_problems(TrainConfig(**REQUIRED, epochs=0, max_steps=10)) == {}
+    # transformers checkpoints the blocks under FSDP too, so selective checkpointing applies there
+    assert (
+        option_problems(TrainConfig(**REQUIRED, sharding="fsdp", gradient_checkpointing="true", checkpoint_every=2))
+        == {}
+    )
 
 
 @pytest.mark.parametrize(

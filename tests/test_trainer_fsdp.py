@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 from conftest import TINY_PRE_TOKENIZER
+from safetensors.torch import load_file
 from test_trainer_run import finish, kill_rank_1_after_checkpoint_3, summary, torchrun, trainer_args
+from torch.distributed.checkpoint import FileSystemReader
 from transformers import AutoModelForCausalLM
 
 from gguf_export.convert import convert
@@ -45,17 +47,23 @@ def train(
 
 # LoRA's low-rank updates move the random model's loss more slowly than full fine-tuning: a higher rate for them.
 # QLoRA's 4-bit weights are sharded too: under fsdp they are packed into the compute dtype (2 ranks, to keep a shard of
-# each of the tiny model's 4-bit weights whole).
+# each of the tiny model's 4-bit weights whole). QLoRA checkpoints every block (gradient_checkpointing auto), the LoRA
+# case every second one: with FSDP's own checkpointing the adapter in every checkpoint and in adapter/ came out empty.
 @pytest.mark.parametrize(
-    ("method", "ranks", "learning_rate"), [("full", 2, "1e-3"), ("lora", 4, "3e-3"), ("qlora", 2, "3e-3")]
+    ("method", "ranks", "learning_rate", "checkpointing"),
+    [
+        ("full", 2, "1e-3", ()),
+        ("lora", 4, "3e-3", ("--gradient-checkpointing", "true", "--checkpoint-every", "2")),
+        ("qlora", 2, "3e-3", ()),
+    ],
 )
 def test_fsdp_shards_matches_ddp_and_leaves_a_merged_model_that_loads_and_converts(
-    tiny_model_dir, prepared_data_dir, tmp_path, method, ranks, learning_rate
+    tiny_model_dir, prepared_data_dir, tmp_path, method, ranks, learning_rate, checkpointing
 ):
     """The run is sharded (each rank holds ~1/ranks of the parameters, asserted per rank, not inferred from the
     settings), learns what DDP learns, and ``merged/`` is one consolidated checkpoint for the next stages."""
     sharded, replicated = tmp_path / "fsdp", tmp_path / "ddp"
-    extra = ("--method", method, "--save-steps", "4")
+    extra = ("--method", method, "--save-steps", "4", *checkpointing)
     result = train(
         *(tiny_model_dir, prepared_data_dir, sharded, tmp_path / "fsdp.log", ranks, *extra, "--sharding", "fsdp"),
         learning_rate=learning_rate,
@@ -65,6 +73,9 @@ def test_fsdp_shards_matches_ddp_and_leaves_a_merged_model_that_loads_and_conver
     )
 
     assert result["sharding"] == "fsdp" and reference["sharding"] == "none"
+    assert result["gradient_checkpointing"] is (method != "full") and reference["gradient_checkpointing"] is (
+        method != "full"
+    )
     fractions = [rank["local_parameter_fraction"] for rank in result["ranks"]]
     assert len(fractions) == ranks and all(abs(f - 1 / ranks) < 0.02 for f in fractions), fractions
     assert [rank["local_parameter_fraction"] for rank in reference["ranks"]] == [1.0] * ranks
@@ -86,7 +97,12 @@ def test_fsdp_shards_matches_ddp_and_leaves_a_merged_model_that_loads_and_conver
     for (name, weight), (_, reference_weight) in zip(merged.state_dict().items(), expected.state_dict().items()):
         assert (weight - reference_weight).abs().max() < 1e-3, name
     if method != "full":
-        assert (sharded / "adapter" / "adapter_model.safetensors").is_file()
+        adapter = load_file(sharded / "adapter" / "adapter_model.safetensors")
+        assert adapter.keys() == load_file(replicated / "adapter" / "adapter_model.safetensors").keys()
+        # a PEFT run's sharded checkpoint holds the adapter only: all of it
+        assert len(FileSystemReader(checkpoint / "pytorch_model_fsdp_0").read_metadata().state_dict_metadata) == len(
+            adapter
+        )
 
     gguf = tmp_path / "model.gguf"
     convert(sharded / "merged", gguf, "f32", pre_tokenizer=TINY_PRE_TOKENIZER)

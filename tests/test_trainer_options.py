@@ -18,7 +18,14 @@ from trainer.compiled import blocks
 from trainer.config import TrainConfig
 from trainer.diagnostics import ShardRecorder
 from trainer.distributed import Topology
-from trainer.train import EveryEvalRowTrainer, load_model, lora_config, sft_config, trained_weights_dtype
+from trainer.train import (
+    EveryEvalRowTrainer,
+    load_model,
+    lora_config,
+    sft_config,
+    trained_weights_dtype,
+    write_adapter,
+)
 
 SINGLE = Topology(rank=0, local_rank=0, world_size=1)
 
@@ -61,10 +68,10 @@ def test_gradient_checkpointing_changes_memory_not_the_maths(tiny_model_dir, pre
     """
     plain = train_steps(tiny_model_dir, prepared_data_dir, tmp_path / "plain")
     checkpointed = train_steps(
-        tiny_model_dir, prepared_data_dir, tmp_path / "checkpointed", gradient_checkpointing=True
+        tiny_model_dir, prepared_data_dir, tmp_path / "checkpointed", gradient_checkpointing="true"
     )
     selective = train_steps(
-        tiny_model_dir, prepared_data_dir, tmp_path / "selective", gradient_checkpointing=True, checkpoint_every=2
+        tiny_model_dir, prepared_data_dir, tmp_path / "selective", gradient_checkpointing="true", checkpoint_every=2
     )
 
     assert not plain.model.base_model.model.is_activation_checkpointing
@@ -123,6 +130,28 @@ def test_bf16_training_keeps_full_fine_tuning_weights_in_fp32(method, held_in, t
 
         model = get_peft_model(model, lora_config(config))
     assert trained_weights_dtype(model) == "float32"
+
+
+def test_an_adapter_peft_cannot_find_is_refused_not_written_empty(tiny_model_dir, tmp_path):
+    """FSDP's own activation checkpointing wrapped each block in a CheckpointWrapper: PEFT matched none of the gathered
+    weights' names to the wrapped modules and wrote an empty adapter/, so merged/ was the untrained base. The writer
+    now counts what it wrote against the LoRA tensors the model holds."""
+    from peft import get_peft_model
+    from safetensors.torch import load_file
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    config = TrainConfig(model=str(tiny_model_dir), output_dir=tmp_path, method="lora")
+    model = get_peft_model(load_model(config, tiny_model_dir, bf16=False), lora_config(config))
+    write_adapter(model, config)
+    assert len(load_file(config.adapter_dir / "adapter_model.safetensors")) == 2 * 7 * len(blocks(model))
+
+    layers = model.base_model.model.model.layers
+    for index, block in enumerate(layers):
+        layers[index] = checkpoint_wrapper(block)
+    gathered = {name.replace("_checkpoint_wrapped_module.", ""): tensor for name, tensor in model.state_dict().items()}
+    with pytest.raises(RuntimeError, match="adapter/ would hold 0 LoRA tensors but the model trained 28"):
+        write_adapter(model, config, gathered)
+    assert len(load_file(config.adapter_dir / "adapter_model.safetensors")) == 28  # the earlier adapter/ is kept
 
 
 @pytest.mark.slow

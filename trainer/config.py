@@ -25,6 +25,10 @@ METHOD_LEARNING_RATES = {"lora": 2e-4, "qlora": 2e-4, "full": 2e-5}
 LOSS_ON = ("assistant", "all")
 SHARDINGS = ("none", "fsdp")
 ATTENTIONS = ("auto", "flex_attention", "sdpa", "flash_attention_2", "eager")
+CHECKPOINTING_CHOICES = ("auto", "true", "false")
+# gradient_checkpointing auto: the methods that recompute activations unless told otherwise. QLoRA is chosen to
+# save memory; its paper and TRL's and Answer.AI's QLoRA recipes all train with gradient checkpointing on.
+CHECKPOINTING_BY_DEFAULT = ("qlora",)
 
 
 class Needs(NamedTuple):
@@ -45,6 +49,13 @@ NEEDS_PACKAGE = {
     ("attention", "flex_attention"): Needs("triton", "use attention auto"),
     ("liger_kernels", True): Needs("liger_kernel", "set liger_kernels false"),
 }
+
+
+def recomputes_activations(method: str, gradient_checkpointing: str) -> bool:
+    """``gradient_checkpointing`` resolved for ``method``: auto is on for the methods in CHECKPOINTING_BY_DEFAULT."""
+    if gradient_checkpointing == "auto":
+        return method in CHECKPOINTING_BY_DEFAULT
+    return gradient_checkpointing == "true"
 
 
 @dataclass(frozen=True)
@@ -162,8 +173,12 @@ class TrainConfig:
         "weights and optimizer state; false: fp32 throughout (slower, twice the activation memory). CPU training is "
         "always fp32.",
     )
-    gradient_checkpointing: bool = run_option(
-        False, "Recompute activations in the backward pass to save GPU memory (about 20% slower); see checkpoint_every."
+    gradient_checkpointing: str = run_option(
+        "auto",
+        "Recompute activations in the backward pass to save GPU memory (about 20% slower): true, false, or auto (on "
+        "for method qlora, whose point is the least memory, as in the QLoRA paper; off otherwise). The resolved "
+        "value is in training_summary.json; see checkpoint_every.",
+        choices=CHECKPOINTING_CHOICES,
     )
     checkpoint_every: int = run_option(
         1,
@@ -188,6 +203,11 @@ class TrainConfig:
         False, "Fail at start unless CUDA works: the launcher sets it when the job's pods were given GPUs."
     )
     expected_world_size: int = option(0, "Fail at start unless exactly this many processes take part (0: no check).")
+
+    @property
+    def recomputes_activations(self) -> bool:
+        """Whether gradient checkpointing is on: ``gradient_checkpointing`` resolved (auto follows the method)."""
+        return recomputes_activations(self.method, self.gradient_checkpointing)
 
     @property
     def adapter_dir(self) -> Path:
@@ -251,12 +271,7 @@ def option_problems(config: TrainConfig) -> dict[str, str]:
             f"must be at least 2 (got {config.save_total_limit}): a save interrupted by a pod "
             "restart must never leave the run without a complete checkpoint"
         )
-    if config.sharding == "fsdp" and config.gradient_checkpointing and config.checkpoint_every > 1:
-        problems["checkpoint_every"] = (
-            f"must be 1 with sharding fsdp (got {config.checkpoint_every}): FSDP's own activation checkpointing "
-            "recomputes every block; use sharding none for selective checkpointing"
-        )
-    for name in ("method", "loss_on", "sharding", "attention"):
+    for name in ("method", "loss_on", "sharding", "attention", "gradient_checkpointing"):
         choices = TrainConfig.__dataclass_fields__[name].metadata["choices"]
         if getattr(config, name) not in choices:
             problems[name] = f"must be one of {', '.join(choices)} (got {getattr(config, name)!r})"
@@ -301,6 +316,17 @@ def packages_needed(values: dict[str, Any]) -> dict[str, Needs]:
         for field, value in values.items()
         if isinstance(value, (str, bool)) and (field, value) in NEEDS_PACKAGE
     }
+
+
+def checkpointing_words(config: TrainConfig) -> str:
+    """Whether and where activations are recomputed, and why when gradient_checkpointing is auto: for the logs."""
+    if not config.recomputes_activations:
+        words = "off"
+    elif config.checkpoint_every == 1:
+        words = "on for every block"
+    else:
+        words = f"on for 1 block in {config.checkpoint_every}"
+    return words + (f" (auto for method {config.method})" if config.gradient_checkpointing == "auto" else "")
 
 
 def peak_learning_rate(config: TrainConfig) -> float:

@@ -51,7 +51,13 @@ def trainer_arguments(config: TrainConfig) -> dict[str, Any]:
     - ``cpu_ram_efficient_loading``: only rank 0 reads the base weights into host memory and
       broadcasts them; the other ranks build the model on the meta device. Eight ranks of a node
       each loading an 8B model in fp32 would need 256 GB of host memory.
-    - Activation checkpointing is FSDP's own (the Trainer refuses both kinds at once).
+    - No ``activation_checkpointing`` here: transformers checkpoints the blocks under FSDP as under DDP
+      (``sft_config``). FSDP's own wraps each block in a ``CheckpointWrapper``, whose module names PEFT 0.21
+      cannot match to the gathered weights' (it strips only FSDP1's prefix): every checkpoint and ``adapter/``
+      of a LoRA run came out empty and ``merged/`` was the untrained base. FSDP2 skips the unshard of a
+      block recomputed in its backward either way (``FSDPState._pre_forward``): counted on 2 ranks, 6
+      all-gathers per step with either kind of checkpointing and with none (transformers' warning of a
+      redundant all-gather is about FSDP1).
     """
     if config.sharding != "fsdp":
         return {}
@@ -62,7 +68,6 @@ def trainer_arguments(config: TrainConfig) -> dict[str, Any]:
             "reshard_after_forward": True,
             "state_dict_type": "SHARDED_STATE_DICT",
             "cpu_ram_efficient_loading": True,
-            "activation_checkpointing": config.gradient_checkpointing,
         },
     }
 

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from peft import LoraConfig
 from peft.helpers import disable_input_dtype_casting
+from safetensors import safe_open
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.trainer_callback import PrinterCallback
 from transformers.trainer_utils import speed_metrics
@@ -39,7 +40,7 @@ from trainer import (
     sharding,
 )
 from trainer.callbacks import CompletionManifest, PreemptionSave, ProgressLines
-from trainer.config import TrainConfig, peak_learning_rate
+from trainer.config import TrainConfig, checkpointing_words, peak_learning_rate
 from trainer.diagnostics import ShardRecorder
 from trainer.distributed import Topology
 from trainer.precision import device_capability, precision
@@ -143,7 +144,7 @@ def lora_config(config: TrainConfig) -> LoraConfig | None:
 
 def sft_config(config: TrainConfig, topology: Topology, has_eval: bool) -> SFTConfig:
     evaluate_by_steps = config.eval_steps > 0
-    checkpointing = config.gradient_checkpointing and config.sharding == "none"  # else FSDP's own
+    checkpointing = config.recomputes_activations
     blocks_compiled = why_blocks_not_compiled(config) is None
     eval_strategy = "no" if not has_eval else "steps" if evaluate_by_steps else "epoch"
     return SFTConfig(
@@ -296,6 +297,30 @@ def merged_from_adapter(config: TrainConfig, source: Path, dtype: torch.dtype) -
     return PeftModel.from_pretrained(base, config.adapter_dir).merge_and_unload()
 
 
+def write_adapter(model: torch.nn.Module, config: TrainConfig, full_weights: dict | None = None) -> None:
+    """``adapter/`` from the PEFT ``model`` (from its gathered ``full_weights`` under FSDP), refused unless it holds
+    every LoRA tensor the model trained.
+
+    PEFT picks the adapter's tensors by the model's module names; a wrapper it does not know (FSDP's
+    ``CheckpointWrapper`` did) leaves it none, and the merge then silently publishes the untrained base.
+    """
+    weights = full_weights if full_weights is not None else model.state_dict()
+    trained = sum(".lora_" in name for name in weights)
+
+    def fill(directory: Path) -> None:
+        model.save_pretrained(directory, state_dict=full_weights)
+        with safe_open(directory / "adapter_model.safetensors", "pt") as written:
+            count = len(written.keys())
+        if count != trained:
+            raise RuntimeError(
+                f"adapter/ would hold {count} LoRA tensors but the model trained {trained}: PEFT did not match the "
+                "model's module names to its weights, and merged/ would be the untrained base. Nothing was written; "
+                "this is a bug in the trainer, please report it with this log."
+            )
+
+    replace_dir(config.adapter_dir, fill)
+
+
 def gathered_model(
     sharded: torch.nn.Module,
     full_weights: dict[str, torch.Tensor],
@@ -310,7 +335,7 @@ def gathered_model(
     memory holds the weights once.
     """
     if config.method != "full":
-        replace_dir(config.adapter_dir, lambda directory: sharded.save_pretrained(directory, state_dict=full_weights))
+        write_adapter(sharded, config, full_weights)
         return merged_from_adapter(config, source, dtype)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(sharded.config, dtype=dtype)
@@ -343,7 +368,7 @@ def save_models(
         # collective the other ranks have left): rebuild a plain one from the gathered weights.
         model = gathered_model(model, full_weights, config, source, dtype)
     elif config.method != "full":
-        replace_dir(config.adapter_dir, model.save_pretrained)
+        write_adapter(model, config)
         # 4-bit weights cannot merge in place: merge into a fresh base in the merged dtype
         model = merged_from_adapter(config, source, dtype) if config.method == "qlora" else model.merge_and_unload()
     model = model.to(dtype)
@@ -434,6 +459,13 @@ def run_checked(config: TrainConfig, topology: Topology) -> int:
     if args.disable_tqdm:
         trainer.remove_callback(PrinterCallback)  # in pods our progress lines say it once, readably
     speed_path = speed_up(trainer, config, topology)
+    log.info(
+        "gradient checkpointing %s%s",
+        checkpointing_words(config),
+        " (transformers' own, also under fsdp, where FSDP2 gathers no block twice: its warning above is FSDP1's)"
+        if config.recomputes_activations and config.sharding == "fsdp"
+        else "",
+    )
     if resume_from:
         log.info("resuming from %s", resume_from)
     with (
@@ -478,6 +510,7 @@ def run_checked(config: TrainConfig, topology: Topology) -> int:
                 "devices": [rank["device"] for rank in ranks],
                 "sharding": "fsdp" if trainer.is_fsdp_enabled else "none",
                 "precision": "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
+                "gradient_checkpointing": config.recomputes_activations,  # resolved: auto follows the method
                 "trained_weights_dtype": weights_dtype,
                 "learning_rate": args.learning_rate,
                 "resumed_from": str(resume_from) if resume_from else None,

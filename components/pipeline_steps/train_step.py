@@ -62,7 +62,7 @@ def train_model(
     packing: bool,
     loss_on: str,
     mixed_precision: bool,
-    gradient_checkpointing: bool,
+    gradient_checkpointing: str,
     checkpoint_every: int,
     save_steps: int,
     save_total_limit: int,

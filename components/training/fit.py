@@ -49,7 +49,7 @@ from typing import Any
 from kubernetes.utils import parse_quantity
 
 from common.errors import UserError, one_line
-from trainer.config import TrainConfig
+from trainer.config import TrainConfig, checkpointing_words
 
 GIB = 2**30
 # bitsandbytes' NF4 with double quantisation (transformers' BitsAndBytesConfig, bnb_4bit_use_double_quant): 4 bits a
@@ -207,7 +207,7 @@ def estimate(shape: ModelShape, config: TrainConfig, processes: int, on_gpu: boo
     if not on_gpu:
         # On CPU, SDPA takes its math path, which keeps each head's max_length² attention weights for the backward
         # pass (measured in benchmarks/fit_bench.py); on GPUs its fused kernels keep none.
-        layers_kept = shape.layers - checkpointed_layers(shape, config) + (1 if config.gradient_checkpointing else 0)
+        layers_kept = shape.layers - checkpointed_layers(shape, config) + (1 if config.recomputes_activations else 0)
         parts["attention"] = layers_kept * config.per_device_batch_size * shape.heads * config.max_length**2 * compute
     tokens = config.per_device_batch_size * config.max_length
     # Liger's fused linear cross-entropy computes the loss chunk by chunk and never holds the logits.
@@ -232,7 +232,7 @@ def activation_bytes(shape: ModelShape, config: TrainConfig, compute: int) -> in
 
 def checkpointed_layers(shape: ModelShape, config: TrainConfig) -> int:
     """How many layers recompute their activations: those whose index is a multiple of ``checkpoint_every``."""
-    if not config.gradient_checkpointing:
+    if not config.recomputes_activations:
         return 0
     return -(-shape.layers // config.checkpoint_every)
 
@@ -306,10 +306,10 @@ def headroom(shape: ModelShape, config: TrainConfig, processes: int, budget: int
         return estimate(shape, changed, processes, on_gpu=True).total <= budget
 
     found = []
-    if config.gradient_checkpointing:
-        if fits(replace(config, gradient_checkpointing=False)):
+    if config.recomputes_activations:
+        if fits(replace(config, gradient_checkpointing="false")):
             found.append("gradient_checkpointing false")
-        elif config.sharding == "none":  # FSDP checkpoints every block or none
+        else:
             every = next(
                 (
                     n
@@ -338,14 +338,13 @@ def fixes(shape: ModelShape, config: TrainConfig, nodes: int, procs_per_node: in
         return estimate(shape, changed, job_nodes * procs_per_node, on_gpu=True).total <= budget
 
     found = []
-    if not config.gradient_checkpointing or config.checkpoint_every > 1:
-        # the least recomputation that fits: checkpointing every n-th block, n as large as fits (FSDP: every block)
-        largest = 1 if config.sharding == "fsdp" else shape.layers
+    if not config.recomputes_activations or config.checkpoint_every > 1:
+        # the least recomputation that fits: checkpointing every n-th block, n as large as fits
         every = next(
             (
                 n
-                for n in range(config.checkpoint_every - 1 if config.gradient_checkpointing else largest, 0, -1)
-                if fits(replace(config, gradient_checkpointing=True, checkpoint_every=n))
+                for n in range(config.checkpoint_every - 1 if config.recomputes_activations else shape.layers, 0, -1)
+                if fits(replace(config, gradient_checkpointing="true", checkpoint_every=n))
             ),
             None,
         )
@@ -355,14 +354,17 @@ def fixes(shape: ModelShape, config: TrainConfig, nodes: int, procs_per_node: in
             )
         elif every:
             found.append(f"gradient_checkpointing true, checkpoint_every {every}")
-    # FSDP's activation checkpointing covers every block: checkpoint_every must be 1 there
-    sharded = replace(config, sharding="fsdp", checkpoint_every=1)
+    sharded = replace(config, sharding="fsdp")
     if config.sharding == "none" and fits(sharded) and nodes * procs_per_node > 1:
-        found.append("sharding fsdp" + (", checkpoint_every 1" if config.checkpoint_every > 1 else ""))
+        found.append("sharding fsdp")
     if config.method == "full" and fits(replace(config, method="lora")):
         found.append("method lora")
     elif config.method != "qlora" and fits(replace(config, method="qlora")):
-        found.append("method qlora (LoRA on the base held in 4-bit)")
+        # with gradient_checkpointing auto, qlora also turns checkpointing on: the suggestion says so
+        turns_on = config.gradient_checkpointing == "auto" and not config.recomputes_activations
+        found.append(
+            "method qlora (LoRA on the base held in 4-bit" + (", gradient checkpointing on)" if turns_on else ")")
+        )
     more = next((n for n in range(nodes + 1, MOST_NODES_SUGGESTED + 1) if fits(sharded, n)), None)
     if more:
         found.append(
@@ -371,12 +373,6 @@ def fixes(shape: ModelShape, config: TrainConfig, nodes: int, procs_per_node: in
     if config.per_device_batch_size > 1 and fits(replace(config, per_device_batch_size=1)):
         found.append("per_device_batch_size 1")
     return found
-
-
-def checkpointing_words(config: TrainConfig) -> str:
-    if not config.gradient_checkpointing:
-        return "off"
-    return "on" if config.checkpoint_every == 1 else f"every {config.checkpoint_every} blocks"
 
 
 def check_fit(config: TrainConfig, nodes: int, gpus_per_node: int, gpu_memory: str, pvc_size: str = "") -> list[str]:
