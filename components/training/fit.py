@@ -32,6 +32,11 @@ logits on the other, are not held at once: the backward pass frees the latter as
 former, and the optimizer step frees the gradients before the next forward pass. The peak counts
 the larger of the two. On CPU the resident peak is the sum of every part.
 
+QLoRA under FSDP has a second peak before training: accelerate loads the 4-bit base on every rank
+(transformers' ``cpu_ram_efficient_loading`` does not apply to a quantised model) and FSDP shards it
+only then, so each GPU first holds NF4_BYTES x L + 2(P-L), plus the overhead and fragmentation. The
+estimate is the larger of the two peaks.
+
 Tokens per micro-batch are ``per_device_batch_size x max_length`` (packed rows are full; unpacked
 rows are at most that long, so the estimate is an upper bound). Measured against CPU runs in
 ``benchmarks/fit_bench.py`` and GPU runs in ``benchmarks/gpu_train_bench.py`` (see docs/benchmarks.md for
@@ -151,6 +156,8 @@ class Estimate:
     parts: dict[str, int]
     shards: int
     on_gpu: bool
+    # What one process holds while it loads the model, before FSDP shards it (0: nothing beyond training's peak).
+    load_peak: int = 0
 
     @property
     def peak_parts(self) -> int:
@@ -161,8 +168,12 @@ class Estimate:
         return held + max(self.parts["gradients"], transient)
 
     @property
-    def total(self) -> int:
+    def training_peak(self) -> int:
         return int(self.peak_parts * (1 + FRAGMENTATION)) if self.on_gpu else self.peak_parts
+
+    @property
+    def total(self) -> int:
+        return max(self.training_peak, self.load_peak)
 
     def lines(self) -> list[str]:
         sharded = f"sharded over {self.shards} processes" if self.shards > 1 else "replicated on every process"
@@ -171,7 +182,15 @@ class Estimate:
         if self.on_gpu:
             transient = " + ".join(name for name in self.parts if name in TRANSIENT and self.parts[name])
             rows.append(f"  (gradients and {transient} are not held at once: the larger counts)")
-            rows.append(f"  {'fragment.':<12} {gib(self.total - self.peak_parts):>10}  (+10%)")
+            rows.append(f"  {'fragment.':<12} {gib(self.training_peak - self.peak_parts):>10}  (+10%)")
+        if self.load_peak:
+            larger = (
+                "the peak" if self.load_peak > self.training_peak else f"below training's {gib(self.training_peak)}"
+            )
+            rows.append(
+                f"  {'at load':<12} {gib(self.load_peak):>10}  (every rank loads the whole 4-bit base before FSDP "
+                f"shards it: {larger})"
+            )
         return rows
 
 
@@ -214,7 +233,16 @@ def estimate(shape: ModelShape, config: TrainConfig, processes: int, on_gpu: boo
     parts["logits"] = 0 if config.liger_kernels else tokens * shape.vocab * (10 if compute == 2 else 12)
     if on_gpu:
         parts["overhead"] = GPU_OVERHEAD_BYTES
-    return Estimate(parts, shards, on_gpu)
+    return Estimate(parts, shards, on_gpu, qlora_load_peak(shape, config, shards, compute, on_gpu))
+
+
+def qlora_load_peak(shape: ModelShape, config: TrainConfig, shards: int, compute: int, on_gpu: bool) -> int:
+    """The whole 4-bit base that each rank of a sharded QLoRA job loads before FSDP shards it; 0 for other jobs."""
+    if config.method != "qlora" or shards == 1:
+        return 0
+    four_bit = shape.linear_parameters
+    held = int(NF4_BYTES * four_bit) + compute * (shape.parameters - four_bit)
+    return int((held + GPU_OVERHEAD_BYTES) * (1 + FRAGMENTATION)) if on_gpu else held
 
 
 def activation_bytes(shape: ModelShape, config: TrainConfig, compute: int) -> int:
@@ -357,7 +385,8 @@ def fixes(shape: ModelShape, config: TrainConfig, nodes: int, procs_per_node: in
     sharded = replace(config, sharding="fsdp")
     if config.sharding == "none" and fits(sharded) and nodes * procs_per_node > 1:
         found.append("sharding fsdp")
-    if config.method == "full" and fits(replace(config, method="lora")):
+    # qlora under fsdp loads its whole 4-bit base on every rank; lora's bf16 base is read by rank 0 alone and sharded
+    if config.method != "lora" and fits(replace(config, method="lora")):
         found.append("method lora")
     elif config.method != "qlora" and fits(replace(config, method="qlora")):
         # with gradient_checkpointing auto, qlora also turns checkpointing on: the suggestion says so
