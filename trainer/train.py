@@ -87,8 +87,7 @@ def load_model(config: TrainConfig, source: Path, bf16: bool, fp16: bool = False
         bnb_4bit_quant_storage=compute if config.sharding == "fsdp" else torch.uint8,
     )
     model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
-    if config.sharding == "fsdp":
-        keep_4bit_layout_under_fsdp(model)
+    keep_4bit_layout(model)
     log.info(
         "qlora: the base's linear layers are held in 4-bit NF4 with double quantisation (bitsandbytes %s), computing "
         "in %s; the LoRA adapters train on every one of them that lora_target_modules names",
@@ -98,13 +97,15 @@ def load_model(config: TrainConfig, source: Path, bf16: bool, fp16: bool = False
     return model
 
 
-def keep_4bit_layout_under_fsdp(model: PreTrainedModel) -> None:
-    """Stop bitsandbytes repacking 4-bit weights for its CPU inference kernel.
+def keep_4bit_layout(model: PreTrainedModel) -> None:
+    """Stop bitsandbytes repacking 4-bit weights for its CPU inference kernel (GPUs never repack).
 
     On a CPU with AVX512-BF16, ``Linear4bit.forward`` in eval mode replaces ``weight.data`` with a repacked copy
-    and marks the shared quantisation state as repacked. Under FSDP2 that data is the gathered copy, dropped after
-    the forward, while the mark stays: every later forward reads the original layout as the repacked one (the
-    evaluation loss of a 2-rank run came out at the untrained model's). The training path never repacks.
+    of another shape and marks the shared quantisation state as repacked. Under FSDP2 that data is the gathered
+    copy, dropped after the forward, while the mark stays: every later forward reads the original layout as the
+    repacked one (the evaluation loss of a 2-rank run came out at the untrained model's). With compiled blocks
+    the new shape is a new graph of every block after the first evaluation (the GPU check's CPU mode passed
+    the recompile limit on it). The training path never repacks.
     """
     from bitsandbytes.nn import Linear4bit
 
