@@ -14,9 +14,12 @@ tokenised by the pipeline's own stages, packed into 4,096-token rows:
     counted twice: the trainer's own count in
     ``training_summary.json`` and the "Recompiling function" lines ``TORCH_LOGS=recompiles``
     writes to its log.
-(b) Full fine-tuning with gradient checkpointing on the defaults, when the time left says it fits
-    (``skip_for_time``); else it is recorded as skipped. ``--runs full-checkpointing`` runs it alone, for a
-    call that cannot hold it beside the two LoRA runs' compiles; the losses are then not compared.
+(b) Full fine-tuning with gradient checkpointing on the defaults, then QLoRA on the defaults (its 4-bit base,
+    its checkpointing, compiled blocks, strict), each when the time left says it fits (``skip_for_time``);
+    else it is recorded as skipped. ``--runs full-checkpointing`` runs one alone, for a call that cannot hold
+    it beside the two LoRA runs' compiles; the losses are then not compared. ``--runs
+    lora-defaults,qlora-defaults`` measures what QLoRA costs in tokens/s and saves in peak memory against
+    LoRA, printed as ratios below the table (issue 43).
 (c) Tokens/s over steps 5-25 and MFU, against the 2026-11-24 H100 figures (7,854 tokens/s LoRA,
     8,494 full, ``results/gpu_train_bench-h100-2026-11-24.json``) and issue 25's targets (LoRA
     15,700 tokens/s; full with checkpointing 17,000 and 30% MFU), reported, not enforced: one run
@@ -52,7 +55,7 @@ and prints the versions it runs with and every declared requirement of the carri
 image does not meet before anything else. huggingface-hub 2.x is not carried: it needs httpx2, which
 the image lacks; the image's 1.33 meets transformers' and datasets' ranges.
 
-    make gpu-check                                          # here: fill .gpu-check/ (19 MiB)
+    make gpu-check                                          # here: fill .gpu-check/ (29 MiB)
     python3 benchmarks/gpu_check.py --out DIR               # there, with .gpu-check/ beside it
     python benchmarks/gpu_check.py --cpu --model DIR --out DIR   # the CPU mode: any small chat model
     python benchmarks/gpu_check.py --report DIR/gpu_check.json   # the table again
@@ -96,13 +99,18 @@ CARRY_DIR = REPO_ROOT / ".gpu-check"
 # What the GPU image lacks or has too old (transformers 5.17); dill and multiprocess are datasets' and absent, fsspec
 # is held to datasets' range. The image's torch, accelerate, tokenizers, safetensors, huggingface-hub, pyarrow and
 # pandas are used as they are.
-CARRIED = ("transformers", "trl", "peft", "datasets", "dill", "multiprocess", "fsspec")
+CARRIED = ("transformers", "trl", "peft", "datasets", "dill", "multiprocess", "fsspec", "bitsandbytes")
+# bitsandbytes' wheel (43 MB) holds a library per CUDA and ROCm release: the carried copy keeps CUDA 12.8's (which
+# bitsandbytes also loads for a later 12.x runtime), 13.0's (likewise for 13.x) and the CPU one, 11 MB compressed.
+KEPT_LIBRARIES = {
+    "bitsandbytes": ("libbitsandbytes_cuda128.so", "libbitsandbytes_cuda130.so", "libbitsandbytes_cpu.so"),
+}
 IMAGE_LOCK = REPO_ROOT / "requirements-image.lock"
 DEVICE_PYTHON = "3.12"  # the GPU image's python3, on x86-64 glibc
-DEVICE_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux2014_x86_64")
-CARRY_LIMIT_MIB = 48  # a device call carries 64 MiB with the working tree (about 4 MiB)
+DEVICE_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_24_x86_64", "manylinux2014_x86_64")
+CARRY_LIMIT_MIB = 48  # a device call carries 64 MiB with the working tree (about 7 MiB)
 VERSIONS = ("torch", "transformers", "trl", "peft", "datasets", "accelerate", "huggingface-hub", "tokenizers")
-VERSIONS += ("safetensors", "pyarrow", "pandas", "fsspec", "dill", "multiprocess")
+VERSIONS += ("safetensors", "pyarrow", "pandas", "fsspec", "dill", "multiprocess", "bitsandbytes")
 
 LOSS_TOLERANCE = 0.02  # nats, at the first step and in the mean of the last FINAL_STEPS: see the module's docstring
 FINAL_STEPS = 5
@@ -110,6 +118,9 @@ BUDGET_S = 480  # issue 39: 8 minutes on one H100, the install included
 # Full fine-tuning's wall time beyond LoRA's on the same path: 141 s against 58 s on 2026-11-24, the same number of
 # steps at the same speed, the rest its fp32 load and its 36 GB checkpoint (fp32 weights and AdamW state).
 FULL_OVERHEAD_S = 90
+# QLoRA's beyond LoRA's: not measured yet. Its load quantises the base, and every step dequantises each 4-bit weight
+# in the forward pass and in the recomputation of checkpointing; taken as LoRA's whole wall time again.
+QLORA_OVERHEAD_S = 120
 BASELINE = REPO_ROOT / "benchmarks" / "results" / "gpu_train_bench-h100-2026-11-24.json"
 BASELINE_CASES = {("lora", False): "lora", ("full", True): "full"}  # (method, checkpointing) -> key
 # The GPU mode measures the 2026-11-24 shape. The CPU mode's rows of 512 tokens hold several conversations each, as
@@ -127,12 +138,19 @@ class Run(NamedTuple):
     name: str
     options: dict[str, Any]
     optional: bool = False
+    beyond_lora_s: float = 0  # an optional run's wall time beyond the LoRA defaults run's, for skip_for_time
 
 
 RUNS = (
     Run("lora-defaults", {"strict_compile": True}),
     Run("lora-sdpa-eager", {"attention": "sdpa", "compile_blocks": False}),
-    Run("full-checkpointing", {"method": "full", "gradient_checkpointing": "true", "strict_compile": True}, True),
+    Run(
+        "full-checkpointing",
+        {"method": "full", "gradient_checkpointing": "true", "strict_compile": True},
+        True,
+        FULL_OVERHEAD_S,
+    ),
+    Run("qlora-defaults", {"method": "qlora", "strict_compile": True}, True, QLORA_OVERHEAD_S),
 )
 COMPARED = ("lora-defaults", "lora-sdpa-eager")
 
@@ -175,6 +193,10 @@ def fetch(carry: Path) -> None:
         + ["--dest", str(wheels), "-r", str(requirements)],
         check=True,
     )
+    for wheel in wheels.glob("*.whl"):
+        kept = KEPT_LIBRARIES.get(wheel.name.split("-")[0])
+        if kept:
+            trim_wheel(wheel, kept)
     AutoTokenizer.from_pretrained(local_base_model()).save_pretrained(carry / "tokenizer")
     size = folder_mib(carry)
     for wheel in sorted(wheels.iterdir()):
@@ -182,6 +204,31 @@ def fetch(carry: Path) -> None:
     print(f"{size:6.1f} MiB  in {carry}, the tokenizer included")
     if size > CARRY_LIMIT_MIB:
         raise SystemExit(f"{carry} holds {size:.1f} MiB, over the {CARRY_LIMIT_MIB} MiB a device call can carry")
+
+
+def trim_wheel(wheel: Path, kept: Sequence[str]) -> None:
+    """Rewrite ``wheel`` without its native libraries (``lib*.so``) other than ``kept``, and without their lines in
+    its RECORD, so that pip installs what is left as a whole wheel. The download's hash was checked before."""
+    import zipfile
+
+    def dropped(name: str) -> bool:
+        base = name.rsplit("/", 1)[-1]
+        return base.startswith("lib") and base.endswith(".so") and base not in kept
+
+    trimmed = wheel.with_suffix(".trimmed")
+    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(trimmed, "w", zipfile.ZIP_DEFLATED) as target:
+        missing = set(kept) - {name.rsplit("/", 1)[-1] for name in source.namelist()}
+        if missing:
+            raise SystemExit(f"{wheel.name} holds no {', '.join(sorted(missing))}: update KEPT_LIBRARIES")
+        for item in source.infolist():
+            if dropped(item.filename):
+                continue
+            data = source.read(item)
+            if item.filename.endswith(".dist-info/RECORD"):
+                lines = data.decode().splitlines(keepends=True)
+                data = "".join(line for line in lines if not dropped(line.split(",", 1)[0])).encode()
+            target.writestr(item, data)
+    trimmed.replace(wheel)
 
 
 def install_carried(wheels: Path, site: Path) -> None:
@@ -352,10 +399,10 @@ def measured(config: TrainConfig, warmup_steps: int, matmul_weights: int | None,
     }
 
 
-def skip_for_time(elapsed: float, lora_wall: float, budget: float) -> str | None:
-    """Why full fine-tuning is skipped, or None when it fits: its estimate is the LoRA defaults run's wall time (the
-    same load, compilation and steps, near enough) plus ``FULL_OVERHEAD_S``."""
-    estimate = lora_wall + FULL_OVERHEAD_S
+def skip_for_time(elapsed: float, lora_wall: float, beyond_lora_s: float, budget: float) -> str | None:
+    """Why an optional run is skipped, or None when it fits: its estimate is the LoRA defaults run's wall time (the
+    same compilation and steps, near enough) plus what the run takes beyond it (``Run.beyond_lora_s``)."""
+    estimate = lora_wall + beyond_lora_s
     if budget and elapsed + estimate > budget:
         return f"time: {elapsed:.0f} s elapsed + about {estimate:.0f} s for this run > the {budget:.0f} s budget"
     return None
@@ -437,7 +484,7 @@ def check(args: argparse.Namespace, work: Path, started: float) -> dict[str, Any
         skipped = None
         sizing = next((done for done in results["runs"] if done["name"] == RUNS[0].name), None)
         if run.optional and sizing:  # LoRA on the defaults (the same compile) ran: its wall time sizes the estimate
-            skipped = skip_for_time(time.monotonic() - started, sizing["wall_s"], args.budget_s)
+            skipped = skip_for_time(time.monotonic() - started, sizing["wall_s"], run.beyond_lora_s, args.budget_s)
         if skipped:
             results["runs"].append({"name": run.name, "options": run.options, "skipped": skipped})
         else:
@@ -497,6 +544,19 @@ def row(run: dict[str, Any], results: dict[str, Any]) -> str:
     )
 
 
+def qlora_against_lora(runs: Sequence[dict[str, Any]]) -> str | None:
+    """QLoRA's tokens/s and peak memory as ratios of LoRA's on the same defaults, when both finished."""
+    finished = {run["name"]: run for run in runs if run.get("exit_code") == 0}
+    if not {"lora-defaults", "qlora-defaults"} <= finished.keys():
+        return None
+    lora, qlora = finished["lora-defaults"], finished["qlora-defaults"]
+    return (
+        f"qlora-defaults ÷ lora-defaults: tokens/s {qlora['tokens_per_s'] / lora['tokens_per_s']:.2f}×, peak memory "
+        f"{qlora['peak_memory_mb'] / lora['peak_memory_mb']:.2f}× ({qlora['peak_memory_mb'] / 1024:.1f} GiB against "
+        f"{lora['peak_memory_mb'] / 1024:.1f}; QLoRA also checkpoints, gradient_checkpointing auto)"
+    )
+
+
 def report(results: dict[str, Any]) -> None:
     print(
         f"\n{results['device']}; {results['model']}; {results['steps']} steps of {results['max_length']} tokens, "
@@ -509,6 +569,9 @@ def report(results: dict[str, Any]) -> None:
     print("|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|")
     for run in results["runs"]:
         print(row(run, results))
+    against = qlora_against_lora(results["runs"])
+    if against:
+        print(f"\n{against}")
     comparison = results.get("loss_comparison")
     if comparison and "first_step_difference" in comparison:
         print(

@@ -11,6 +11,7 @@ import json
 import math
 import subprocess
 import sys
+import zipfile
 
 import pytest
 from conftest import REPO_ROOT
@@ -23,11 +24,13 @@ from gpu_check import (  # noqa: E402
     LOSS_TOLERANCE,
     compare_losses,
     failures,
+    install_carried,
     main,
     pinned,
     report,
     run_problems,
     skip_for_time,
+    trim_wheel,
 )
 
 CURVE = [10.83, 10.41, 9.97, 9.62]
@@ -91,10 +94,11 @@ def test_a_failed_run_a_fallback_eager_blocks_or_a_late_graph_fail_the_check():
     ]
 
 
-def test_full_fine_tuning_runs_only_when_it_fits_the_budget():
-    assert skip_for_time(elapsed=200, lora_wall=120, budget=480) is None
-    assert skip_for_time(elapsed=300, lora_wall=120, budget=480).startswith("time: 300 s elapsed + about 210 s")
-    assert skip_for_time(elapsed=9999, lora_wall=120, budget=0) is None  # no budget: always
+def test_an_optional_run_runs_only_when_it_fits_the_budget():
+    assert skip_for_time(elapsed=200, lora_wall=120, beyond_lora_s=90, budget=480) is None
+    skipped = skip_for_time(elapsed=300, lora_wall=120, beyond_lora_s=90, budget=480)
+    assert skipped.startswith("time: 300 s elapsed + about 210 s")
+    assert skip_for_time(elapsed=9999, lora_wall=120, beyond_lora_s=90, budget=0) is None  # no budget: always
 
 
 def test_runs_left_out_are_named_and_only_a_comparison_of_both_lora_runs_is_judged(tmp_path, capsys):
@@ -122,11 +126,42 @@ def test_the_carried_wheels_are_the_image_locks_pins_with_their_hashes():
         pinned(IMAGE_LOCK.read_text(), ["not-a-package"])
 
 
+def test_a_carried_wheel_keeps_only_the_native_libraries_named_and_installs(tmp_path, monkeypatch):
+    """bitsandbytes' wheel holds a library per CUDA and ROCm release, 43 MB: the device call carries 64 MiB in all."""
+    wheel = tmp_path / "wheels" / "pkg-1.0-py3-none-any.whl"
+    wheel.parent.mkdir()
+    libraries = ["libpkg_cuda128.so", "libpkg_cuda130.so", "libpkg_cuda118.so", "libpkg_rocm64.so"]
+    files = {"pkg/__init__.py": "VERSION = '1.0'\n", **{f"pkg/{name}": "x" * 1000 for name in libraries}}
+    record = "".join(f"{name},sha256=x,{len(text)}\n" for name, text in files.items()) + "pkg-1.0.dist-info/RECORD,,\n"
+    metadata = "Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\n"
+    wheel_info = "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for name, text in files.items():
+            archive.writestr(name, text)
+        archive.writestr("pkg-1.0.dist-info/METADATA", metadata)
+        archive.writestr("pkg-1.0.dist-info/WHEEL", wheel_info)
+        archive.writestr("pkg-1.0.dist-info/RECORD", record)
+
+    trim_wheel(wheel, ("libpkg_cuda128.so", "libpkg_cuda130.so"))
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        kept_record = archive.read("pkg-1.0.dist-info/RECORD").decode()
+    assert {"pkg/libpkg_cuda128.so", "pkg/libpkg_cuda130.so", "pkg/__init__.py"} <= names
+    assert not names & {"pkg/libpkg_cuda118.so", "pkg/libpkg_rocm64.so"} and "cuda118" not in kept_record
+    monkeypatch.setattr(sys, "path", [*sys.path])  # install_carried puts the site first on both paths
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    install_carried(wheel.parent, tmp_path / "site")
+    assert sorted(path.name for path in (tmp_path / "site" / "pkg").glob("*.so")) == libraries[:2]
+    with pytest.raises(SystemExit, match="holds no libpkg_cuda132.so: update KEPT_LIBRARIES"):
+        trim_wheel(wheel, ("libpkg_cuda132.so",))
+
+
 def test_the_gpu_report_compares_with_the_2026_11_24_figures_and_the_targets(capsys):
     lora = {"tokens_per_s": 16_000.0, "mfu": 0.2, "attention": "flex_attention", "recompiles_logged": 3}
     lora |= {"peak_memory_mb": 30_000.0, "final_train_loss": 9.02, "wall_s": 150.0}
     sdpa = {**lora, "tokens_per_s": 8_000.0, "mfu": 0.1, "attention": "sdpa", "compiled_blocks": False, "compile": None}
     full = {**lora, "tokens_per_s": 17_500.0, "mfu": 0.29}
+    qlora = {**lora, "tokens_per_s": 12_000.0, "mfu": 0.15, "peak_memory_mb": 12_000.0}
     report(
         {
             "mode": "gpu",
@@ -141,6 +176,7 @@ def test_the_gpu_report_compares_with_the_2026_11_24_figures_and_the_targets(cap
                 finished(**lora),
                 finished("lora-sdpa-eager", {"attention": "sdpa", "compile_blocks": False}, **sdpa),
                 finished("full-checkpointing", {"method": "full", "gradient_checkpointing": "true"}, **full),
+                finished("qlora-defaults", {"method": "qlora", "strict_compile": True}, **qlora),
             ],
             "loss_comparison": compare_losses(CURVE, CURVE, LOSS_TOLERANCE),
             "failures": [],
@@ -154,13 +190,15 @@ def test_the_gpu_report_compares_with_the_2026_11_24_figures_and_the_targets(cap
     )
     assert "| lora-sdpa-eager | sdpa, eager | 8,000 | 10.0% | 1.02× of 7,854 |  | - |" in table  # no target: old path
     assert "| 2.06× of 8,494 | ≥ 17,000, ≥ 30% MFU: MISSED |" in table
+    assert "| qlora-defaults | flex_attention, compiled | 12,000 | 15.0% |  |  | 4 (0) |" in table  # no figure of old
+    assert "qlora-defaults ÷ lora-defaults: tokens/s 0.75×, peak memory 0.40× (11.7 GiB against 29.3; " in table
     assert "check passed in 470 s" in table
 
 
 @pytest.mark.slow
 def test_the_cpu_mode_trains_both_lora_paths_alike_and_keeps_every_log(tiny_model_dir, tmp_path, capsys):
     """One invocation: LoRA on the defaults (blocks compiled by the eager backend, strict) and on sdpa with eager
-    blocks, three steps each; full fine-tuning skipped for time by a one-second budget."""
+    blocks, three steps each; full fine-tuning and QLoRA skipped for time by a one-second budget."""
     out = tmp_path / "out"
     command = [sys.executable, "benchmarks/gpu_check.py", "--cpu", "--model", str(tiny_model_dir), "--out", str(out)]
     process = subprocess.run(
@@ -170,8 +208,9 @@ def test_the_cpu_mode_trains_both_lora_paths_alike_and_keeps_every_log(tiny_mode
     assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
     assert sorted(path.name for path in out.iterdir()) == ["gpu_check.json", "lora-defaults.log", "lora-sdpa-eager.log"]
     results = json.loads((out / "gpu_check.json").read_text())
-    defaults, eager, full = results["runs"]
+    defaults, eager, full, qlora = results["runs"]
     assert full["name"] == "full-checkpointing" and full["skipped"].startswith("time: ")
+    assert qlora["name"] == "qlora-defaults" and qlora["skipped"].startswith("time: ")
     assert (defaults["attention"], defaults["compiled_blocks"], defaults["speed_fallback"]) == ("sdpa", True, None)
     assert defaults["compile"]["graphs"] > 0 and defaults["compile"]["graphs_after_rehearsal"] == 0
     assert defaults["recompiles_logged"] > 0 and "Recompiling function" in (out / defaults["log"]).read_text()
