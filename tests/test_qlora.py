@@ -1,5 +1,6 @@
 """QLoRA end to end on CPU: bitsandbytes' CPU backend runs the 4-bit NF4 layers forward and backward, so the path
-a GPU run takes (4-bit base, LoRA on every linear layer, a kill and a resume, the merge, the GGUF) runs here too.
+a GPU run takes (4-bit base, LoRA on every linear layer, gradient checkpointing, compiled blocks, a kill and a
+resume, the merge, the GGUF) runs here too.
 
 The merge is the point QLoRA is easiest to get quietly wrong: merging the adapter into the dequantised 4-bit
 weights bakes NF4's rounding into every layer. So the merged weights are compared with the base checkpoint's:
@@ -60,6 +61,9 @@ def test_qlora_trains_resumes_after_a_kill_merges_into_the_unquantised_base_and_
         "3",
         "--learning-rate",
         "2e-2",
+        # the blocks compiled as on a GPU, by dynamo's eager backend: its 4-bit layers are traced into them
+        "--compile-backend",
+        "eager",
     )
     resume_point = kill_rank_1_after_checkpoint_3(args, output, tmp_path / "first.log")
     first_log = (tmp_path / "first.log").read_text()
@@ -72,6 +76,10 @@ def test_qlora_trains_resumes_after_a_kill_merges_into_the_unquantised_base_and_
     result = summary(output)
     assert result["resumed_from"] == str(resume_point) and result["global_step"] == STEPS
     assert result["gradient_checkpointing"] is True and result["config"]["gradient_checkpointing"] == "auto"
+    # bitsandbytes' CPU repacking of 4-bit weights in evaluation made a new graph of every block after the first
+    # evaluation (trainer.train.keep_4bit_layout)
+    assert result["compiled_blocks"] and result["speed_fallback"] is None
+    assert result["compile"]["graphs_after_rehearsal"] == 0
     history = json.loads((output / "training_history.json").read_text())
     losses = [entry["loss"] for entry in history if "loss" in entry]
     # the adapters learn: the tiny random model starts at ln(2048) = 7.62 and settles near 7.55, its steps' noise
