@@ -67,7 +67,7 @@ def test_qlora_trains_resumes_after_a_kill_merges_into_the_unquantised_base_and_
     )
     resume_point = kill_rank_1_after_checkpoint_3(args, output, tmp_path / "first.log")
     first_log = (tmp_path / "first.log").read_text()
-    assert resume_point is not None, first_log[-3000:]
+    assert resume_point is not None and not (output / "training_summary.json").exists(), first_log[-3000:]
     assert "4-bit NF4 with double quantisation (bitsandbytes 0.50" in first_log and "computing in float32" in first_log
     assert "gradient checkpointing on for every block (auto for method qlora)" in first_log
 
@@ -81,6 +81,8 @@ def test_qlora_trains_resumes_after_a_kill_merges_into_the_unquantised_base_and_
     assert result["compiled_blocks"] and result["speed_fallback"] is None
     assert result["compile"]["graphs_after_rehearsal"] == 0
     history = json.loads((output / "training_history.json").read_text())
+    # the history carries on from the checkpoint's: every step once, in order
+    assert [entry["step"] for entry in history if "loss" in entry] == list(range(1, STEPS + 1))
     losses = [entry["loss"] for entry in history if "loss" in entry]
     # the adapters learn: the tiny random model starts at ln(2048) = 7.62 and settles near 7.55, its steps' noise
     # about 0.02
