@@ -23,8 +23,11 @@ import re
 from pathlib import Path
 
 import pytest
+from datasets import Dataset
 from shared_builds import build_once
 from test_trainer_run import finish, summary, torchrun, trainer_args
+
+from trainer.rehearsal import micro_batches_by_length
 
 pytestmark = pytest.mark.slow
 
@@ -181,8 +184,11 @@ def test_every_variant_of_a_run_fits_the_compiled_blocks(
     assert "SPEED FALLBACK" not in log and "recompile_limit" not in log
     rows = tokenised_for(smollm3_dir, prepared_data_dir)
     assert padded_lengths(rows / "eval.arrow") == {384, 512}
-    # one row of each length was rehearsed: Inductor's length ranges (an H200's, 2026-11-28) hold no surprise
-    assert f"rows of {len(padded_lengths(rows / 'train.arrow'))} training and 2 evaluation lengths" in log
+    # a micro-batch of each length was rehearsed, 2 rows joined among them (per_device_batch_size 2): Inductor's
+    # length ranges (an H200's, 2026-11-28) hold no surprise
+    micro_batches = micro_batches_by_length(Dataset.from_file(str(rows / "train.arrow")), rows_per_batch=2)
+    assert len(micro_batches) > len(padded_lengths(rows / "train.arrow"))
+    assert f"micro-batches of {len(micro_batches)} training and 2 evaluation lengths" in log
     graphs, recompiles = result["compile"]["graphs"], len(re.findall(r"Recompiling function", log))
     assert recompiles == graphs - 1  # one graph per variant of the one code object: the first, then recompiles
     if checkpoint_every == 3:  # RoPE/NoPE x checkpointed/kept, in training and evaluation, and the first block
@@ -199,8 +205,6 @@ def test_rows_of_one_conversation_are_rehearsed_too(smollm3_dir, prepared_data_d
 
 
 def padded_lengths(rows: Path) -> set[int]:
-    from datasets import Dataset
-
     return {-(-len(ids) // 128) * 128 for ids in Dataset.from_file(str(rows))["input_ids"]}
 
 

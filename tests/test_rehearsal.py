@@ -25,7 +25,7 @@ import torch._dynamo
 from torch.nn.attention.flex_attention import create_block_mask
 
 from trainer import compiled
-from trainer.rehearsal import cut_rows, rows_by_length
+from trainer.rehearsal import cut_rows, micro_batches_by_length
 
 FIRST_ROW = 1024  # tokens in the data's first (packed) row
 
@@ -107,11 +107,23 @@ def test_one_row_of_each_padded_length_is_found_from_the_offsets_shortest_first(
     tile = compiled.PAD_MULTIPLE
     lengths = [4 * tile, 5, tile + 2, tile + 12, 3 * tile, 2 * tile, tile, 4 * tile - 1]
     rows = datasets.Dataset.from_dict({"input_ids": [[7] * length for length in lengths]})
-    assert rows_by_length(rows) == [1, 2, 4, 0]  # 1 tile (row 1), 2 tiles (row 2), 3 (row 4), 4 (row 0)
-    assert rows_by_length(rows.select([3, 6, 0])) == [1, 0, 2]  # through an index mapping, as after a shuffle
+    # 1 tile (row 1), 2 tiles (row 2), 3 (row 4), 4 (row 0), each alone
+    assert micro_batches_by_length(rows) == [(1, 1), (2, 1), (4, 1), (0, 1)]
+    # through an index mapping, as after a shuffle
+    assert micro_batches_by_length(rows.select([3, 6, 0])) == [(1, 1), (0, 1), (2, 1)]
 
     many = datasets.Dataset.from_dict({"input_ids": [[7] * (n * tile) for n in range(1, 101)]})
-    assert rows_by_length(many, limit=4) == [0, 33, 66, 99]  # spread: the shortest and the longest always
+    # spread: the shortest and the longest always
+    assert micro_batches_by_length(many, limit=4) == [(0, 1), (33, 1), (66, 1), (99, 1)]
+
+
+def test_with_several_rows_per_micro_batch_the_joined_lengths_are_rehearsed_too():
+    """Padding-free micro-batches of 2 rows are one sequence of both rows' tokens, padded as a whole: rows of 1 and 3
+    tiles make micro-batches of 2 to 6 tiles, which the rows alone never reach."""
+    tile = compiled.PAD_MULTIPLE
+    rows = datasets.Dataset.from_dict({"input_ids": [[7] * tile, [7] * (3 * tile - 50)]})
+    assert micro_batches_by_length(rows, rows_per_batch=2) == [(0, 1), (0, 2), (1, 1), (1, 2)]  # 1, 2, 3, 6 tiles
+    assert micro_batches_by_length(rows, rows_per_batch=2, limit=3) == [(0, 1), (1, 1), (1, 2)]  # 1, 3, 6 tiles
 
 
 @pytest.fixture
@@ -152,9 +164,38 @@ def test_rows_of_every_length_leave_no_length_range_to_compile_mid_run(count_ran
 
     torch._dynamo.reset()
     graphs.clear()
-    for length in (*first, *cuts, *(-(-len(data[i]["input_ids"]) // tile) * tile for i in rows_by_length(data))):
+    for length in (*first, *cuts, *micro_batch_lengths(data, 1)):
         run(length)
     rehearsed = len(graphs)
     for length in range(tile, longest + 1, tile):  # every padded length a row of this data can have
+        run(length)
+    assert len(graphs) == rehearsed
+
+
+def micro_batch_lengths(data: datasets.Dataset, rows_per_batch: int) -> list[int]:
+    """The padded lengths of the micro-batches ``micro_batches_by_length`` picks."""
+    tile = compiled.PAD_MULTIPLE
+    picked = micro_batches_by_length(data, rows_per_batch)
+    return [-(-copies * len(data[i]["input_ids"]) // tile) * tile for i, copies in picked]
+
+
+def test_micro_batches_of_two_rows_leave_no_length_range_to_compile_mid_run(count_ranged_graphs):
+    """Rows of up to 2,048 tokens, two per micro-batch: the micro-batches reach 4,096 tokens, the 64-bit indexing
+    range no row alone reaches."""
+    run, graphs = count_ranged_graphs
+    tile, longest = compiled.PAD_MULTIPLE, 2048
+    data = datasets.Dataset.from_dict({"input_ids": [[7] * n for n in (longest, 1500, 700, 130)]})
+    for length in micro_batch_lengths(data, 1):
+        run(length)
+    alone = len(graphs)
+    run(2 * longest)  # two of the longest rows in one micro-batch
+    assert len(graphs) == alone + 1
+
+    torch._dynamo.reset()
+    graphs.clear()
+    for length in micro_batch_lengths(data, 2):
+        run(length)
+    rehearsed = len(graphs)
+    for length in range(tile, 2 * longest + 1, tile):  # every padded length a micro-batch of this data can have
         run(length)
     assert len(graphs) == rehearsed

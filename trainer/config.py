@@ -107,7 +107,8 @@ class TrainConfig:
         "reused by every layer, micro-batches padded to a multiple of 128 tokens so shapes rarely change); the log "
         "reports the compile time and recompilations. Not applied on CPU or with sharding fsdp (the log says so); "
         "false: eager blocks. Before the first step the compiled blocks (and flex_attention) are rehearsed on the "
-        "first training and evaluation batches and on a row of each length the data holds (up to 32 lengths), so "
+        "first training and evaluation batches and on a micro-batch of each length the data's micro-batches can have "
+        "(up to 32 lengths), so "
         "that nothing compiles mid-run; if that fails, the run continues on eager blocks and sdpa and says so "
         "(see strict_compile).",
     )

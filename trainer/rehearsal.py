@@ -7,8 +7,10 @@ evaluation (no gradient, eval mode). So before the first step every rank runs tr
 micro-batches (forward and backward) and evaluation batches through the model as training will,
 with the arguments TRL's ``compute_loss`` passes, under the autocast accelerate put on the model's
 forward: the data's first, rows cut from it at one and two 128-token tiles, each as one
-conversation (whose attention needs no mask, a variant of its own) and as two, and one row of each
-padded length the data holds (``rows_by_length``). Every variant the run needs is compiled and
+conversation (whose attention needs no mask, a variant of its own) and as two, and a micro-batch of
+each padded length the data's micro-batches can have (``micro_batches_by_length``: with
+``per_device_batch_size`` above 1 a micro-batch joins its rows into one longer sequence). Every
+variant the run needs is compiled and
 launched once, and the compiled code is reused by the real steps; the summary counts any graph
 compiled after it.
 
@@ -17,8 +19,8 @@ length into ranges where its code differs (32-bit or 64-bit indexing, flex_atten
 kernel or not) and guards each graph on its range. On an H200 on 2026-11-28, full fine-tuning of
 SmolLM3-3B with checkpointing rehearsed on rows of 128, 256 and 4,096 tokens had graphs for 128-2,559
 and for 4,096 and up; a shorter packed row at step 8 compiled two more mid-run. The ranges' bounds
-depend on the model's widths, so the rehearsal does not guess them: it runs a row of each length the
-run will meet.
+depend on the model's widths, so the rehearsal does not guess them: it runs a micro-batch of each
+length the run will meet.
 
 The rehearsal calls the model itself, not DDP's wrapper, so no collective runs inside it and a rank
 that fails cannot leave the others waiting in one; its gradients are discarded and the random
@@ -106,20 +108,34 @@ def cut_rows(row: dict[str, Any]) -> list[list[dict[str, Any]]]:
     return batches
 
 
-def rows_by_length(rows: Dataset, limit: int = LENGTHS_REHEARSED) -> list[int]:
-    """The index of the first row of each length ``rows`` holds, rounded up to ``PAD_MULTIPLE`` as the collator pads
-    them, shortest first; of more than ``limit`` lengths, ``limit`` spread evenly from the shortest to the longest.
+def micro_batches_by_length(
+    rows: Dataset, rows_per_batch: int = 1, limit: int = LENGTHS_REHEARSED
+) -> list[tuple[int, int]]:
+    """Micro-batches of each length a run of ``rows_per_batch`` rows per micro-batch can meet, as (row index,
+    copies): that many copies of one row joined, shortest first; of more than ``limit`` lengths, ``limit`` spread
+    evenly from the shortest to the longest.
 
-    The lengths come from the Arrow offsets of ``input_ids`` (no token is read) of the memory-mapped token cache the
-    trainer opens, so a data set of millions of rows costs milliseconds (a data set behind an index mapping, after a
-    ``select`` or ``shuffle``, would be copied first). With ``per_device_batch_size`` above 1 a packed micro-batch
-    is its rows joined into one sequence, whose lengths these rows do not cover."""
+    Padding-free batches join a micro-batch's rows into one sequence, padded to ``PAD_MULTIPLE`` as a whole, so
+    with 2 rows a micro-batch can be up to twice the longest row: one row of each padded length, joined with
+    itself 1 to ``rows_per_batch`` times, spans every length from the shortest row to the longest micro-batch.
+    The lengths come from the Arrow offsets of ``input_ids`` (no token is read) of the memory-mapped token cache
+    the trainer opens, so a data set of millions of rows costs milliseconds (a data set behind an index mapping,
+    after a ``select`` or ``shuffle``, would be copied first)."""
     lengths = pyarrow.compute.list_value_length(rows.with_format("arrow")["input_ids"]).to_numpy()
-    padded = -(-lengths // compiled.PAD_MULTIPLE) * compiled.PAD_MULTIPLE
-    _, first = numpy.unique(padded, return_index=True)
-    if len(first) > limit:
-        first = first[numpy.unique(numpy.linspace(0, len(first) - 1, limit).round().astype(int))]
-    return [int(index) for index in first]
+    _, first = numpy.unique(padded(lengths), return_index=True)
+    by_length: dict[int, tuple[int, int]] = {}
+    for copies in range(1, rows_per_batch + 1):  # the fewest copies first: the row alone where it is enough
+        for index in first:
+            by_length.setdefault(int(padded(copies * lengths[index])), (int(index), copies))
+    found = sorted(by_length)
+    if len(found) > limit:
+        found = [found[i] for i in numpy.unique(numpy.linspace(0, len(found) - 1, limit).round().astype(int))]
+    return [by_length[length] for length in found]
+
+
+def padded(lengths: Any) -> Any:
+    """Token counts rounded up to ``PAD_MULTIPLE``, as the collator pads a micro-batch."""
+    return -(-lengths // compiled.PAD_MULTIPLE) * compiled.PAD_MULTIPLE
 
 
 class SpeedPath(TrainerCallback):
@@ -156,7 +172,7 @@ class SpeedPath(TrainerCallback):
         if not failures:
             log.info(
                 "speed path: %s rehearsed on the first training and evaluation batches, rows cut from them and "
-                "rows of %d training and %d evaluation lengths in %.1f s, %d graph(s) compiled",
+                "micro-batches of %d training and %d evaluation lengths in %.1f s, %d graph(s) compiled",
                 self.path(),
                 *self.lengths_rehearsed,
                 time.monotonic() - started,
@@ -201,14 +217,17 @@ class SpeedPath(TrainerCallback):
         failed. Each phase runs the data's first batch, those of ``cut_rows`` and one row of each of its lengths."""
         trainer, model = self.trainer, self.trainer.model
         train_rows, eval_rows = trainer.train_dataset, trainer.eval_dataset
-        first = [train_rows[i] for i in range(min(len(train_rows), trainer.args.per_device_train_batch_size))]
+        per_batch = trainer.args.per_device_train_batch_size
+        first = [train_rows[i] for i in range(min(len(train_rows), per_batch))]
         cut = cut_rows(first[0])
-        train_lengths = rows_by_length(train_rows)
-        eval_lengths = rows_by_length(eval_rows) if eval_rows is not None and len(eval_rows) else []
+        train_lengths = micro_batches_by_length(train_rows, per_batch)
+        eval_lengths = micro_batches_by_length(eval_rows) if eval_rows is not None and len(eval_rows) else []
         self.lengths_rehearsed = (len(train_lengths), len(eval_lengths))
-        # row 0 is always among them (the first row of its length): not again where a phase's first batch is row 0
-        train_singles = [[train_rows[i]] for i in train_lengths if i or len(first) > 1]
-        eval_singles = [[eval_rows[i]] for i in eval_lengths if i]
+        # row 0 alone is always among them (the first row of its length): not again where a phase's first batch is it
+        train_singles = [
+            [train_rows[i]] * copies for i, copies in train_lengths if (i, copies) != (0, 1) or per_batch > 1
+        ]
+        eval_singles = [[eval_rows[i]] for i, _ in eval_lengths if i]
         during = "the first training step"
         devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
         try:
