@@ -1,9 +1,15 @@
 """The pipeline's stages: one package per stage, plain and testable Python.
 
 Each stage package holds its ``options`` (the run parameters it declares) and
-its ``stage`` entry point (CLI and what the pipeline step calls); ``steps``
-wraps each in a thin ``@dsl.component``, so the same code runs from a CLI, from
-tests and inside a pipeline pod. ``dataprep`` prepares, ``training`` launches
-the trainer, ``evaluation`` compares and gates, ``export`` writes GGUF,
-``publish`` uploads and decides whether the data changed.
+its ``stage`` entry point (the CLI, and what the pipeline step calls);
+``pipeline_steps`` wraps each in a thin ``@dsl.component``, so the same code
+runs from a CLI, from tests and inside a pipeline pod. In pipeline order:
+``dataprep`` validates and splits the data, ``tokenise`` builds the token cache
+every training rank memory-maps, ``training`` launches the trainer (a
+PyTorchJob, a TrainJob or local torchrun), ``evaluation`` compares and gates,
+``export`` writes and verifies GGUF files, ``publish`` uploads to the Hub and
+decides whether the data changed, ``storage`` copies the model to S3 and an OCI
+registry, ``registry`` records the version in the Model Registry and
+``serving`` deploys it with KServe. ``run_form`` derives the pipeline's
+parameters and first-step checks from the stages' options.
 """

@@ -2,8 +2,10 @@
 
 Local runs use SmolLM2-135M-Instruct, materialised from a PyPI package so they
 need no model hub; cluster runs use ``CLUSTER_BASE_MODEL`` from the Hub. The
-train and evaluate stages both call ``resolve_base_model`` so they always
-agree on what "the base model" was.
+tokenise step, the train step and the training job's ``render`` all call
+``resolve_base_model``, so the token cache, the trained model and the job
+agree on what "the base model" was; the evaluate step takes the one the train
+step resolved (its ``base_model`` output).
 """
 
 from __future__ import annotations

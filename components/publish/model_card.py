@@ -55,7 +55,7 @@ class CardContext:
 
 def render_model_card(outputs: RunOutputs, options: PublishOptions, context: CardContext) -> str:
     """The README.md text: YAML metadata, then the page."""
-    base_model = resolve_base_model(options, outputs.summary)
+    base_model = base_model_hub_id(options, outputs.summary)
     gguf = outputs.ggufs[0].name
     repo_id = context.repo_id or PLACEHOLDER_REPO.format(name=_model_name(gguf))
     card = ModelCard.from_template(
@@ -136,7 +136,7 @@ def read_history(card_text: str) -> list[dict[str, Any]]:
     return [dict(entry) for entry in value if isinstance(entry, dict)] if isinstance(value, list) else []
 
 
-def resolve_base_model(options: PublishOptions, summary: dict[str, Any]) -> str:
+def base_model_hub_id(options: PublishOptions, summary: dict[str, Any]) -> str:
     """The Hub id of the base model: the option, else the trainer's --model when it names a Hub model."""
     if options.base_model:
         return options.base_model

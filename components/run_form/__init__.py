@@ -5,6 +5,7 @@ Each run parameter is one field of a stage's options dataclass, declared with
 validated by that stage's ``option_problems``. Derived from them here:
 ``table`` (the list, in run-form order), ``checks`` (the first pipeline step's
 checks, across stages), ``docs`` (the descriptions KFP shows and the reference
-page), ``signatures`` (the literal Python signatures KFP reads, generated) and
-``command_line`` (``--param NAME=VALUE`` typed against the pipeline).
+page) and ``command_line`` (``--param NAME=VALUE`` typed against the pipeline).
+The literal Python signatures KFP reads are generated from the table by
+``python -m pipelines.generate``.
 """
