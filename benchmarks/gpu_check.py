@@ -101,7 +101,8 @@ CARRY_DIR = REPO_ROOT / ".gpu-check"
 # pandas are used as they are.
 CARRIED = ("transformers", "trl", "peft", "datasets", "dill", "multiprocess", "fsspec", "bitsandbytes")
 # bitsandbytes' wheel (43 MB) holds a library per CUDA and ROCm release: the carried copy keeps CUDA 12.8's (which
-# bitsandbytes also loads for a later 12.x runtime), 13.0's (likewise for 13.x) and the CPU one, 11 MB compressed.
+# bitsandbytes also loads for any other 12.x runtime: the nearest lower release, else the nearest higher), 13.0's
+# (likewise for 13.x) and the CPU one, 9.9 MiB compressed.
 KEPT_LIBRARIES = {
     "bitsandbytes": ("libbitsandbytes_cuda128.so", "libbitsandbytes_cuda130.so", "libbitsandbytes_cpu.so"),
 }

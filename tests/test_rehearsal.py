@@ -107,8 +107,8 @@ def test_one_row_of_each_padded_length_is_found_from_the_offsets_shortest_first(
     tile = compiled.PAD_MULTIPLE
     lengths = [4 * tile, 5, tile + 2, tile + 12, 3 * tile, 2 * tile, tile, 4 * tile - 1]
     rows = datasets.Dataset.from_dict({"input_ids": [[7] * length for length in lengths]})
-    # 1 tile (row 1), 2 tiles (row 2), 3 (row 4), 4 (row 0), each alone
-    assert micro_batches_by_length(rows) == [(1, 1), (2, 1), (4, 1), (0, 1)]
+    # the longest row of 1 tile (row 6), 2 tiles (row 5), 3 (row 4), 4 (row 0), each alone
+    assert micro_batches_by_length(rows) == [(6, 1), (5, 1), (4, 1), (0, 1)]
     # through an index mapping, as after a shuffle
     assert micro_batches_by_length(rows.select([3, 6, 0])) == [(1, 1), (0, 1), (2, 1)]
 
@@ -184,7 +184,8 @@ def test_micro_batches_of_two_rows_leave_no_length_range_to_compile_mid_run(coun
     range no row alone reaches."""
     run, graphs = count_ranged_graphs
     tile, longest = compiled.PAD_MULTIPLE, 2048
-    data = datasets.Dataset.from_dict({"input_ids": [[7] * n for n in (longest, 1500, 700, 130)]})
+    # 1,921 tokens pad to 2,048 too, but two of them make 3,968: only the longest row of that length reaches 4,096
+    data = datasets.Dataset.from_dict({"input_ids": [[7] * n for n in (1921, longest, 1500, 700, 130)]})
     for length in micro_batch_lengths(data, 1):
         run(length)
     alone = len(graphs)

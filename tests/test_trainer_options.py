@@ -3,6 +3,7 @@ and packing's token count."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -152,6 +153,14 @@ def test_an_adapter_peft_cannot_find_is_refused_not_written_empty(tiny_model_dir
     with pytest.raises(RuntimeError, match="adapter/ would hold 0 LoRA tensors but the model trained 28"):
         write_adapter(model, config, gathered)
     assert len(load_file(config.adapter_dir / "adapter_model.safetensors")) == 28  # the earlier adapter/ is kept
+
+    # an adapted embedding also writes the base embedding's weight (PEFT's save_embedding_layers): not a shortfall
+    embedding = dataclasses.replace(
+        config, output_dir=tmp_path / "embedding", lora_target_modules="q_proj,embed_tokens"
+    )
+    write_adapter(get_peft_model(load_model(embedding, tiny_model_dir, bf16=False), lora_config(embedding)), embedding)
+    written = load_file(embedding.adapter_dir / "adapter_model.safetensors")
+    assert sum(".lora_" in name for name in written) == 2 * (len(blocks(model)) + 1) < len(written)
 
 
 @pytest.mark.slow

@@ -116,16 +116,21 @@ def micro_batches_by_length(
     evenly from the shortest to the longest.
 
     Padding-free batches join a micro-batch's rows into one sequence, padded to ``PAD_MULTIPLE`` as a whole, so
-    with 2 rows a micro-batch can be up to twice the longest row: one row of each padded length, joined with
-    itself 1 to ``rows_per_batch`` times, spans every length from the shortest row to the longest micro-batch.
+    with 2 rows a micro-batch can be up to twice the longest row: the longest row of each padded length, joined
+    with itself 1 to ``rows_per_batch`` times, spans every length from the shortest row to the longest
+    micro-batch. (Without packing the collator pads the rows to a [rows, length] batch instead; the copies then
+    stand for its size, rows x length.)
     The lengths come from the Arrow offsets of ``input_ids`` (no token is read) of the memory-mapped token cache
     the trainer opens, so a data set of millions of rows costs milliseconds (a data set behind an index mapping,
     after a ``select`` or ``shuffle``, would be copied first)."""
     lengths = pyarrow.compute.list_value_length(rows.with_format("arrow")["input_ids"]).to_numpy()
-    _, first = numpy.unique(padded(lengths), return_index=True)
+    # the longest row of each padded length: joined with itself it reaches the longest micro-batch of that length
+    by_padded_then_longest = numpy.lexsort((-lengths, padded(lengths)))
+    _, first = numpy.unique(padded(lengths)[by_padded_then_longest], return_index=True)
+    longest = by_padded_then_longest[first]
     by_length: dict[int, tuple[int, int]] = {}
     for copies in range(1, rows_per_batch + 1):  # the fewest copies first: the row alone where it is enough
-        for index in first:
+        for index in longest:
             by_length.setdefault(int(padded(copies * lengths[index])), (int(index), copies))
     found = sorted(by_length)
     if len(found) > limit:
@@ -214,7 +219,8 @@ class SpeedPath(TrainerCallback):
 
     def _rehearse(self) -> Failure | None:
         """The training micro-batches (forward and backward), then the evaluation batches, on this rank; what
-        failed. Each phase runs the data's first batch, those of ``cut_rows`` and one row of each of its lengths."""
+        failed. Each phase runs the data's first batch, those of ``cut_rows`` and a micro-batch of each length its
+        micro-batches can have (``micro_batches_by_length``)."""
         trainer, model = self.trainer, self.trainer.model
         train_rows, eval_rows = trainer.train_dataset, trainer.eval_dataset
         per_batch = trainer.args.per_device_train_batch_size
@@ -223,7 +229,7 @@ class SpeedPath(TrainerCallback):
         train_lengths = micro_batches_by_length(train_rows, per_batch)
         eval_lengths = micro_batches_by_length(eval_rows) if eval_rows is not None and len(eval_rows) else []
         self.lengths_rehearsed = (len(train_lengths), len(eval_lengths))
-        # row 0 alone is always among them (the first row of its length): not again where a phase's first batch is it
+        # row 0 alone may be among them: not again where a phase's first batch is row 0 alone
         train_singles = [
             [train_rows[i]] * copies for i, copies in train_lengths if (i, copies) != (0, 1) or per_batch > 1
         ]

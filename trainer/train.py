@@ -311,7 +311,8 @@ def write_adapter(model: torch.nn.Module, config: TrainConfig, full_weights: dic
     def fill(directory: Path) -> None:
         model.save_pretrained(directory, state_dict=full_weights)
         with safe_open(directory / "adapter_model.safetensors", "pt") as written:
-            count = len(written.keys())
+            # an adapted embedding or output layer also writes the base layer's weight beside its LoRA tensors
+            count = sum(".lora_" in name for name in written.keys())
         if count != trained:
             raise RuntimeError(
                 f"adapter/ would hold {count} LoRA tensors but the model trained {trained}: PEFT did not match the "
