@@ -38,9 +38,10 @@ those steps on that version, so they write in that version's run directory.
                                         by publish before its Hub commit (none yet, and the repository), then
                                         by each of them as it completes, also when a later run on the same
                                         data finishes them (components.publish.record)
-        store/         written by store
+        store/         written by store; read by register, serve and the run summary
           stored.json                   where the version was copied: its s3:// URI (model_s3_uri) and oci://
                                         image and digest (model_oci_uri), files, bytes
+                                        (common.records.StoredCopies)
         register/      written by register
           registered.json               the Model Registry's ids of the model, version and artifacts
         serve/         written by serve

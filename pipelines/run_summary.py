@@ -89,7 +89,7 @@ def summary_lines(run_dir: Path) -> list[str]:
         )
         lines.append(f"  model card: {card} ({where})")
     for copy in stored_copies(run_dir.parent.parent, run_dir.name):
-        lines.append(f"  stored:     {copy['uri']} ({copy['files']} files, complete)")
+        lines.append(f"  stored:     {copy.uri} ({copy.files} files, complete)")
     if registration := _read(run_dir / REGISTER / REGISTERED):
         lines.append(
             f"  registered: model {registration['registered_model_id']}, version {registration['model_version_id']}"

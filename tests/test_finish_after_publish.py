@@ -33,6 +33,7 @@ from fake_model_registry import FakeModelRegistry
 from fake_run import make_run
 from test_local_run import executed, run_pipeline
 
+from common.records import StoredCopies
 from common.s3 import keys_under
 from components.publish.options import PublishOptions
 from components.publish.publish import publish
@@ -121,8 +122,8 @@ def test_a_rerun_on_the_same_data_stores_registers_and_serves_the_published_vers
     assert json.loads((workspace / "published" / "dry-run.json").read_text())["run_id"] == RUN
     # The published version is stored, registered and served, as its own run would have done.
     version = workspace / "runs" / RUN
-    (stored,) = json.loads((version / "store" / "stored.json").read_text())
-    assert stored["uri"] == f"{MODELS_URI}/{MODEL}/{RUN}/"
+    (stored,) = StoredCopies.read(version / "store" / "stored.json").copies
+    assert stored.uri == f"{MODELS_URI}/{MODEL}/{RUN}/"
     upload = version / "publish" / "upload"
     files = sorted(path.relative_to(upload).as_posix() for path in upload.rglob("*") if path.is_file())
     prefix = f"local/{MODEL}/{RUN}/"
@@ -130,7 +131,7 @@ def test_a_rerun_on_the_same_data_stores_registers_and_serves_the_published_vers
     (model,) = registry.registered_models.values()
     (registered,) = registry.model_versions.values()
     assert (model["name"], registered["name"]) == (MODEL, RUN)
-    assert [artifact["uri"] for artifact in registry.version_artifacts(registered["id"])] == [stored["uri"]]
+    assert [artifact["uri"] for artifact in registry.version_artifacts(registered["id"])] == [stored.uri]
     assert (version / "serve" / "inferenceservice.yaml").is_file()
     assert delivery.missing == () and set(delivery.completed) == set(DELIVERY_STEPS)
 

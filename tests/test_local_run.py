@@ -33,6 +33,7 @@ from conftest import REPO_ROOT, read_split, read_stats, run_module, write_jsonl
 from fake_model_registry import FakeModelRegistry
 from shared_builds import build_once
 
+from common.records import StoredCopies
 from common.run_layout import PUBLISHED
 from components.publish.record import DRY_RUN_NAME
 from pipelines.run import LOCAL_DEFAULTS
@@ -303,16 +304,16 @@ def test_the_store_step_copies_the_published_version_to_s3(runs, s3_bucket):
     _, [(result, run_dir), *_] = runs
     succeeded(result)
     client, _ = s3_bucket
-    (stored, _) = json.loads((run_dir / "store" / "stored.json").read_text())
-    assert stored["uri"] == f"{MODELS_URI}/SmolLM2-135M-Instruct-ft/{run_dir.name}/"
-    prefix = stored["uri"][len(f"s3://{MODELS_BUCKET}/") :]
+    (stored, _) = StoredCopies.read(run_dir / "store" / "stored.json").copies
+    assert stored.uri == f"{MODELS_URI}/SmolLM2-135M-Instruct-ft/{run_dir.name}/"
+    prefix = stored.uri[len(f"s3://{MODELS_BUCKET}/") :]
     upload = run_dir / "publish" / "upload"
     local = sorted(path.relative_to(upload).as_posix() for path in upload.rglob("*") if path.is_file())
     listed = client.list_objects_v2(Bucket=MODELS_BUCKET, Prefix=prefix)["Contents"]
     assert sorted(item["Key"][len(prefix) :] for item in listed) == sorted([*local, COMPLETE_MARKER])
     gguf = next(name for name in local if name.endswith(".gguf"))
     assert client.get_object(Bucket=MODELS_BUCKET, Key=prefix + gguf)["Body"].read() == (upload / gguf).read_bytes()
-    assert f"stored:     {stored['uri']} ({len(local)} files, complete)" in result.stdout
+    assert f"stored:     {stored.uri} ({len(local)} files, complete)" in result.stdout
 
 
 def test_the_store_step_pushes_the_published_version_as_a_modelcar_image(runs, oci_registry, tmp_path):
@@ -321,16 +322,16 @@ def test_the_store_step_pushes_the_published_version_as_a_modelcar_image(runs, o
 
     _, [(result, run_dir), *_] = runs
     succeeded(result)
-    (_, pushed) = json.loads((run_dir / "store" / "stored.json").read_text())
-    assert pushed["uri"] == f"oci://{oci_registry.host}/models/smol:{run_dir.name}"
-    _, rootfs = pull_and_unpack(oci_registry, pushed["uri"], tmp_path)
+    (_, pushed) = StoredCopies.read(run_dir / "store" / "stored.json").copies
+    assert pushed.uri == f"oci://{oci_registry.host}/models/smol:{run_dir.name}"
+    _, rootfs = pull_and_unpack(oci_registry, pushed.uri, tmp_path)
     upload = run_dir / "publish" / "upload"
     local = {path.relative_to(upload).as_posix(): path.read_bytes() for path in upload.rglob("*") if path.is_file()}
     models = rootfs / "models"
     assert {
         path.relative_to(models).as_posix(): path.read_bytes() for path in models.rglob("*") if path.is_file()
     } == local
-    assert f"stored:     {pushed['uri']} ({len(local)} files, complete)" in result.stdout
+    assert f"stored:     {pushed.uri} ({len(local)} files, complete)" in result.stdout
 
 
 def test_the_register_step_catalogues_the_stored_version(runs, model_registry):
@@ -341,9 +342,9 @@ def test_the_register_step_catalogues_the_stored_version(runs, model_registry):
     (model,) = model_registry.registered_models.values()
     (version,) = model_registry.model_versions.values()
     assert (model["name"], version["name"]) == ("SmolLM2-135M-Instruct-ft", run_dir.name)
-    stored = json.loads((run_dir / "store" / "stored.json").read_text())
+    stored = StoredCopies.read(run_dir / "store" / "stored.json").copies
     artifacts = model_registry.version_artifacts(version["id"])
-    assert sorted(a["uri"] for a in artifacts) == sorted(copy["uri"] for copy in stored)
+    assert sorted(a["uri"] for a in artifacts) == sorted(copy.uri for copy in stored)
     properties = version["customProperties"]
     assert properties["gate_passed"]["bool_value"] is True and properties["gguf_verified"]["bool_value"] is True
     assert properties["pipeline_run_id"]["string_value"] == run_dir.name

@@ -23,6 +23,7 @@ from local_server import HeaderRecorder, LocalServer, ipv6_loopback, non_loopbac
 
 from common.atomic import write_json
 from common.errors import UserError
+from common.records import StoredCopies, StoredCopy
 from components.publish.options import PublishOptions
 from components.publish.publish import publish
 from components.registry import catalogue
@@ -67,11 +68,11 @@ def stored_run(workspace, run_id="run-1", *, gate_passed=True):
     make_run(workspace, run_id, gate_passed=gate_passed)
     if gate_passed:
         publish(str(workspace), run_id, "", PublishOptions(include_merged="true"), token=None)
-    copies = [
-        {"uri": S3_URI, "files": 14, "total_bytes": 20000},
-        {"uri": OCI_URI, "digest": "sha256:" + "c" * 64, "files": 14, "total_bytes": 20000},
-    ]
-    write_json(workspace / "runs" / run_id / "store" / "stored.json", copies)
+    copies = (
+        StoredCopy(S3_URI, files=14, total_bytes=20000),
+        StoredCopy(OCI_URI, files=14, total_bytes=20000, digest="sha256:" + "c" * 64),
+    )
+    StoredCopies(copies).write(workspace / "runs" / run_id / "store" / "stored.json")
 
 
 def values(properties: dict) -> dict:
@@ -115,7 +116,9 @@ def test_registering_the_same_run_again_updates_and_never_duplicates(registry, t
     stored_run(tmp_path)
     register(str(tmp_path), "run-1", "smol-ft", RegistryOptions(url=registry.url), "aws-connection-models", "")
     moved = "s3://models/moved/smol-ft/run-1/"
-    write_json(tmp_path / "runs" / "run-1" / "store" / "stored.json", [{"uri": moved, "files": 1, "total_bytes": 1}])
+    StoredCopies((StoredCopy(moved, files=1, total_bytes=1),)).write(
+        tmp_path / "runs" / "run-1" / "store" / "stored.json"
+    )
     again = register(str(tmp_path), "run-1", "smol-ft", RegistryOptions(url=registry.url), "other-connection", "")
     assert not again.created
     assert (len(registry.registered_models), len(registry.model_versions), len(registry.artifacts)) == (1, 1, 2)
@@ -177,7 +180,7 @@ def test_an_https_registry_without_a_token_is_refused_before_any_request(tmp_pat
 
 def test_a_version_stored_nowhere_has_nothing_to_register(registry, tmp_path):
     stored_run(tmp_path)
-    write_json(tmp_path / "runs" / "run-1" / "store" / "stored.json", [])
+    StoredCopies().write(tmp_path / "runs" / "run-1" / "store" / "stored.json")
     with pytest.raises(UserError, match="nothing to register.*model_s3_uri or model_oci_uri"):
         register(str(tmp_path), "run-1", "smol-ft", RegistryOptions(url=registry.url), "s", "")
 

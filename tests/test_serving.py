@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import hashlib
 import json
 import re
@@ -36,9 +37,9 @@ from test_registry import TOKEN, stored_run
 from test_train_cluster import assert_granted_by_rbac
 
 from common import kube
-from common.atomic import write_json
 from common.errors import UserError
 from common.kube import API_RETRIES
+from common.records import StoredCopies, StoredCopy
 from components.local_model import bundled_gguf
 from components.publish.record import completed_at
 from components.registry.options import RegistryOptions
@@ -57,12 +58,12 @@ from components.serving.stage import serve
 ISVC_CRD = "serving.kserve.io_inferenceservices.yaml"
 S3_SECRET = "aws-connection-models"
 PULL_SECRET = "oci-pull-models"  # model_oci_pull_secret: what KServe's pods pull the modelcar with
-OCI = {"uri": "oci://quay.io/team/smol-ft:run-1", "digest": "sha256:" + "c" * 64, "files": 3, "total_bytes": 9}
+OCI = StoredCopy("oci://quay.io/team/smol-ft:run-1", files=3, total_bytes=9, digest="sha256:" + "c" * 64)
 # The registry the stored records of the deploy tests name: nothing listens there, so the pull check cannot ask it
 # and only warns, as in a pod that cannot reach the registry its node pulls from (quay.io would refuse the made-up
 # image, and no test may depend on the network). The pull check's own tests use a real registry.
 NOWHERE = "127.0.0.1:9"
-S3 = {"uri": "s3://models/team/smol-ft/run-1/", "files": 3, "total_bytes": 9}
+S3 = StoredCopy("s3://models/team/smol-ft/run-1/", files=3, total_bytes=9)
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +155,7 @@ def test_the_inference_service_is_valid_for_kserves_crd(copies):
     assert model["modelFormat"] == {"name": "vLLM"} and model["runtime"] == "vllm-cuda-runtime"
     assert model["resources"]["limits"] == {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"}
     if OCI in copies:  # the modelcar by its digest; no pull Secret named: anonymously
-        assert model["storageUri"] == f"oci://quay.io/team/smol-ft@{OCI['digest']}" and "storage" not in model
+        assert model["storageUri"] == f"oci://quay.io/team/smol-ft@{OCI.digest}" and "storage" not in model
         assert "imagePullSecrets" not in service["spec"]["predictor"]
     else:  # the S3 copy, through the data connection
         assert model["storage"] == {"key": "aws-connection-models", "path": "team/smol-ft/run-1/"}
@@ -218,7 +219,7 @@ def test_every_service_carries_the_labels_that_say_it_is_ours():
 def test_an_image_without_a_digest_is_not_served_by_its_tag():
     """The store record of an older push without a digest: the tag could be moved, so it is refused."""
     for digest in ("", "sha256:short", None):
-        tagged = {**OCI, "digest": digest}
+        tagged = dataclasses.replace(OCI, digest=digest)
         with pytest.raises(UserError, match=r"no sha256 digest for the image oci://quay.io/team/smol-ft:run-1"):
             render_inference_service("smol-ft", "ml-team", "run-1", [tagged], ServingOptions(), S3_SECRET)
 
@@ -238,7 +239,7 @@ def test_a_version_vllm_cannot_load_is_not_deployed(tmp_path):
     assert not (tmp_path / "runs" / "run-1" / "serve" / "inferenceservice.yaml").exists()
     with pytest.raises(UserError, match="no merged checkpoint.*publish_merged to true"):
         serve(str(tmp_path), "run-1", "smol-ft", ServingOptions(deploy=True), S3_SECRET, RegistryOptions())
-    write_json(tmp_path / "runs" / "run-1" / "store" / "stored.json", [])
+    StoredCopies().write(tmp_path / "runs" / "run-1" / "store" / "stored.json")
     with pytest.raises(UserError, match="set model_oci_uri or model_s3_uri"):
         serve(str(tmp_path), "run-1", "smol-ft", ServingOptions(deploy=True), S3_SECRET, RegistryOptions())
 
@@ -264,7 +265,7 @@ def test_deploy_waits_for_ready_asks_a_question_and_records_the_answer(tmp_path,
     assert [r.method for r in cluster.requests_matching("PUT", f"inferenceservices/{NAME}")] == ["PUT"]
     assert_granted_by_rbac(cluster.requests)
     stored = cluster.objects["inferenceservices"][NAME]
-    assert stored["spec"]["predictor"]["model"]["storageUri"] == f"oci://{NOWHERE}/team/smol-ft@{OCI['digest']}"
+    assert stored["spec"]["predictor"]["model"]["storageUri"] == f"oci://{NOWHERE}/team/smol-ft@{OCI.digest}"
     assert stored["metadata"]["labels"][MANAGED_BY_LABEL] == "llm-finetune-pipeline"
     record = json.loads((tmp_path / "runs" / "run-1" / "serve" / "served.json").read_text())
     assert record["answer"] == again.answer and record["endpoint"] == chat_server
@@ -301,11 +302,14 @@ def test_a_new_service_that_never_gets_ready_fails_with_its_conditions_and_event
 def second_run(workspace, digest: str) -> None:
     """Run run-2 of the same model, stored as another image: run-1's folders with another store record."""
     shutil.copytree(workspace / "runs" / "run-1", workspace / "runs" / "run-2")
-    copies = json.loads((workspace / "runs" / "run-2" / "store" / "stored.json").read_text())
-    for copy_ in copies:
-        if copy_["uri"].startswith("oci://"):
-            copy_.update(uri=f"oci://{NOWHERE}/team/smol-ft:run-2", digest=digest)
-    write_json(workspace / "runs" / "run-2" / "store" / "stored.json", copies)
+    record = workspace / "runs" / "run-2" / "store" / "stored.json"
+    copies = [
+        dataclasses.replace(copy_, uri=f"oci://{NOWHERE}/team/smol-ft:run-2", digest=digest)
+        if copy_.scheme == "oci"
+        else copy_
+        for copy_ in StoredCopies.read(record).copies
+    ]
+    StoredCopies(tuple(copies)).write(record)
 
 
 def test_a_new_version_that_never_gets_ready_gives_the_service_its_previous_spec_back(tmp_path, cluster, chat_server):
@@ -327,7 +331,7 @@ def test_a_new_version_that_never_gets_ready_gives_the_service_its_previous_spec
     message = str(failed.value)
     assert "was not Ready after 2 s (serving_timeout_s) with the spec this run applied" in message
     assert "KServe reports Ready, but for the pods of the spec before" in message
-    assert f"The spec it replaced (run run-1's, oci://{NOWHERE}/team/smol-ft@{OCI['digest']}) was put back" in message
+    assert f"The spec it replaced (run run-1's, oci://{NOWHERE}/team/smol-ft@{OCI.digest}) was put back" in message
     after = cluster.objects["inferenceservices"][NAME]
     assert after["spec"] == before["spec"] and after["metadata"]["annotations"] == before["metadata"]["annotations"]
     assert after["metadata"]["labels"] == before["metadata"]["labels"]
@@ -339,7 +343,7 @@ def test_a_new_version_that_never_gets_ready_gives_the_service_its_previous_spec
 
 def rolled_back(cluster: FakeKube, before: dict[str, Any], message: str) -> None:
     """run-1's spec, labels and annotations are back (valid for KServe's CRD), and the message says so."""
-    assert f"The spec it replaced (run run-1's, oci://{NOWHERE}/team/smol-ft@{OCI['digest']}) was put back" in message
+    assert f"The spec it replaced (run run-1's, oci://{NOWHERE}/team/smol-ft@{OCI.digest}) was put back" in message
     after = cluster.objects["inferenceservices"][NAME]
     for part in ("labels", "annotations"):
         assert after["metadata"][part] == before["metadata"][part], part
@@ -576,11 +580,11 @@ def stored_on(workspace, host: str) -> None:
     """run-1, its image recorded in the registry ``host`` (by a digest it does not hold)."""
     stored_run(workspace)
     record = workspace / "runs" / "run-1" / "store" / "stored.json"
-    copies = json.loads(record.read_text())
-    for copy_ in copies:
-        if copy_["uri"].startswith("oci://"):
-            copy_["uri"] = f"oci://{host}/models/smol:run-1"
-    write_json(record, copies)
+    copies = [
+        dataclasses.replace(copy_, uri=f"oci://{host}/models/smol:run-1") if copy_.scheme == "oci" else copy_
+        for copy_ in StoredCopies.read(record).copies
+    ]
+    StoredCopies(tuple(copies)).write(record)
 
 
 @pytest.mark.parametrize(
@@ -691,7 +695,7 @@ def test_a_registry_that_hands_out_tokens_is_asked_for_a_pull_token(
 
     pull_file = write_auth_file(tmp_path / "pull.json", token_registry, "puller", password or "pull-pw")
     monkeypatch.setenv(PULL_AUTH_FILE_ENV, str(pull_file))
-    image = {**OCI, "uri": f"oci://{token_registry}/models/smol:run-1"}
+    image = dataclasses.replace(OCI, uri=f"oci://{token_registry}/models/smol:run-1")
     options = ServingOptions(pull_secret=pull_secret)
     service = render_inference_service("smol-ft", "ml-team", "run-1", [image], options, S3_SECRET)
     out = io.StringIO()
@@ -712,7 +716,7 @@ def test_a_registry_this_pod_cannot_reach_is_a_warning_not_a_refusal(tmp_path, m
     from tests.oci_registry import write_auth_file
 
     monkeypatch.setenv(PULL_AUTH_FILE_ENV, str(write_auth_file(tmp_path / "pull.json", NOWHERE, "puller", "pw")))
-    nowhere = {**OCI, "uri": f"oci://{NOWHERE}/team/smol-ft:run-1"}
+    nowhere = dataclasses.replace(OCI, uri=f"oci://{NOWHERE}/team/smol-ft:run-1")
     for options in (ServingOptions(), ServingOptions(pull_secret=PULL_SECRET)):
         service = render_inference_service("smol-ft", "ml-team", "run-1", [nowhere], options, S3_SECRET)
         out = io.StringIO()

@@ -79,9 +79,8 @@ def artifact_specs(
     model_format = ("vLLM", "1") if (upload / MERGED_CONFIG).is_file() else ("gguf", "3")
     specs = []
     for copy in copies:
-        kind = copy["uri"].split("://")[0]
-        storage = {"storage_key": s3_secret, "storage_path": bucket_and_key(copy["uri"])[1]} if kind == "s3" else {}
-        specs.append(ArtifactSpec(f"{model_name}-{kind}", copy["uri"], *model_format, **storage))
+        storage = {"storage_key": s3_secret, "storage_path": bucket_and_key(copy.uri)[1]} if copy.scheme == "s3" else {}
+        specs.append(ArtifactSpec(f"{model_name}-{copy.scheme}", copy.uri, *model_format, **storage))
     published = record_path(workspace_root, repo_id) if repo_id else None
     if published and published.is_file():
         record = PublishedRecord(**json.loads(published.read_text()))

@@ -19,8 +19,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any
+from typing import Any, Sequence
 
+from common.records import StoredCopy
 from components.storage.oci_target import pinned_uri
 from components.storage.s3_target import bucket_and_key
 
@@ -70,7 +71,7 @@ def render_inference_service(
     model_name: str,
     namespace: str,
     run_id: str,
-    copies: list[dict[str, Any]],
+    copies: Sequence[StoredCopy],
     options,
     s3_secret: str,
 ) -> dict[str, Any]:
@@ -101,11 +102,11 @@ def render_inference_service(
     }
 
 
-def _predictor(copies: list[dict[str, Any]], options, s3_secret: str) -> dict[str, Any]:
+def _predictor(copies: Sequence[StoredCopy], options, s3_secret: str) -> dict[str, Any]:
     """The predictor: the modelcar image by digest when there is one, pulled with the pull Secret when one is
     named (none: anonymously, or with what the namespace's service account links), else the S3 copy."""
-    oci = next((copy for copy in copies if copy["uri"].startswith("oci://")), None)
-    s3 = next((copy for copy in copies if copy["uri"].startswith("s3://")), None)
+    oci = next((copy for copy in copies if copy.scheme == "oci"), None)
+    s3 = next((copy for copy in copies if copy.scheme == "s3"), None)
     resources = {"cpu": options.cpu, "memory": options.memory}
     if options.gpus:
         resources[GPU_RESOURCE] = str(options.gpus)
@@ -116,11 +117,11 @@ def _predictor(copies: list[dict[str, Any]], options, s3_secret: str) -> dict[st
     }
     predictor: dict[str, Any] = {"minReplicas": 1, "maxReplicas": 1, "model": model}
     if oci:
-        model["storageUri"] = pinned_uri(oci["uri"], oci.get("digest", ""))
+        model["storageUri"] = pinned_uri(oci.uri, oci.digest or "")
         if options.pull_secret:
             predictor["imagePullSecrets"] = [{"name": options.pull_secret}]
     else:
-        model["storage"] = {"key": s3_secret, "path": bucket_and_key(s3["uri"])[1]}
+        model["storage"] = {"key": s3_secret, "path": bucket_and_key(s3.uri)[1]}
     if options.gpus:
         predictor["tolerations"] = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
     return predictor

@@ -17,7 +17,7 @@ import argparse
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import yaml
 
@@ -25,6 +25,7 @@ from common.atomic import write_text_atomic
 from common.cli_options import add_options, options_from, options_from_inputs
 from common.errors import UserError, exit_on_user_error
 from common.kube import API_RETRIES, SERVICE_ACCOUNT_NAMESPACE, connect, default_namespace
+from common.records import StoredCopy
 from common.run_layout import (
     EVALUATE,
     PUBLISH,
@@ -89,9 +90,9 @@ def serve(
     return served
 
 
-def _unservable(copies: list[dict[str, Any]], upload: Path) -> str | None:
+def _unservable(copies: Sequence[StoredCopy], upload: Path) -> str | None:
     """Why the version cannot be served by KServe's vLLM runtime, or None."""
-    if not any(copy["uri"].startswith(("oci://", "s3://")) for copy in copies):
+    if not any(copy.scheme in ("oci", "s3") for copy in copies):
         return "it was stored neither as an image nor in S3; set model_oci_uri or model_s3_uri"
     if not (upload / MERGED_CONFIG).is_file():
         return "it holds no merged checkpoint for vLLM to load; set publish_merged to true"

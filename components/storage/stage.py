@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from common.atomic import write_text_atomic
 from common.cli_options import add_options, options_from, options_from_inputs
 from common.errors import UserError, exit_on_user_error
+from common.records import StoredCopies, StoredCopy
 from common.run_layout import PUBLISH, STORE, STORED, UPLOAD, stage_dir
 from components.export.options import model_name_of, trained_from
 from components.publish.record import completed_at, completes
@@ -48,16 +47,13 @@ def store(workspace_root: str, run_id: str, model_name: str, options: StorageOpt
     if options.oci_uri:
         hint = f"in the cluster the step reads them from the Secret '{options.oci_secret}' (model_oci_secret)"
         copies.append(push_version(folder, image_uri(options.oci_uri, run_id), store_dir, hint))
-    record = [dataclasses.asdict(copy) for copy in copies]
-    write_text_atomic(store_dir / STORED, json.dumps(record, indent=1) + "\n")
+    StoredCopies(tuple(StoredCopy(**dataclasses.asdict(copy)) for copy in copies)).write(store_dir / STORED)
     return copies
 
 
-def stored_copies(workspace_root: str | Path, run_id: str) -> list[dict[str, Any]]:
-    """The copies ``store`` recorded for run ``run_id`` (``uri``, ``files``, ``total_bytes``, an image's
-    ``digest``); empty when the store step has not run."""
-    path = stage_dir(workspace_root, run_id, STORE) / STORED
-    return json.loads(path.read_text()) if path.is_file() else []
+def stored_copies(workspace_root: str | Path, run_id: str) -> tuple[StoredCopy, ...]:
+    """The copies ``store`` recorded for run ``run_id``; none when the store step has not run."""
+    return StoredCopies.read(stage_dir(workspace_root, run_id, STORE) / STORED).copies
 
 
 def summary(copies: list[Copy]) -> str:
@@ -99,7 +95,7 @@ def run_step(inputs: Mapping[str, Any]) -> str:
     if done := completed_at(inputs["workspace_root"], inputs["run_id"], STORE):
         print(f"run {inputs['run_id']}'s version was stored already, at {done}: not copied again", flush=True)
         earlier = stored_copies(inputs["workspace_root"], inputs["run_id"])
-        return earlier[0]["uri"] if earlier else ""
+        return earlier[0].uri if earlier else ""
     model_name = model_name_of(inputs["model_name"], trained_from(Path(inputs["train_dir"])))
     copies = store(inputs["workspace_root"], inputs["run_id"], model_name, options_from_inputs(StorageOptions, inputs))
     print(summary(copies), flush=True)

@@ -1,0 +1,50 @@
+"""common/records.py: the typed records stages hand each other, their format version, and older files refused
+with one paragraph."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from common.errors import UserError
+from common.records import FORMAT_VERSION, StoredCopies, StoredCopy
+
+COPIES = (
+    StoredCopy("s3://models/team/smol-ft/run-1/", files=14, total_bytes=20_000),
+    StoredCopy("oci://quay.io/team/smol-ft:run-1", files=14, total_bytes=20_000, digest="sha256:" + "c" * 64),
+)
+
+
+def test_stored_copies_round_trip_with_their_format_version(tmp_path):
+    path = tmp_path / "store" / "stored.json"
+    StoredCopies(COPIES).write(path)
+    assert json.loads(path.read_text())[FORMAT_VERSION] == StoredCopies.VERSION
+    assert StoredCopies.read(path) == StoredCopies(COPIES)
+    assert [copy.scheme for copy in StoredCopies.read(path).copies] == ["s3", "oci"]
+    assert StoredCopies.read(tmp_path / "absent.json") == StoredCopies()  # the store step has not run
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        # what the store step wrote before the record had a version: a bare list
+        (json.dumps([{"uri": "s3://m/x/", "files": 1, "total_bytes": 1}]), "a format without a version"),
+        (json.dumps({FORMAT_VERSION: 2, "copies": []}), "format 2, and this version of the pipeline reads format 1"),
+        (
+            json.dumps({FORMAT_VERSION: 1, "copies": [{"uri": "s3://m/x/", "files": 1}]}),
+            "entry 1 of its copies has no ",
+        ),
+        (json.dumps({FORMAT_VERSION: 1, "copies": "s3://m/x/"}), "its copies are not a list of objects"),
+        ("{", "is not the JSON stored copies record"),
+    ],
+    ids=["unversioned", "newer", "missing-field", "not-a-list", "not-json"],
+)
+def test_a_record_of_another_format_is_refused_with_what_to_do(tmp_path, text, says):
+    path = tmp_path / "stored.json"
+    path.write_text(text)
+    with pytest.raises(UserError) as refused:
+        StoredCopies.read(path)
+    message = str(refused.value)
+    assert str(path) in message and says in message and "Rerun the store step" in message
+    assert "\n" not in message
