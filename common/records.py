@@ -2,8 +2,9 @@
 
 ``common.run_layout`` names the files; a record here says what one holds. It is written and read only
 through its class, so a renamed field fails where it is declared instead of as a ``KeyError`` in a
-later step, and a file an older version of the pipeline wrote (a PVC outlives upgrades, and a run on
-unchanged data finishes the steps of an earlier run's version) gets one paragraph naming what it
+later step. A PVC outlives upgrades, and a run on unchanged data finishes the steps of an earlier
+run's version: a file an older pipeline wrote is read as written when it holds every field, and one
+that lacks a field, or has a format this pipeline does not know, gets one paragraph naming what it
 lacks and what to do.
 """
 
@@ -21,15 +22,18 @@ from common.errors import UserError
 FORMAT_VERSION = "format_version"
 
 
-def _object_of(path: Path, what: str, version: int, fix: str) -> dict[str, Any]:
-    """The JSON object in ``path``, refused unless it says it is format ``version`` of ``what``."""
+def _json_of(path: Path, what: str, fix: str) -> Any:
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as error:
         raise UserError(f"{path} is not the JSON {what} record the pipeline writes ({error}). {fix}") from None
+
+
+def _versioned(value: Any, path: Path, what: str, version: int, fix: str) -> dict[str, Any]:
+    """``value``, the JSON in ``path``, refused unless it says it is format ``version`` of ``what``."""
     found = value.get(FORMAT_VERSION) if isinstance(value, dict) else None
     if found != version:
-        written = f"format {found}" if found is not None else "a format without a version (before 2026-11-28)"
+        written = f"format {found}" if found is not None else "a format without a version"
         raise UserError(
             f"{path} holds {what} in {written}, and this version of the pipeline reads format {version}: an older "
             f"or newer pipeline wrote it. {fix}"
@@ -91,8 +95,12 @@ class StoredCopies:
 
     @classmethod
     def read(cls, path: Path) -> StoredCopies:
-        """The record at ``path``; no copies when the store step has not written one."""
+        """The record at ``path``; no copies when the store step has not written one. Before the format version
+        (2026-11-28) the file was the bare list of copies, with the same fields: read as such, since a run on
+        unchanged data finishes an earlier run's version, whose store step may have run before an upgrade."""
         if not path.is_file():
             return cls()
-        value = _object_of(path, "stored copies", cls.VERSION, cls.FIX)
-        return cls(_entries(value.get("copies"), StoredCopy, path, "copies", cls.FIX))
+        value = _json_of(path, "stored copies", cls.FIX)
+        if not isinstance(value, list):
+            value = _versioned(value, path, "stored copies", cls.VERSION, cls.FIX).get("copies")
+        return cls(_entries(value, StoredCopy, path, "copies", cls.FIX))

@@ -3,6 +3,7 @@ with one paragraph."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -23,13 +24,16 @@ def test_stored_copies_round_trip_with_their_format_version(tmp_path):
     assert StoredCopies.read(path) == StoredCopies(COPIES)
     assert [copy.scheme for copy in StoredCopies.read(path).copies] == ["s3", "oci"]
     assert StoredCopies.read(tmp_path / "absent.json") == StoredCopies()  # the store step has not run
+    # before the format version the file was the bare list of copies, with the same fields
+    path.write_text(json.dumps([dataclasses.asdict(copy) for copy in COPIES]))
+    assert StoredCopies.read(path) == StoredCopies(COPIES)
 
 
 @pytest.mark.parametrize(
     ("text", "says"),
     [
-        # what the store step wrote before the record had a version: a bare list
-        (json.dumps([{"uri": "s3://m/x/", "files": 1, "total_bytes": 1}]), "a format without a version"),
+        (json.dumps({"copies": []}), "a format without a version"),
+        (json.dumps([{"uri": "s3://m/x/", "files": 1}]), "entry 1 of its copies has no total_bytes"),
         (json.dumps({FORMAT_VERSION: 2, "copies": []}), "format 2, and this version of the pipeline reads format 1"),
         (
             json.dumps({FORMAT_VERSION: 1, "copies": [{"uri": "s3://m/x/", "files": 1}]}),
@@ -38,7 +42,7 @@ def test_stored_copies_round_trip_with_their_format_version(tmp_path):
         (json.dumps({FORMAT_VERSION: 1, "copies": "s3://m/x/"}), "its copies are not a list of objects"),
         ("{", "is not the JSON stored copies record"),
     ],
-    ids=["unversioned", "newer", "missing-field", "not-a-list", "not-json"],
+    ids=["unversioned", "old-missing-field", "newer", "missing-field", "not-a-list", "not-json"],
 )
 def test_a_record_of_another_format_is_refused_with_what_to_do(tmp_path, text, says):
     path = tmp_path / "stored.json"
