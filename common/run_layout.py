@@ -44,9 +44,11 @@ those steps on that version, so they write in that version's run directory.
                                         (common.records.StoredCopies)
         register/      written by register
           registered.json               the Model Registry's ids of the model, version and artifacts
+                                        (common.records.Registration)
         serve/         written by serve
           inferenceservice.yaml         the KServe InferenceService (vLLM) of the stored version, for oc apply
-          served.json                   deploy: the endpoint, and the question asked and its answer (null: none)
+          served.json                   deploy: the endpoint, and the question asked and its answer (none: not
+                                        deployed; common.records.Served)
           previous.json                 deploy: the InferenceService as it was before this run's spec replaced
                                         it (null: none), saved before the apply, to put back on a failure
       token-cache/<key>/                written by tokenise; read by train and evaluate of every run whose data,

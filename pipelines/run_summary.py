@@ -11,6 +11,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from common.records import Registration, Served
 from common.run_layout import (
     DATA,
     DATA_STATS,
@@ -90,16 +91,16 @@ def summary_lines(run_dir: Path) -> list[str]:
         lines.append(f"  model card: {card} ({where})")
     for copy in stored_copies(run_dir.parent.parent, run_dir.name):
         lines.append(f"  stored:     {copy.uri} ({copy.files} files, complete)")
-    if registration := _read(run_dir / REGISTER / REGISTERED):
+    if registration := Registration.read(run_dir / REGISTER / REGISTERED):
         lines.append(
-            f"  registered: model {registration['registered_model_id']}, version {registration['model_version_id']}"
-            f" ({run_dir.name}) at {registration['url']}, {len(registration['artifact_ids'])} artifacts"
+            f"  registered: model {registration.registered_model_id}, version {registration.model_version_id}"
+            f" ({run_dir.name}) at {registration.url}, {len(registration.artifact_ids)} artifacts"
         )
     if (run_dir / SERVE / SERVICE_MANIFEST).is_file():
         lines.append(f"  serving:    {run_dir / SERVE / SERVICE_MANIFEST} (the InferenceService, for oc apply)")
-    if served := _read(run_dir / SERVE / SERVED):
-        lines.append(f"  served:     {served['endpoint']} ({served['namespace']}/{served['name']})")
-        lines.append(f"  asked:      {served['question']!r} -> {served['answer']!r}")
+    if served := Served.read(run_dir / SERVE / SERVED):
+        lines.append(f"  served:     {served.endpoint} ({served.namespace}/{served.name})")
+        lines.append(f"  asked:      {served.question!r} -> {served.answer!r}")
     lines += [
         "",
         "next:",

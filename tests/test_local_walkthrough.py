@@ -17,7 +17,6 @@ the publish step.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -29,6 +28,7 @@ from conftest import REPO_ROOT
 from fake_run import make_run
 
 from common.cli_options import flag
+from common.records import Registration
 from components.publish.options import PublishOptions
 from components.publish.publish import publish
 from components.registry.options import RegistryOptions
@@ -123,6 +123,6 @@ def test_the_walkthrough_as_written_stores_and_registers_the_version(tmp_path):
             shell.communicate()
     assert shell.returncode == 0, output
     assert "registered version" in output and "with 2 artifacts" in output, output
-    registered = json.loads((workspace / "runs" / "run-1" / "register" / "registered.json").read_text())
-    assert set(registered["artifact_ids"]) == {"smol-ft-s3", "smol-ft-oci"}
-    assert registered["url"] == f"http://127.0.0.1:{ports[8089]}"
+    registered = Registration.read(workspace / "runs" / "run-1" / "register" / "registered.json")
+    assert set(registered.artifact_ids) == {"smol-ft-s3", "smol-ft-oci"}
+    assert registered.url == f"http://127.0.0.1:{ports[8089]}"

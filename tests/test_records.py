@@ -9,7 +9,7 @@ import json
 import pytest
 
 from common.errors import UserError
-from common.records import FORMAT_VERSION, StoredCopies, StoredCopy
+from common.records import FORMAT_VERSION, Registration, Served, StoredCopies, StoredCopy
 
 COPIES = (
     StoredCopy("s3://models/team/smol-ft/run-1/", files=14, total_bytes=20_000),
@@ -52,3 +52,33 @@ def test_a_record_of_another_format_is_refused_with_what_to_do(tmp_path, text, s
     message = str(refused.value)
     assert str(path) in message and says in message and "Rerun the store step" in message
     assert "\n" not in message
+
+
+REGISTRATION = Registration("https://registry", "3", "7", {"smol-ft-s3": "9"}, created=True)
+SERVED = Served("smol-ft", "ml-team", "http://smol-ft-predictor.ml-team.svc", "smol-ft", "Hi?", "Hello.")
+
+
+@pytest.mark.parametrize("record", [REGISTRATION, SERVED], ids=["registered", "served"])
+def test_one_record_or_none_round_trips_and_reads_the_format_before_versions(tmp_path, record):
+    """registered.json and served.json hold one record, or null when the step had nothing to do (no registry URL,
+    deploy off); before the format version the file was that object or null itself."""
+    kind, path = type(record), tmp_path / "record.json"
+    assert kind.read(path) is None  # the step has not run
+    kind.write(path, record)
+    assert json.loads(path.read_text())[FORMAT_VERSION] == kind.VERSION and kind.read(path) == record
+    kind.write(path, None)
+    assert kind.read(path) is None
+    path.write_text(json.dumps(dataclasses.asdict(record)))
+    assert kind.read(path) == record
+    path.write_text("null\n")
+    assert kind.read(path) is None
+
+
+def test_a_registration_missing_a_field_is_refused_naming_it(tmp_path):
+    path = tmp_path / "registered.json"
+    path.write_text(json.dumps({"model_version_id": "7"}))
+    with pytest.raises(UserError, match="has no artifact_ids, created, registered_model_id, url. Rerun the register"):
+        Registration.read(path)
+    path.write_text(json.dumps({FORMAT_VERSION: 9, "registration": None}))
+    with pytest.raises(UserError, match="format 9, and this version of the pipeline reads format 1"):
+        Registration.read(path)

@@ -21,9 +21,8 @@ from fake_model_registry import FakeModelRegistry
 from fake_run import BASE_COMMIT, FINGERPRINT, make_run
 from local_server import HeaderRecorder, LocalServer, ipv6_loopback, non_loopback_address, self_signed_certificate
 
-from common.atomic import write_json
 from common.errors import UserError
-from common.records import StoredCopies, StoredCopy
+from common.records import Registration, StoredCopies, StoredCopy
 from components.publish.options import PublishOptions
 from components.publish.publish import publish
 from components.registry import catalogue
@@ -108,8 +107,8 @@ def test_a_version_is_registered_with_its_artifacts_and_provenance(registry, tmp
     assert artifacts["smol-ft-s3"]["storageKey"] == "aws-connection-models"
     assert artifacts["smol-ft-s3"]["storagePath"] == "team/smol-ft/run-1/"
     assert {a["modelFormatName"] for a in artifacts.values()} == {"vLLM"}  # the merged checkpoint was stored
-    record = json.loads((tmp_path / "runs" / "run-1" / "register" / "registered.json").read_text())
-    assert record["model_version_id"] == version["id"] and set(record["artifact_ids"]) == set(artifacts)
+    record = Registration.read(tmp_path / "runs" / "run-1" / "register" / "registered.json")
+    assert record.model_version_id == version["id"] and set(record.artifact_ids) == set(artifacts)
 
 
 def test_registering_the_same_run_again_updates_and_never_duplicates(registry, tmp_path):
@@ -188,7 +187,9 @@ def test_a_version_stored_nowhere_has_nothing_to_register(registry, tmp_path):
 def test_without_a_url_nothing_is_registered(tmp_path):
     stored_run(tmp_path)
     assert register(str(tmp_path), "run-1", "smol-ft", RegistryOptions(), "s", "") is None
-    assert (tmp_path / "runs" / "run-1" / "register" / "registered.json").read_text() == "null\n"
+    record = tmp_path / "runs" / "run-1" / "register" / "registered.json"
+    assert json.loads(record.read_text()) == {"format_version": 1, "registration": None}
+    assert Registration.read(record) is None
 
 
 def test_the_fake_refuses_what_the_spec_does_not_allow():
@@ -404,10 +405,11 @@ def test_every_request_has_a_timeout_and_is_tried_three_times(tmp_path, monkeypa
 def test_the_serve_step_records_its_endpoint_under_the_same_rule(tmp_path, monkeypatch, service_account):
     """The serve step writes the endpoint to the same registry with the same connection (``connection``): no
     token over plain http to another host, and no service-account token unless asked for."""
-    from components.serving.deploy import Served
+    from common.records import Served
     from components.serving.stage import _record_in_registry
 
-    write_json(tmp_path / "runs" / "run-1" / "register" / "registered.json", {"model_version_id": "7"})
+    registered = Registration("http://registry", "3", "7", {"smol-ft-s3": "9"}, created=True)
+    Registration.write(tmp_path / "runs" / "run-1" / "register" / "registered.json", registered)
     served = Served("smol-ft", "ml-team", "http://smol-ft-predictor.ml-team.svc", "smol-ft", "Hi?", "Hello.")
     monkeypatch.setenv(TOKEN_ENV, TOKEN)
     with HeaderRecorder(host=non_loopback_address()) as remote:

@@ -39,7 +39,7 @@ from test_train_cluster import assert_granted_by_rbac
 from common import kube
 from common.errors import UserError
 from common.kube import API_RETRIES
-from common.records import StoredCopies, StoredCopy
+from common.records import Served, StoredCopies, StoredCopy
 from components.local_model import bundled_gguf
 from components.publish.record import completed_at
 from components.registry.options import RegistryOptions
@@ -267,8 +267,8 @@ def test_deploy_waits_for_ready_asks_a_question_and_records_the_answer(tmp_path,
     stored = cluster.objects["inferenceservices"][NAME]
     assert stored["spec"]["predictor"]["model"]["storageUri"] == f"oci://{NOWHERE}/team/smol-ft@{OCI.digest}"
     assert stored["metadata"]["labels"][MANAGED_BY_LABEL] == "llm-finetune-pipeline"
-    record = json.loads((tmp_path / "runs" / "run-1" / "serve" / "served.json").read_text())
-    assert record["answer"] == again.answer and record["endpoint"] == chat_server
+    record = Served.read(tmp_path / "runs" / "run-1" / "serve" / "served.json")
+    assert record == again and record.endpoint == chat_server
     properties = version["customProperties"]
     assert properties["serving_endpoint"]["string_value"] == chat_server
     assert properties["serving_answer"]["string_value"] == again.answer

@@ -34,6 +34,7 @@ from urllib.parse import urlsplit
 
 from common.errors import UserError, one_line
 from common.http_trust import token_may_go_to
+from common.records import Registration
 
 AUTHOR = "llm-finetune-pipeline"
 REQUEST_TIMEOUT_S = 30.0  # per request; a registry answers in milliseconds, a hung connection never
@@ -63,17 +64,6 @@ class ArtifactSpec:
     model_format_version: str
     storage_key: str | None = None  # the data connection (Secret) a deployment reads an s3:// URI with
     storage_path: str | None = None
-
-
-@dataclass(frozen=True)
-class Registration:
-    """The registry's ids of what the step registered or updated."""
-
-    url: str
-    registered_model_id: str
-    model_version_id: str
-    artifact_ids: dict[str, str]  # artifact name -> id
-    created: bool  # False: the version was there already and was updated
 
 
 def register_version(

@@ -15,22 +15,21 @@ anywhere ``common.http_trust.token_may_go_to`` refuses.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from common.atomic import write_text_atomic
 from common.cli_options import add_options, options_from, options_from_inputs
 from common.errors import UserError, exit_on_user_error
 from common.http_trust import token_may_go_to
 from common.kube import SERVICE_ACCOUNT
+from common.records import Registration
 from common.run_layout import REGISTER, REGISTERED, stage_dir
 from components.export.options import model_name_of, trained_from
 from components.publish.bundle import MERGED_CONFIG, RunDirs
 from components.publish.record import PublishedRecord, completed_at, completes, record_path
-from components.registry.catalogue import ArtifactSpec, Connection, Registration, register_version
+from components.registry.catalogue import ArtifactSpec, Connection, register_version
 from components.registry.options import RegistryOptions
 from components.registry.provenance import version_properties
 from components.storage.s3_target import bucket_and_key
@@ -48,7 +47,7 @@ def register(
     """Register run ``run_id``'s version when ``options.url`` is set; also recorded in ``register/registered.json``."""
     record_file = stage_dir(workspace_root, run_id, REGISTER) / REGISTERED
     if not options.url:
-        write_text_atomic(record_file, "null\n")
+        Registration.write(record_file, None)
         return None
     dirs = RunDirs.of(workspace_root, run_id)
     properties = version_properties(dirs, run_id)
@@ -59,15 +58,14 @@ def register(
             "(set model_s3_uri or model_oci_uri) and not uploaded to the Hub (repo_id)."
         )
     registration = register_version(connection(options), model_name, run_id, properties, artifacts)
-    write_text_atomic(record_file, json.dumps(dataclasses.asdict(registration), indent=1) + "\n")
+    Registration.write(record_file, registration)
     return registration
 
 
 def registered_version_id(workspace_root: str, run_id: str) -> str:
     """The Model Registry version id ``register`` recorded for run ``run_id``; empty when it registered none."""
-    path = stage_dir(workspace_root, run_id, REGISTER) / REGISTERED
-    registration = json.loads(path.read_text()) if path.is_file() else None
-    return registration["model_version_id"] if registration else ""
+    registration = Registration.read(stage_dir(workspace_root, run_id, REGISTER) / REGISTERED)
+    return registration.model_version_id if registration else ""
 
 
 def artifact_specs(

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, TextIO, TypeVar
 
@@ -26,6 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from common.atomic import write_json
 from common.errors import UserError
 from common.kube import Cluster
+from common.records import Served
 from common.run_layout import PREVIOUS_SERVICE
 from components.serving.manifest import (
     MANAGED_BY_LABEL,
@@ -43,18 +43,6 @@ POLL_SECONDS = 5.0
 CHAT_TIMEOUT = 300  # seconds for the first answer: vLLM compiles its graphs on the first request
 ISVC_LABEL = "serving.kserve.io/inferenceservice"  # KServe's label on the predictor's pods
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Served:
-    """A Ready InferenceService and its answer to one question."""
-
-    name: str
-    namespace: str
-    endpoint: str  # the in-cluster URL (status.address.url), else the external one (status.url)
-    model: str  # the served model's name, as /v1/models lists it
-    question: str
-    answer: str
 
 
 def roll_out(

@@ -14,7 +14,6 @@ the version was registered, the Model Registry.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -25,7 +24,7 @@ from common.atomic import write_text_atomic
 from common.cli_options import add_options, options_from, options_from_inputs
 from common.errors import UserError, exit_on_user_error
 from common.kube import API_RETRIES, SERVICE_ACCOUNT_NAMESPACE, connect, default_namespace
-from common.records import StoredCopy
+from common.records import Registration, Served, StoredCopy
 from common.run_layout import (
     EVALUATE,
     PUBLISH,
@@ -44,7 +43,7 @@ from components.publish.record import completed_at, completes
 from components.registry.catalogue import add_version_properties
 from components.registry.options import RegistryOptions
 from components.registry.stage import connection
-from components.serving.deploy import Served, roll_out, smoke_test
+from components.serving.deploy import roll_out, smoke_test
 from components.serving.manifest import render_inference_service
 from components.serving.options import ServingOptions
 from components.serving.pull_check import check_pull
@@ -67,7 +66,7 @@ def serve(
     ``s3_secret``: the S3 data connection the version was stored with. The image is pulled with
     ``options.pull_secret``, which the registry must accept before anything is applied."""
     serve_dir = stage_dir(workspace_root, run_id, SERVE)
-    write_text_atomic(serve_dir / SERVED, "null\n")
+    Served.write(serve_dir / SERVED, None)
     copies = stored_copies(workspace_root, run_id)
     problem = _unservable(copies, stage_dir(workspace_root, run_id, PUBLISH) / UPLOAD)
     if problem and options.deploy:
@@ -85,7 +84,7 @@ def serve(
     check_pull(manifest)
     question = _question(workspace_root, run_id)  # the smoke test is part of the rollout: failing, it is rolled back
     served = roll_out(cluster, manifest, options.timeout_s, serve_dir, lambda service: smoke_test(service, question))
-    write_text_atomic(serve_dir / SERVED, json.dumps(dataclasses.asdict(served), indent=1) + "\n")
+    Served.write(serve_dir / SERVED, served)
     _record_in_registry(workspace_root, run_id, served, registry)
     return served
 
@@ -114,8 +113,7 @@ def _question(workspace_root: str, run_id: str) -> str:
 
 
 def _record_in_registry(workspace_root: str, run_id: str, served: Served, registry: RegistryOptions) -> None:
-    record = stage_dir(workspace_root, run_id, REGISTER) / REGISTERED
-    registration = json.loads(record.read_text()) if record.is_file() else None
+    registration = Registration.read(stage_dir(workspace_root, run_id, REGISTER) / REGISTERED)
     if not registration or not registry.url:
         return
     properties = {
@@ -124,7 +122,7 @@ def _record_in_registry(workspace_root: str, run_id: str, served: Served, regist
         "serving_question": served.question,
         "serving_answer": served.answer,
     }
-    add_version_properties(connection(registry), registration["model_version_id"], properties)
+    add_version_properties(connection(registry), registration.model_version_id, properties)
 
 
 def summary(served: Served | None) -> str:
@@ -178,9 +176,8 @@ def run_step(inputs: Mapping[str, Any]) -> str:
     again."""
     if done := completed_at(inputs["workspace_root"], inputs["run_id"], SERVE):
         print(f"run {inputs['run_id']}'s version was served already, at {done}: not served again", flush=True)
-        earlier = stage_dir(inputs["workspace_root"], inputs["run_id"], SERVE) / SERVED
-        served = json.loads(earlier.read_text()) if earlier.is_file() else None
-        return served["endpoint"] if served else ""
+        served = Served.read(stage_dir(inputs["workspace_root"], inputs["run_id"], SERVE) / SERVED)
+        return served.endpoint if served else ""
     model_name = model_name_of(inputs["model_name"], trained_from(Path(inputs["train_dir"])))
     options = options_from_inputs(ServingOptions, inputs)
     registry = RegistryOptions(
