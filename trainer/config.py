@@ -51,13 +51,6 @@ NEEDS_PACKAGE = {
 }
 
 
-def recomputes_activations(method: str, gradient_checkpointing: str) -> bool:
-    """``gradient_checkpointing`` resolved for ``method``: auto is on for the methods in CHECKPOINTING_BY_DEFAULT."""
-    if gradient_checkpointing == "auto":
-        return method in CHECKPOINTING_BY_DEFAULT
-    return gradient_checkpointing == "true"
-
-
 @dataclass(frozen=True)
 class TrainConfig:
     """What one run of ``python -m trainer`` does."""
@@ -207,8 +200,11 @@ class TrainConfig:
 
     @property
     def recomputes_activations(self) -> bool:
-        """Whether gradient checkpointing is on: ``gradient_checkpointing`` resolved (auto follows the method)."""
-        return recomputes_activations(self.method, self.gradient_checkpointing)
+        """Whether gradient checkpointing is on: ``gradient_checkpointing`` resolved (auto: on for the methods in
+        CHECKPOINTING_BY_DEFAULT)."""
+        if self.gradient_checkpointing == "auto":
+            return self.method in CHECKPOINTING_BY_DEFAULT
+        return self.gradient_checkpointing == "true"
 
     @property
     def adapter_dir(self) -> Path:

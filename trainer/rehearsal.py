@@ -230,23 +230,23 @@ class SpeedPath(TrainerCallback):
         eval_lengths = micro_batches_by_length(eval_rows) if eval_rows is not None and len(eval_rows) else []
         self.lengths_rehearsed = (len(train_lengths), len(eval_lengths))
         # row 0 alone may be among them: not again where a phase's first batch is row 0 alone
-        train_singles = [
+        train_by_length = [
             [train_rows[i]] * copies for i, copies in train_lengths if (i, copies) != (0, 1) or per_batch > 1
         ]
-        eval_singles = [[eval_rows[i]] for i, _ in eval_lengths if i]
+        eval_by_length = [[eval_rows[i]] for i, _ in eval_lengths if i]
         during = "the first training step"
         devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
         try:
             with torch.random.fork_rng(devices=devices):
                 model.train()
-                for batch in (first, *cut, *train_singles):
+                for batch in (first, *cut, *train_by_length):
                     model(**model_inputs(trainer, batch)).loss.backward()
                     model.zero_grad(set_to_none=True)
                 if eval_lengths:
                     during = "the first evaluation"
                     model.eval()
                     with torch.no_grad():
-                        for batch in ([eval_rows[0]], *cut, *eval_singles):
+                        for batch in ([eval_rows[0]], *cut, *eval_by_length):
                             model(**model_inputs(trainer, batch))
         except Exception as error:
             if not compiled.is_compile_failure(error):

@@ -26,12 +26,12 @@ import hashlib
 import os
 import re
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from common.atomic import write_file_atomic
 from common.errors import UserError
+from common.records import StoredCopy
 from components.storage.modelcar_base import find_busybox, write_base_layout
 from components.storage.registry_auth import SECRET_KEY, credentials_in, registry_scheme
 
@@ -48,16 +48,6 @@ REPOSITORY = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:
 TAG_CHARACTERS = re.compile(r"[^A-Za-z0-9_.-]")
 MANIFEST_FILE = "modelcar-manifest.json"  # in the store step's folder: the manifest bytes pushed, as evidence
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")  # the only digest algorithm the modelcar is pushed with
-
-
-@dataclass(frozen=True)
-class OciImage:
-    """A modelcar image in a registry."""
-
-    uri: str  # oci://registry/repository:tag, the image as people name it
-    digest: str  # sha256 of the manifest bytes pushed: the image exactly, whatever later happens to the tag
-    files: int
-    total_bytes: int
 
 
 def oci_location_problem(uri: str) -> str | None:
@@ -104,7 +94,7 @@ def pinned_uri(uri: str, digest: str) -> str:
     return f"oci://{host_and_path}/{last.split('@')[0].split(':')[0]}@{digest}"
 
 
-def push_version(folder: Path, uri: str, work_dir: Path, secret_hint: str) -> OciImage:
+def push_version(folder: Path, uri: str, work_dir: Path, secret_hint: str) -> StoredCopy:
     """Build the modelcar image of every file under ``folder`` in ``work_dir`` and push it as ``uri``.
 
     ``secret_hint`` says, in an error, where the step's credentials come from.
@@ -146,7 +136,7 @@ def push_version(folder: Path, uri: str, work_dir: Path, secret_hint: str) -> Oc
     shutil.rmtree(layout)
     _check_registry_digest(uri, digest, response.headers.get("Docker-Content-Digest", ""))
     write_file_atomic(work_dir / MANIFEST_FILE, lambda handle: handle.write(manifest))
-    return OciImage(uri, digest, len(files), sum(path.stat().st_size for path in files))
+    return StoredCopy(uri, len(files), sum(path.stat().st_size for path in files), digest)
 
 
 def _manifest_bytes(image, layout: Path) -> bytes:

@@ -14,25 +14,16 @@ connections (``common.s3``).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from common.errors import UserError
+from common.records import StoredCopy
 from common.s3 import ACCESS_DENIED, NOT_FOUND, bucket_and_key, client_from_environment, error_code, keys_under
 
 COMPLETE_MARKER = "_COMPLETE.json"
 MULTIPART_CHUNK = 64 << 20  # parts of 64 MiB: a 16 GB checkpoint file is 250 parts, far below S3's 10,000
 CONCURRENT_PARTS = 4  # parts in flight at once: a few connections, as a shared store likes
-
-
-@dataclass(frozen=True)
-class S3Copy:
-    """A complete version on S3."""
-
-    uri: str  # s3://bucket/prefix/model/run-id/
-    files: int
-    total_bytes: int
 
 
 def version_uri(base_uri: str, model_name: str, run_id: str) -> str:
@@ -53,7 +44,7 @@ def s3_location_problem(uri: str) -> str | None:
     return None
 
 
-def upload_version(folder: Path, uri: str, secret_hint: str, client=None) -> S3Copy:
+def upload_version(folder: Path, uri: str, secret_hint: str, client=None) -> StoredCopy:
     """Copy every file under ``folder`` to ``uri`` (a version_uri), the marker last.
 
     ``secret_hint`` says, in an error, where the step's credentials come from.
@@ -93,7 +84,7 @@ def upload_version(folder: Path, uri: str, secret_hint: str, client=None) -> S3C
         raise UserError(
             f"Could not write {uri}: {error}. Check AWS_ENDPOINT_URL and that the endpoint is reachable."
         ) from None
-    return S3Copy(uri, len(files), sum(sizes.values()))
+    return StoredCopy(uri, len(files), sum(sizes.values()))
 
 
 def _refusal(uri: str, code: str, operation: str, secret_hint: str, detail: str) -> str:

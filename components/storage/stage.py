@@ -12,7 +12,6 @@ runtime loads as it is.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -22,15 +21,13 @@ from common.records import StoredCopies, StoredCopy
 from common.run_layout import PUBLISH, STORE, STORED, UPLOAD, stage_dir
 from components.export.options import model_name_of, trained_from
 from components.publish.record import completed_at, completes
-from components.storage.oci_target import OciImage, image_uri, push_version
+from components.storage.oci_target import image_uri, push_version
 from components.storage.options import StorageOptions
-from components.storage.s3_target import S3Copy, upload_version, version_uri
-
-Copy = S3Copy | OciImage
+from components.storage.s3_target import upload_version, version_uri
 
 
 @completes(STORE)
-def store(workspace_root: str, run_id: str, model_name: str, options: StorageOptions) -> list[Copy]:
+def store(workspace_root: str, run_id: str, model_name: str, options: StorageOptions) -> list[StoredCopy]:
     """Copy run ``run_id``'s version to every target ``options`` names; the copies made, also recorded in
     ``store/stored.json`` for the run summary and the registration."""
     folder = stage_dir(workspace_root, run_id, PUBLISH) / UPLOAD
@@ -47,7 +44,7 @@ def store(workspace_root: str, run_id: str, model_name: str, options: StorageOpt
     if options.oci_uri:
         hint = f"in the cluster the step reads them from the Secret '{options.oci_secret}' (model_oci_secret)"
         copies.append(push_version(folder, image_uri(options.oci_uri, run_id), store_dir, hint))
-    StoredCopies(tuple(StoredCopy(**dataclasses.asdict(copy)) for copy in copies)).write(store_dir / STORED)
+    StoredCopies(tuple(copies)).write(store_dir / STORED)
     return copies
 
 
@@ -56,12 +53,11 @@ def stored_copies(workspace_root: str | Path, run_id: str) -> tuple[StoredCopy, 
     return StoredCopies.read(stage_dir(workspace_root, run_id, STORE) / STORED).copies
 
 
-def summary(copies: list[Copy]) -> str:
+def summary(copies: list[StoredCopy]) -> str:
     if not copies:
         return "no storage target is set (model_s3_uri, model_oci_uri): nothing copied"
     return "\n".join(
-        f"copied {c.files} files, {c.total_bytes / 1e6:.1f} MB -> {c.uri}"
-        + (f" ({c.digest})" if isinstance(c, OciImage) else "")
+        f"copied {c.files} files, {c.total_bytes / 1e6:.1f} MB -> {c.uri}" + (f" ({c.digest})" if c.digest else "")
         for c in copies
     )
 
