@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -192,26 +193,48 @@ def test_two_ranks_split_the_data_agree_on_weights_and_only_rank_0_writes(tiny_m
     assert list((output / "tensorboard").rglob("events.out.tfevents.*"))
 
 
-# Two ranks trained with today's defaults, read by both tests below: steps and evaluations enough for a loss curve.
+# Two ranks trained with today's defaults, read by the three tests below: steps and evaluations enough for a loss
+# curve, the base model from the Hub.
+HUB_MODEL = "test-org/tiny-chat"
 TODAYS_RUN = ("--max-steps", "6", "--save-steps", "10", "--eval-steps", "3", "--learning-rate", "1e-3")
 
 
 def two_rank_history(
-    model: Path, data: Path, output: Path, *settings: str, env=None, entry=("-m", "trainer")
+    model: Path | str, data: Path, output: Path, *settings: str, env=None, entry=("-m", "trainer"), tokenizer=None
 ) -> list[dict]:
     """The training history of two ranks trained for ``TODAYS_RUN`` with ``settings``, started through ``entry``."""
-    args = trainer_args(model, data, output, *TODAYS_RUN, *settings)
+    args = trainer_args(model, data, output, *TODAYS_RUN, *settings, tokenizer=tokenizer)
     log = output.parent / f"{output.name}.log"
     assert finish(torchrun(args, env, log, entry=entry)) == 0, log.read_text()[-3000:]
     return json.loads((output / "training_history.json").read_text())
 
 
+@dataclass(frozen=True)
+class HubRun:
+    """A run whose base model came from the (fake) Hub: its output directory, the requests the Hub saw for the
+    model's repository, and the commit the run was pinned to."""
+
+    output: Path
+    requests: list[tuple[str, str]]
+    revision: str
+
+
 @pytest.fixture(scope="module")
-def todays_run(tiny_model_dir, prepared_data_dir, tmp_path_factory) -> Path:
-    """Two ranks with today's defaults, reading the tokenise step's cache: the output directory."""
-    output = tmp_path_factory.mktemp("todays-run") / "out"
-    two_rank_history(tiny_model_dir, prepared_data_dir, output)
-    return output
+def todays_run(tiny_model_dir, prepared_data_dir, tmp_path_factory) -> HubRun:
+    """Two ranks with today's defaults, reading the tokenise step's cache, the base model downloaded from the Hub at
+    a pinned revision (the tiny model, so its loss curve is the local directory's).
+
+    The Hub is the fake one on 127.0.0.1 (no real Hub can be reached from the test machines)."""
+    from fake_hub import FakeHub
+
+    scratch = tmp_path_factory.mktemp("todays-run")
+    with FakeHub(set()) as hub:
+        repo = hub_serving(hub, tiny_model_dir, HUB_MODEL)
+        env = hub.client_env(scratch / "hf-home")  # on the workspace PVC in a job: one cache for every pod
+        pinned = ("--base-model-revision", repo.head)
+        two_rank_history(HUB_MODEL, prepared_data_dir, scratch / "out", *pinned, env=env, tokenizer=tiny_model_dir)
+        requests = [(method, path) for method, path, _ in hub.requests_to(f"/{HUB_MODEL}/")]
+    return HubRun(scratch / "out", requests, repo.head)
 
 
 def curves(histories: dict[str, list[dict]], key: str) -> dict[str, list[float]]:
@@ -225,11 +248,11 @@ def test_two_ranks_reading_the_cache_log_todays_loss_curve(todays_run, tiny_mode
     env = {"TODAYS_DATA_DIR": str(prepared_data_dir), "PYTHONPATH": f"{REPO_ROOT}:{REPO_ROOT / 'tests'}"}
     entry = (str(REPO_ROOT / "tests" / "todays_path.py"),)
     today = two_rank_history(tiny_model_dir, prepared_data_dir, tmp_path / "today", env=env, entry=entry)
-    histories = {"cache": json.loads((todays_run / "training_history.json").read_text()), "today": today}
+    histories = {"cache": json.loads((todays_run.output / "training_history.json").read_text()), "today": today}
     for key in ("loss", "eval_loss"):
         found = curves(histories, key)
         assert len(found["cache"]) >= 2 and found["cache"] == pytest.approx(found["today"], rel=1e-5), key
-    assert summary(todays_run)["train_examples"] == summary(tmp_path / "today")["train_examples"]
+    assert summary(todays_run.output)["train_examples"] == summary(tmp_path / "today")["train_examples"]
 
 
 # The settings before issue 25 (its defaults, and PEFT's cast of LoRA inputs) against today's defaults.
@@ -251,7 +274,7 @@ def test_two_ranks_with_todays_defaults_follow_the_loss_curve_of_the_settings_be
     """The faster defaults change how a step is computed, not what is learnt: two ranks trained with them log the
     training and eval losses of two ranks trained with the settings before them, within dropout's noise."""
     before = two_rank_history(tiny_model_dir, prepared_data_dir, tmp_path / "before", *SETTINGS_BEFORE_ISSUE_25)
-    histories = {"defaults": json.loads((todays_run / "training_history.json").read_text()), "before": before}
+    histories = {"defaults": json.loads((todays_run.output / "training_history.json").read_text()), "before": before}
     for key in ("loss", "eval_loss"):
         found = curves(histories, key)
         assert len(found["defaults"]) >= 2 and found["defaults"] == pytest.approx(found["before"], rel=DROPOUT_NOISE)
@@ -449,39 +472,20 @@ def hub_serving(hub, model_dir: Path, repo_id: str):
     )
 
 
-def test_two_ranks_download_a_hub_model_once_at_the_pinned_revision(tiny_model_dir, prepared_data_dir, tmp_path):
+def test_two_ranks_download_a_hub_model_once_at_the_pinned_revision(todays_run):
     """Issue 12, defect 5: rank 0 downloads the base model into the shared cache while the other ranks wait, so each
-    file crosses the network once per job; the pinned revision is what was trained, and it is recorded.
-
-    The Hub is the fake one on 127.0.0.1 (no real Hub can be reached from the test machines)."""
-    from fake_hub import FakeHub
-
-    output = tmp_path / "out"
-    with FakeHub(set()) as hub:
-        repo = hub_serving(hub, tiny_model_dir, "test-org/tiny-chat")
-        env = hub.client_env(tmp_path / "hf-home")  # on the workspace PVC in a job: one cache for every pod
-        args = trainer_args(
-            "test-org/tiny-chat",
-            prepared_data_dir,
-            output,
-            "--max-steps",
-            "1",
-            "--save-steps",
-            "5",
-            tokenizer=tiny_model_dir,
-        )
-        process = torchrun([*args, "--base-model-revision", repo.head], env, tmp_path / "log")
-        assert finish(process) == 0, (tmp_path / "log").read_text()[-3000:]
-        requests = [(method, path) for method, path, _ in hub.requests_to("/test-org/tiny-chat/")]
-
+    file crosses the network once per job; the pinned revision is what was trained, and it is recorded."""
     # One rank's snapshot download: the file list once, then each file's metadata (HEAD) and body (GET) once.
+    requests = todays_run.requests
     assert len(requests) == len(set(requests)), f"the Hub was asked more than once: {sorted(requests)}"
     downloads = [path for method, path in requests if method == "GET" and "/resolve/" in path]
     weights = [path for path in downloads if path.endswith(".safetensors")]
     assert weights and len(downloads) == len(set(downloads))
-    result = summary(output)
-    assert result["config"]["model"] == "test-org/tiny-chat" and result["config"]["base_model_revision"] == repo.head
-    assert result["base_model_commit"] == repo.head and (output / "merged" / "config.json").is_file()
+    result = summary(todays_run.output)
+    assert result["config"]["model"] == HUB_MODEL and result["config"]["base_model_revision"] == todays_run.revision
+    assert (
+        result["base_model_commit"] == todays_run.revision and (todays_run.output / "merged" / "config.json").is_file()
+    )
 
 
 def test_an_unknown_base_model_revision_is_a_clear_error(tiny_model_dir, prepared_data_dir, tmp_path):
@@ -489,10 +493,10 @@ def test_an_unknown_base_model_revision_is_a_clear_error(tiny_model_dir, prepare
     from fake_hub import FakeHub
 
     with FakeHub(set()) as hub:
-        hub_serving(hub, tiny_model_dir, "test-org/tiny-chat")
+        hub_serving(hub, tiny_model_dir, HUB_MODEL)
         env = hub.client_env(tmp_path / "hf")
         args = trainer_args(
-            "test-org/tiny-chat",
+            HUB_MODEL,
             prepared_data_dir,
             tmp_path / "out",
             "--base-model-revision",
@@ -504,5 +508,5 @@ def test_an_unknown_base_model_revision_is_a_clear_error(tiny_model_dir, prepare
         )
     assert result.returncode == 2, result.stderr[-2000:]
     error = " ".join(result.stderr.split())
-    assert "Could not download the base model 'test-org/tiny-chat' at revision 'v9'" in error
+    assert f"Could not download the base model '{HUB_MODEL}' at revision 'v9'" in error
     assert "Traceback" not in error
