@@ -31,7 +31,10 @@ def run_option(default: Any, help: str, *, name: str = "", **extra: Any) -> Any:
     """An ``option`` that is also a pipeline run parameter, called ``name`` in the run form (default: the field's name).
 
     The run form is one flat list, so an option whose field name would not say
-    which stage it sets there (``cpu``) gets a longer ``name`` (``training_cpu``).
+    which stage it sets there (``cpu``) gets a longer ``name`` (``training_cpu``):
+    the field's name after a prefix, never another name, so that the field, its
+    stage's flag and step input, and the run form read alike
+    (tests/test_run_parameters.py holds every run parameter to it).
     """
     return option(default, help, run_form=name or True, **extra)
 

@@ -56,7 +56,7 @@ def scenario(tmp_path_factory, prepared_data_dir, s3_server):
     workspace = output_dir / "workspace"
     # The fingerprint the pipeline's prepare step gives the bundled data with the run form's defaults.
     make_run(workspace, RUN, fingerprint=read_stats(prepared_data_dir)["fingerprint"])
-    publish(str(workspace), RUN, "", PublishOptions(include_merged="true"), token=None)
+    publish(str(workspace), RUN, "", PublishOptions(publish_merged="true"), token=None)
 
     env = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
     env |= {"AWS_DEFAULT_REGION": "us-east-1", "MODEL_REGISTRY_TOKEN": REGISTRY_TOKEN, "AWS_ENDPOINT_URL": s3_server}

@@ -75,7 +75,7 @@ def test_export_stage_writes_verified_files(train_dir, tmp_path):
     export_dir = tmp_path / "export"
     gguf, metrics, report = artifacts(tmp_path)
     options = ExportStageOptions(
-        model_name="tiny-mistral", outtype="q8_0,f16", include_lora=True, thresholds=RANDOM_WEIGHTS
+        model_name="tiny-mistral", outtype="q8_0,f16", gguf_lora_adapter=True, thresholds=RANDOM_WEIGHTS
     )
     primary = run_in_pipeline(str(train_dir), str(export_dir), options, gguf, metrics, report)
 
@@ -143,7 +143,7 @@ def test_failed_verification_fails_the_step_after_writing_the_report(train_dir, 
     gguf, metrics, report = artifacts(tmp_path)
     with pytest.raises(SystemExit) as exit_info:
         options = ExportStageOptions(
-            model_name="tiny", outtype="q8_0", include_lora=False, thresholds={"quant_max_nmse": 1e-9}
+            model_name="tiny", outtype="q8_0", gguf_lora_adapter=False, thresholds={"quant_max_nmse": 1e-9}
         )
         run_in_pipeline(str(train_dir), str(export_dir), options, gguf, metrics, report)
     assert exit_info.value.code == 2
@@ -165,11 +165,13 @@ def test_bad_parameters_are_clear_errors(train_dir, tmp_path, capsys):
     ]
     for (outtype, name, lora, thresholds), message in cases:
         with pytest.raises(SystemExit):
-            options = ExportStageOptions(model_name=name, outtype=outtype, include_lora=lora, thresholds=thresholds)
+            options = ExportStageOptions(
+                model_name=name, outtype=outtype, gguf_lora_adapter=lora, thresholds=thresholds
+            )
             run_in_pipeline(str(train_dir), str(tmp_path / "export"), options, gguf, metrics, report)
         assert message in " ".join(capsys.readouterr().err.split())
     with pytest.raises(SystemExit):
-        options = ExportStageOptions(model_name="tiny", outtype="q8_0", include_lora=False, thresholds={})
+        options = ExportStageOptions(model_name="tiny", outtype="q8_0", gguf_lora_adapter=False, thresholds={})
         run_in_pipeline(str(tmp_path / "nowhere"), str(tmp_path / "export"), options, gguf, metrics, report)
     assert "holds no merged checkpoint" in " ".join(capsys.readouterr().err.split())
 

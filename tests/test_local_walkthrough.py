@@ -97,7 +97,7 @@ def test_the_walkthrough_as_written_stores_and_registers_the_version(tmp_path):
     assert problems(dict(pair.partition("=")[::2] for pair in pairs)) == []  # the run's first step passes them
     workspace = tmp_path / "workspace"
     make_run(workspace, "run-1")
-    publish(str(workspace), "run-1", "", PublishOptions(include_merged="true"), token=None)  # a dry run
+    publish(str(workspace), "run-1", "", PublishOptions(publish_merged="true"), token=None)  # a dry run
     folder = tmp_path / "walkthrough"
     folder.mkdir()
     (folder / ".venv").symlink_to(REPO_ROOT / ".venv")

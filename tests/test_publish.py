@@ -67,9 +67,9 @@ def test_dry_run_writes_the_folder_and_the_record(tmp_path):
     [
         (True, PublishOptions(), False),  # auto: the adapter is the loadable weights
         (False, PublishOptions(), True),  # auto after method full: no adapter, so the merged checkpoint
-        (True, PublishOptions(include_adapter=False), True),  # auto, adapter not wanted: the merged checkpoint
-        (False, PublishOptions(include_merged="false"), False),  # an explicit false is kept
-        (True, PublishOptions(include_merged="true"), True),
+        (True, PublishOptions(publish_adapter=False), True),  # auto, adapter not wanted: the merged checkpoint
+        (False, PublishOptions(publish_merged="false"), False),  # an explicit false is kept
+        (True, PublishOptions(publish_merged="true"), True),
     ],
 )
 def test_publish_merged_auto_follows_what_training_made(tmp_path, adapter_trained, options, merged):
@@ -91,7 +91,7 @@ def test_model_card_metadata_and_sections(tmp_path):
         str(tmp_path),
         "run-1",
         "hf://datasets/me/practical-qa",
-        PublishOptions(repo_id="me/skills", include_merged="true"),
+        PublishOptions(repo_id="me/skills", publish_merged="true"),
         None,
     )
     text = card_of(run_dir)
@@ -202,7 +202,7 @@ def test_include_merged_without_a_checkpoint_is_a_clear_error(tmp_path):
     run_dir = make_run(tmp_path)
     (run_dir / "train" / "merged" / "config.json").unlink()
     with pytest.raises(UserError, match="publish_merged is true but .* holds no checkpoint"):
-        publish(str(tmp_path), "run-1", "", PublishOptions(include_merged="true"), token=None)
+        publish(str(tmp_path), "run-1", "", PublishOptions(publish_merged="true"), token=None)
 
 
 @pytest.mark.parametrize("repo_id", ["no-owner", "a/b/c", "bad owner/name"])
@@ -248,7 +248,7 @@ def test_upload_folder_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
     upload = run_dir / "publish" / "upload"
     publish(str(tmp_path), "run-1", "", PublishOptions(), token=None)
     assert (upload / "adapter").is_dir()
-    publish(str(tmp_path), "run-1", "", PublishOptions(include_adapter=False), token=None)
+    publish(str(tmp_path), "run-1", "", PublishOptions(publish_adapter=False), token=None)
     assert not (upload / "adapter").exists()
     before = sorted(p.relative_to(upload) for p in upload.rglob("*"))
 

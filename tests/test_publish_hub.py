@@ -61,7 +61,7 @@ def assert_no_canary(result, *roots: Path) -> None:
 def test_one_commit_holds_every_file_byte_for_byte(hub, tmp_path):
     """The repository is created private and receives the whole upload folder in a single commit."""
     run_dir = make_run(tmp_path / "ws")
-    result = publish_cli(tmp_path / "ws", hub.client_env(tmp_path / "home", CANARY), "--include-merged", "true")
+    result = publish_cli(tmp_path / "ws", hub.client_env(tmp_path / "home", CANARY), "--publish-merged", "true")
     assert result.returncode == 0, result.stderr
     repo = hub.repos[("model", REPO)]
     assert repo.private

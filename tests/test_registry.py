@@ -66,7 +66,7 @@ def stored_run(workspace, run_id="run-1", *, gate_passed=True):
     """A run that went through publish (a dry run) and store (S3 and OCI)."""
     make_run(workspace, run_id, gate_passed=gate_passed)
     if gate_passed:
-        publish(str(workspace), run_id, "", PublishOptions(include_merged="true"), token=None)
+        publish(str(workspace), run_id, "", PublishOptions(publish_merged="true"), token=None)
     copies = (
         StoredCopy(S3_URI, files=14, total_bytes=20000),
         StoredCopy(OCI_URI, files=14, total_bytes=20000, digest="sha256:" + "c" * 64),

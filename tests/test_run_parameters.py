@@ -61,6 +61,17 @@ def test_every_parameter_has_one_declaration_with_help():
         assert len(parameter.help.split()) >= 4, parameter.name
 
 
+def test_a_run_parameter_is_named_as_its_field_or_with_its_stages_prefix():
+    """One naming rule, so that a field, its stage's command-line flag, its step input and the run form agree: the
+    run form adds at most a prefix saying which stage a name sets (``training_cpu`` for LaunchOptions.cpu)."""
+    renamed = [
+        f"{parameter.options.__name__}.{parameter.field} -> {parameter.name}"
+        for parameter in RUN_PARAMETERS
+        if parameter.name != parameter.field and not parameter.name.endswith(f"_{parameter.field}")
+    ]
+    assert renamed == []
+
+
 def test_the_generated_signatures_are_fresh():
     """Adding a run parameter is one field and ``python -m pipelines.generate``; a stale module fails here."""
     assert stale() == [], "run python -m pipelines.generate"

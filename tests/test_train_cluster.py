@@ -75,7 +75,7 @@ def launch(
     *,
     timeout: float = 60,
     start_timeout: float = 60,
-    count_queue_time: bool = False,
+    start_timeout_includes_queue: bool = False,
     nodes: int = 2,
     labels: dict[str, str] | None = None,
 ) -> tuple[str, dict | BaseException]:
@@ -95,7 +95,7 @@ def launch(
             manifest,
             timeout=timeout,
             start_timeout=start_timeout,
-            count_queue_time=count_queue_time,
+            start_timeout_includes_queue=start_timeout_includes_queue,
             out=out,
         )
     except (TrainingFailed, UserError) as error:

@@ -52,9 +52,9 @@ def pod_specs_of_pytorchjob(manifest: dict) -> list[dict]:
 
 def check_trainer_command(command: list[str], job: JobSpec) -> None:
     """torchrun lets its workers save for all of the pod's grace period but its own exit time, then the trainer."""
-    shutdown = job.launch.termination_grace_seconds - TORCHRUN_EXIT_SECONDS
+    shutdown = job.launch.grace_period_seconds - TORCHRUN_EXIT_SECONDS
     assert command[:4] == ["torchrun", f"--shutdown-timeout={shutdown}", "-m", "trainer"]
-    assert 0 < shutdown < job.launch.termination_grace_seconds
+    assert 0 < shutdown < job.launch.grace_period_seconds
     assert not [arg for arg in command if arg.startswith(RANK_FLAGS)], (
         "rank and rendezvous come from the PET_* environment"
     )
@@ -105,7 +105,7 @@ def check_pod(pod: dict, mounts: list[dict], job: JobSpec) -> None:
     assert mounted["scratch"] == "/tmp"
     assert pod.get("tolerations", []) == list(job.tolerations)
     assert pod.get("nodeSelector", {}) == job.node_selector
-    grace = job.launch.termination_grace_seconds
+    grace = job.launch.grace_period_seconds
     assert pod["terminationGracePeriodSeconds"] == grace  # the kubelet's SIGTERM-to-SIGKILL
 
 

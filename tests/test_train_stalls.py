@@ -74,7 +74,7 @@ def test_queue_time_counted_fails_on_the_start_timeout_while_still_queued(fake, 
     def script(fake):
         fake.wait_for("pytorchjobs")  # and never admitted
 
-    log, result = launch(fake, PYTORCHJOB, script, start_timeout=2, count_queue_time=True, labels=QUEUED)
+    log, result = launch(fake, PYTORCHJOB, script, start_timeout=2, start_timeout_includes_queue=True, labels=QUEUED)
     assert isinstance(result, TrainingFailed), result
     report = str(result)
     assert "did not start within the start timeout of 2 s (time waiting for Kueue admission counted)" in report

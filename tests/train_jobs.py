@@ -48,7 +48,7 @@ def example_spec(
             shm_size="16Gi",
             backoff_limit=3,
             timeout_minutes=(86400 - DEADLINE_BACKSTOP_SECONDS) / 60,
-            termination_grace_seconds=180,
+            grace_period_seconds=180,
             hf_token_secret=secret,
             node_selector=json.dumps(node_selector or {}),
             tolerations=json.dumps(list(tolerations)),

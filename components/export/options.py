@@ -37,10 +37,9 @@ class ExportStageOptions:
         f"Modelfile uses. {', '.join(K_QUANT_TYPES)} are quantised by llama.cpp.",
         name="gguf_outtype",
     )
-    include_lora: bool = run_option(
+    gguf_lora_adapter: bool = run_option(
         False,
         "Also export the LoRA adapter as a GGUF adapter, to apply on top of the base model's GGUF in llama.cpp.",
-        name="gguf_lora_adapter",
     )
     thresholds: dict = run_option(
         {},

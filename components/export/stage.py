@@ -1,12 +1,12 @@
 """Export stage: the training stage's merged model as verified GGUF file(s) and an Ollama Modelfile.
 
-In a pipeline the stage reads ``merged/`` (and, with ``include_lora``,
+In a pipeline the stage reads ``merged/`` (and, with ``gguf_lora_adapter``,
 ``adapter/``) from the run's train directory on the workspace PVC and writes
 into its export directory:
 
 * ``<model-name>-<outtype>.gguf`` for each requested type (comma-separated,
   the first one is what the Modelfile uses);
-* ``<model-name>-lora-<type>.gguf`` with ``include_lora`` (the LoRA adapter for
+* ``<model-name>-lora-<type>.gguf`` with ``gguf_lora_adapter`` (the LoRA adapter for
   llama.cpp, to apply on top of the base model's GGUF);
 * ``Modelfile`` (``FROM ./<first gguf>``);
 * ``verification.json`` and ``verification.md``, written last.
@@ -58,7 +58,7 @@ def export_stage(
     export_dir: Path,
     outtypes: list[str],
     model_name: str,
-    include_lora: bool,
+    gguf_lora_adapter: bool,
     thresholds: Thresholds,
 ) -> tuple[dict[str, Any], str]:
     """Convert, verify, write the Modelfile and the reports; returns the report body and its Markdown.
@@ -74,10 +74,10 @@ def export_stage(
             "or pass the train directory it wrote."
         )
     adapter_dir = train_dir / ADAPTER
-    if include_lora and not (adapter_dir / "adapter_config.json").is_file():
+    if gguf_lora_adapter and not (adapter_dir / "adapter_config.json").is_file():
         raise UserError(
-            f"include_lora is set but {adapter_dir} holds no LoRA adapter (full fine-tuning writes none); "
-            "unset include_lora."
+            f"gguf_lora_adapter is set but {adapter_dir} holds no LoRA adapter (full fine-tuning writes none); "
+            "unset gguf_lora_adapter."
         )
     metadata = MetadataOptions(model_name=model_name, base_model=hub_id(base_model))
     export_dir.mkdir(parents=True, exist_ok=True)
@@ -90,7 +90,7 @@ def export_stage(
         result = export(merged, export_dir / f"{model_name}-{outtype}.gguf", outtype, metadata)
         results.append(result)
         reports.append(verify_conversion(result, reference, thresholds))
-    if include_lora:
+    if gguf_lora_adapter:
         adapter_type = adapter_outtype(outtypes[0])
         adapter = convert_adapter(
             adapter_dir, merged, export_dir / f"{model_name}-lora-{adapter_type}.gguf", adapter_type, metadata
@@ -137,7 +137,7 @@ def run_in_pipeline(
     name = model_name_of(options.model_name, base_model)
     limits = Thresholds.from_mapping(options.thresholds)
     body, markdown_text = export_stage(
-        Path(train_dir), base_model, Path(export_dir), outtypes, name, options.include_lora, limits
+        Path(train_dir), base_model, Path(export_dir), outtypes, name, options.gguf_lora_adapter, limits
     )
     Path(report_markdown.path).parent.mkdir(parents=True, exist_ok=True)
     Path(report_markdown.path).write_text(markdown_text, encoding="utf-8")

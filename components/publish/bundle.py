@@ -14,7 +14,7 @@ Repository layout::
     evaluation/                    evaluation.json, report.md, loss_curve.png, sample_responses.json
     verification/                  the GGUF verification report, when present
     config.json, *.safetensors...  merged checkpoint (PublishOptions.publishes_merged), for transformers
-    adapter/                       LoRA adapter (include_adapter)
+    adapter/                       LoRA adapter (publish_adapter)
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def upload_plan(dirs: RunDirs, outputs: RunOutputs, options: PublishOptions) -> 
         merged = dirs.train / MERGED
         if not (merged / MERGED_CONFIG).is_file():
             raise UserError(
-                f"publish_merged is {options.include_merged} but {merged} holds no checkpoint (no config.json); "
+                f"publish_merged is {options.publish_merged} but {merged} holds no checkpoint (no config.json); "
                 "the training stage writes it. Set publish_merged to false or rerun training."
             )
         plan.update(_tree(merged, "", skip={CARD_NAME}))
@@ -145,7 +145,7 @@ def upload_plan(dirs: RunDirs, outputs: RunOutputs, options: PublishOptions) -> 
     for name in (VERIFICATION_JSON, VERIFICATION_MARKDOWN):
         if (dirs.export / name).is_file():
             plan[f"verification/{name}"] = dirs.export / name
-    if options.include_adapter and adapter_trained:
+    if options.publish_adapter and adapter_trained:
         plan.update(_tree(adapter, "adapter/"))
     return plan
 

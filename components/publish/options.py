@@ -32,16 +32,15 @@ class PublishOptions:
         "Create the repository private when it does not exist yet (an existing one keeps its visibility).",
         name="hub_private",
     )
-    include_merged: str = run_option(
+    publish_merged: str = run_option(
         "auto",
         "Upload the merged safetensors checkpoint, so transformers can load the repository: true, false, or auto "
         "(when the repository would otherwise hold no weights the next run's evaluation can load: training made "
         "no LoRA adapter, as with method full, or publish_adapter is false).",
-        name="publish_merged",
         choices=MERGED_CHOICES,
     )
-    include_adapter: bool = run_option(
-        True, "Also upload the LoRA adapter (PEFT) under adapter/, when training produced one.", name="publish_adapter"
+    publish_adapter: bool = run_option(
+        True, "Also upload the LoRA adapter (PEFT) under adapter/, when training produced one."
     )
     license: str = run_option(
         "apache-2.0", "License identifier for the model card metadata; keep the base model's.", name="model_license"
@@ -64,9 +63,9 @@ class PublishOptions:
 
     def publishes_merged(self, adapter_trained: bool) -> bool:
         """Whether the merged checkpoint goes up, ``adapter_trained`` saying whether training made an adapter."""
-        if self.include_merged == "auto":
-            return not (self.include_adapter and adapter_trained)
-        return self.include_merged == "true"
+        if self.publish_merged == "auto":
+            return not (self.publish_adapter and adapter_trained)
+        return self.publish_merged == "true"
 
     def __post_init__(self) -> None:
         found = option_problems(self)
@@ -79,8 +78,8 @@ class PublishOptions:
 def option_problems(options: PublishOptions) -> dict[str, str]:
     """Field name -> what is wrong with its value; callers name the field their way (CLI flag, run parameter)."""
     problems = {}
-    if options.include_merged not in MERGED_CHOICES:
-        problems["include_merged"] = f"is {options.include_merged!r}: use one of {', '.join(MERGED_CHOICES)}"
+    if options.publish_merged not in MERGED_CHOICES:
+        problems["publish_merged"] = f"is {options.publish_merged!r}: use one of {', '.join(MERGED_CHOICES)}"
     if options.attempts < 1:
         problems["attempts"] = f"must be at least 1 (got {options.attempts})"
     if options.first_retry_wait_s < 0:

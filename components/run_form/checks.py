@@ -128,7 +128,7 @@ def _target_rules(values: dict[str, Any]) -> dict[str, str]:
         )
     # publish's own rule for what auto means (only lora and qlora train an adapter); an invalid value is named
     # by publish's option_problems.
-    publish = SimpleNamespace(include_merged=values["publish_merged"], include_adapter=values["publish_adapter"])
+    publish = SimpleNamespace(publish_merged=values["publish_merged"], publish_adapter=values["publish_adapter"])
     merged = PublishOptions.publishes_merged(publish, adapter_trained=values["method"] != "full")
     if values["deploy"] and stored and not merged:
         found["deploy"] = (

@@ -46,7 +46,7 @@ def run_job(
     manifest: dict[str, Any],
     timeout: float,
     start_timeout: float,
-    count_queue_time: bool = False,
+    start_timeout_includes_queue: bool = False,
     out: TextIO | None = None,
 ) -> dict[str, Any]:
     """Create the job and stream its replicas' logs until it succeeds (returns the job) or fails
@@ -56,7 +56,7 @@ def run_job(
     ``start_timeout`` seconds after its creation, and when it outlives ``timeout``
     seconds. Neither clock counts the time Kueue holds the job suspended before
     admitting it (or after preempting it): a job waiting hours in its queue is
-    neither stuck nor training too long. ``count_queue_time`` makes the start
+    neither stuck nor training too long. ``start_timeout_includes_queue`` makes the start
     timeout count it, for users who would rather fail than wait in a queue; the
     overall timeout never does. Also deletes the job when this process is
     interrupted (``Terminated`` on SIGTERM, KeyboardInterrupt) or loses the job
@@ -74,7 +74,7 @@ def run_job(
             adopted = create_job(cluster, kind, manifest, out)
             created = True
             # The clocks start once the job exists: waiting for an earlier attempt's job to go does not count.
-            startup = Startup(cluster, kind, manifest, logs, out, start_timeout, count_queue_time)
+            startup = Startup(cluster, kind, manifest, logs, out, start_timeout, start_timeout_includes_queue)
             if adopted:
                 startup.adopt(adopted)
             logs.start()

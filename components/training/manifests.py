@@ -96,7 +96,7 @@ class JobSpec:
     def torchrun_shutdown_seconds(self) -> int:
         """How long torchrun lets its workers save after SIGTERM before it kills them: the pod's grace period
         less the time torchrun needs to tear down and exit before the kubelet's SIGKILL."""
-        return self.launch.termination_grace_seconds - TORCHRUN_EXIT_SECONDS
+        return self.launch.grace_period_seconds - TORCHRUN_EXIT_SECONDS
 
     def trainer_command(self) -> list[str]:
         config = dataclasses.replace(
@@ -183,7 +183,7 @@ CONTAINER_SECURITY = {
 
 def _placement(spec: JobSpec) -> dict[str, Any]:
     """Where the pods run, and how long a stopped pod has to save its checkpoint."""
-    placement: dict[str, Any] = {"terminationGracePeriodSeconds": spec.launch.termination_grace_seconds}
+    placement: dict[str, Any] = {"terminationGracePeriodSeconds": spec.launch.grace_period_seconds}
     node_selector, tolerations = spec.node_selector, spec.tolerations  # each parsed afresh from the run's text
     if node_selector:
         placement["nodeSelector"] = node_selector

@@ -86,10 +86,9 @@ class LaunchOptions:
         "Time waiting in a Kueue queue does not count unless start_timeout_includes_queue is on.",
         name="training_start_timeout_minutes",
     )
-    count_queue_time: bool = run_option(
+    start_timeout_includes_queue: bool = run_option(
         False,
         "Count the time the training job waits for Kueue admission toward the start timeout.",
-        name="start_timeout_includes_queue",
     )
     backoff_limit: int = run_option(
         3,
@@ -109,7 +108,7 @@ class LaunchOptions:
         "queue_name. Empty: the queue's default priority.",
     )
     trainjob_runtime: str = run_option("torch-distributed", "The ClusterTrainingRuntime a trainjob uses.")
-    termination_grace_seconds: int = run_option(
+    grace_period_seconds: int = run_option(
         180,
         "Seconds a training pod has, once stopped (eviction, node drain, deletion), to save a checkpoint before "
         "Kubernetes kills it: the pods' terminationGracePeriodSeconds. torchrun gives its workers all but the last "
@@ -226,9 +225,9 @@ def launch_problems(launch: LaunchOptions) -> dict[str, str]:
         problems["timeout_minutes"] = f"must be positive (got {launch.timeout_minutes})"
     if launch.start_timeout_minutes <= 0:
         problems["start_timeout_minutes"] = f"must be positive (got {launch.start_timeout_minutes})"
-    if launch.termination_grace_seconds < MIN_GRACE_SECONDS:
-        problems["termination_grace_seconds"] = (
-            f"must be at least {MIN_GRACE_SECONDS} (got {launch.termination_grace_seconds}): torchrun needs "
+    if launch.grace_period_seconds < MIN_GRACE_SECONDS:
+        problems["grace_period_seconds"] = (
+            f"must be at least {MIN_GRACE_SECONDS} (got {launch.grace_period_seconds}): torchrun needs "
             "time to stop its workers after they saved"
         )
     if launch.backoff_limit < 0:

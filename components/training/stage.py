@@ -165,7 +165,7 @@ def train_on_cluster(
         manifest,
         timeout=launch.timeout_minutes * 60,
         start_timeout=launch.start_timeout_minutes * 60,
-        count_queue_time=launch.count_queue_time,
+        start_timeout_includes_queue=launch.start_timeout_includes_queue,
     )
 
 

@@ -38,7 +38,7 @@ from components.training.reports import duration_text
 
 EVENT_POLL_SECONDS = 15  # how often the Events of a job that has not started are read
 START_TIMEOUT_PARAMETER = PARAMETER["start_timeout_minutes"]
-QUEUE_TIME_PARAMETER = PARAMETER["count_queue_time"]
+QUEUE_TIME_PARAMETER = PARAMETER["start_timeout_includes_queue"]
 
 
 class NotStarted(Exception):
@@ -136,12 +136,12 @@ class Startup:
         logs: ReplicaLogs,
         out: TextIO,
         start_timeout: float,
-        count_queue_time: bool,
+        start_timeout_includes_queue: bool,
     ) -> None:
         self.kind, self.logs = kind, logs
         self.name = manifest["metadata"]["name"]
         self.expected = kind.replicas(manifest)
-        self.start_timeout, self.count_queue_time = start_timeout, count_queue_time
+        self.start_timeout, self.start_timeout_includes_queue = start_timeout, start_timeout_includes_queue
         self.clock = Stopwatch()
         self.admission = Admission(cluster, kind, self.name, out)
         self.events = EventLog(cluster, out)
@@ -170,7 +170,7 @@ class Startup:
 
     def elapsed(self) -> float:
         """What the start timeout counts."""
-        return self.clock.total() if self.count_queue_time else self.clock.active()
+        return self.clock.total() if self.start_timeout_includes_queue else self.clock.active()
 
     def check(self) -> None:
         """Say what the job waits for, when due; raise NotStarted once it has waited past the start timeout."""
@@ -195,7 +195,7 @@ class Startup:
         due = [self.admission.next_notice] if self.clock.suspended else []
         if not self.started and not self.clock.suspended:
             due.append(self.next_poll)
-        if not self.started and (not self.clock.suspended or self.count_queue_time):
+        if not self.started and (not self.clock.suspended or self.start_timeout_includes_queue):
             due.append(now + self.start_timeout - self.elapsed())
         return max(0.0, min(due, default=float("inf")) - now)
 
@@ -212,7 +212,7 @@ class Startup:
             )
 
     def report(self) -> str:
-        counted = "counted" if self.count_queue_time else "not counted"
+        counted = "counted" if self.start_timeout_includes_queue else "not counted"
         lines = [
             f"{self.kind.kind} {self.name} did not start within the start timeout of "
             f"{duration_text(self.start_timeout)} (time waiting for Kueue admission {counted}) and was deleted."
