@@ -37,7 +37,7 @@ those steps on that version, so they write in that version's run directory.
           delivery.json                 which of store, register and serve completed for this version: written
                                         by publish before its Hub commit (none yet, and the repository), then
                                         by each of them as it completes, also when a later run on the same
-                                        data finishes them (components.publish.record)
+                                        data finishes them (components.champion.record)
         store/         written by store; read by register, serve and the run summary
           stored.json                   where the version was copied: its s3:// URI (model_s3_uri) and oci://
                                         image and digest (model_oci_uri), files, bytes

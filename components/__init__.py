@@ -10,6 +10,7 @@ PyTorchJob, a TrainJob or local torchrun), ``evaluation`` compares and gates,
 ``export`` writes and verifies GGUF files, ``publish`` uploads to the Hub and
 decides whether the data changed, ``storage`` copies the model to S3 and an OCI
 registry, ``registry`` records the version in the Model Registry and
-``serving`` deploys it with KServe. ``run_form`` derives the pipeline's
+``serving`` deploys it with KServe. ``champion`` is the model users have now,
+which several of them read. ``run_form`` derives the pipeline's
 parameters and first-step checks from the stages' options.
 """

@@ -30,9 +30,9 @@ from common.run_layout import (
     UPLOAD,
     VERIFICATION_JSON,
 )
+from components.champion.card import CARD_NAME
+from components.champion.version import stored_copies
 from components.evaluation.report import benchmark_verdicts
-from components.publish.bundle import CARD_NAME
-from components.storage.stage import stored_copies
 
 
 def _read(path: Path) -> dict[str, Any] | None:

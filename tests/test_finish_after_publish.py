@@ -35,9 +35,9 @@ from test_local_run import executed, run_pipeline
 
 from common.records import StoredCopies
 from common.s3 import keys_under
+from components.champion.record import DELIVERY_STEPS, DeliveryRecord
 from components.publish.options import PublishOptions
 from components.publish.publish import publish
-from components.publish.record import DELIVERY_STEPS, DeliveryRecord
 
 pytestmark = pytest.mark.slow
 

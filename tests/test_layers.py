@@ -120,6 +120,29 @@ ABOVE_THE_STAGES = ("components.run_form", "components.pipeline_steps")
 STAGES = ("dataprep", "tokenise", "training", "evaluation", "export", "publish", "storage", "registry", "serving")
 
 
+def test_the_published_model_is_read_through_the_champion_package():
+    """Evaluation and publish used to import each other for the published model, and store, register and serve
+    reached into publish's and storage's modules for the version's records. Now the model users have now is
+    ``components.champion``'s: it imports no stage, and no other stage imports publish or evaluation."""
+    stage_packages = tuple(f"components.{stage}." for stage in STAGES)
+    champion = [
+        f"{name} imports {imported}"
+        for name, path in modules().items()
+        if name.startswith("components.champion.")
+        for imported in project_imports(path)
+        if imported.startswith(stage_packages)
+    ]
+    read_elsewhere = [
+        f"{name} imports {imported}"
+        for name, path in modules().items()
+        if name.split(".")[:2] in [["components", stage] for stage in STAGES]
+        for imported in project_imports(path)
+        if imported.startswith(("components.publish.", "components.evaluation."))
+        and imported.split(".")[1] != name.split(".")[1]
+    ]
+    assert champion == [] and read_elsewhere == []
+
+
 def test_no_stage_imports_the_run_form_or_the_kfp_adapters():
     """The training launcher pod, for one, loads its own stage's modules and no other stage's options."""
     found = [

@@ -35,7 +35,7 @@ from shared_builds import build_once
 
 from common.records import StoredCopies
 from common.run_layout import PUBLISHED
-from components.publish.record import DRY_RUN_NAME
+from components.champion.record import DRY_RUN_NAME
 from pipelines.run import LOCAL_DEFAULTS
 
 pytestmark = pytest.mark.slow

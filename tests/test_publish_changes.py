@@ -13,11 +13,11 @@ from fake_run import FINGERPRINT, make_run
 from huggingface_hub import ModelCard, ModelCardData, constants
 
 from common.errors import UserError
+from components.champion.record import DELIVERY_STEPS, DeliveryRecord, record_completed
 from components.publish.change_check import run_step
 from components.publish.changes import compare_with_published
 from components.publish.options import PublishOptions
 from components.publish.publish import publish
-from components.publish.record import DELIVERY_STEPS, DeliveryRecord, record_completed
 
 TOKEN = "hf_valid_test_token"
 OTHER = "sha256:" + "cd" * 32
@@ -217,8 +217,8 @@ def test_a_hub_publish_left_unfinished_on_this_workspace_is_finished(hub, tmp_pa
 def test_a_run_id_that_would_lead_out_of_runs_is_never_finished(tmp_path):
     """A Hub card names the run that published, and anyone who can push to the repository can edit it: a run id that
     is not one plain path component is never used to find, or write, a version's files."""
+    from components.champion.published import PublishedModel
     from components.publish.changes import is_run_id, unfinished
-    from components.publish.published import PublishedModel
 
     kfp_ids = ("run-1", "3f9c2a7e-1b2c-4d5e-8f90-123456789abc", "llm-finetune-2026-11-27-16-03-40-123456")
     assert all(is_run_id(run_id) for run_id in kfp_ids)
@@ -236,7 +236,7 @@ def publish_to_hub(workspace, run_id: str, repo_id: str = "me/skills") -> None:
 
 def compared_with(workspace, repo_id: str = "me/skills") -> dict:
     """What a run's evaluation records as the model it compared with: the one published at ``repo_id`` now."""
-    from components.publish.published import find_published
+    from components.champion.published import find_published
 
     return find_published(repo_id, str(workspace), TOKEN, FAST).entry()
 
@@ -254,7 +254,7 @@ def test_a_publish_that_dies_right_after_its_commit_is_finished_by_the_next_run(
     delivery record): the delivery record, written before the commit, still lets the next run on the same data
     deliver the version. A publish that completes records its commit too."""
     import components.publish.publish as publishing
-    from components.publish.record import read_record
+    from components.champion.record import read_record
 
     workspace = tmp_path / "ws"
     make_run(workspace, "run-0", fingerprint=OTHER)

@@ -159,7 +159,7 @@ def test_a_repository_without_a_token_is_refused_and_nothing_is_sent(hub, tmp_pa
 def test_no_step_looks_for_the_published_model_elsewhere_without_a_token(hub, tmp_path):
     """The data-change check (force or not) and the evaluation's search for the champion refuse too, instead of
     reading the workspace's record and comparing with the base alone."""
-    from components.publish.published import find_published
+    from components.champion.published import find_published
 
     make_run(tmp_path / "ws")
     stats = tmp_path / "stats.json"

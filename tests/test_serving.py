@@ -40,8 +40,8 @@ from common import kube
 from common.errors import UserError
 from common.kube import API_RETRIES
 from common.records import Served, StoredCopies, StoredCopy
+from components.champion.record import completed_at
 from components.local_model import bundled_gguf
-from components.publish.record import completed_at
 from components.registry.options import RegistryOptions
 from components.registry.stage import TOKEN_ENV, register
 from components.serving import deploy

@@ -251,7 +251,7 @@ def test_the_store_step_copies_the_published_folder_under_the_models_name(bucket
     """The step reads the publish step's upload folder (a dry run writes it too) and names the version after the
     export's model name, or the base model's name followed by -ft."""
     from common.run_layout import UPLOAD, stage_dir
-    from components.publish.record import DeliveryRecord
+    from components.champion.record import DeliveryRecord
     from components.storage.stage import run_step
 
     folder, files = model
@@ -290,7 +290,7 @@ def test_a_store_that_fails_is_left_to_finish_and_one_that_completed_is_not_repe
     finish the version) does not copy it again."""
     import common.s3
     from common.run_layout import UPLOAD, stage_dir
-    from components.publish.record import DELIVERY_STEPS, DeliveryRecord
+    from components.champion.record import DELIVERY_STEPS, DeliveryRecord
     from components.storage.stage import run_step
 
     folder, files = model

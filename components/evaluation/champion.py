@@ -1,7 +1,7 @@
 """The champion: the model published before this run, loaded to be scored exactly as the new one.
 
 A scheduled retrain must beat the model users already have, not only its base.
-That model is found where the publish step put it (``components.publish.published``):
+That model is found where the publish step put it (``components.champion.published``):
 the Hub repository at its current commit, or the upload folder of the run the
 workspace's publish record names. It is loaded the way it was published: the
 merged checkpoint when the repository holds one, which is exactly what the new
@@ -26,9 +26,9 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from common.errors import UserError, one_line
 from common.run_layout import ADAPTER, TRAINING_SUMMARY
+from components.champion.hub import hub_errors
+from components.champion.published import PublishedModel
 from components.evaluation.models import load_model, load_tokenizer
-from components.publish.hub import hub_errors
-from components.publish.published import PublishedModel
 
 # What loading needs from a published repository: the merged checkpoint, the adapter and the training record.
 # The GGUFs, reports and Modelfile are left on the Hub.

@@ -39,6 +39,7 @@ from common.run_layout import (
     TRAINING_SUMMARY,
     stage_dir,
 )
+from components.champion.published import PublishedModel, find_published
 from components.evaluation.benchmarks import (
     BenchmarkSettings,
     BenchmarkTasks,
@@ -86,7 +87,6 @@ from components.evaluation.report import (
 )
 from components.evaluation_tables import score_text
 from components.hub_auth import hub_token
-from components.publish.published import PublishedModel, find_published
 from trainer.config import TrainConfig
 from trainer.cuda import check_cuda_usable
 from trainer.data import load_split

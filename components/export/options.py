@@ -9,7 +9,6 @@ so its options are these; the verification thresholds are
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -17,7 +16,6 @@ from typing import Any
 
 from common.cli_options import run_option
 from common.errors import UserError
-from common.run_layout import TRAINING_SUMMARY
 from gguf_export.options import DEFAULT_OUTTYPE, K_QUANT_TYPES, OUTTYPES, Thresholds, normalise_outtype
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -95,14 +93,6 @@ def default_model_name(base_model: str) -> str:
     """``<base model name>-ft``: what the files are called when the run form leaves model_name empty."""
     base = Path(base_model or "model").name
     return re.sub(r"[^A-Za-z0-9._-]+", "-", base).strip("-._") + "-ft"
-
-
-def trained_from(train_dir: Path) -> str:
-    """The base model in the training summary's config, when the trainer wrote one."""
-    path = train_dir / TRAINING_SUMMARY
-    if not path.is_file():
-        return ""
-    return json.loads(path.read_text(encoding="utf-8")).get("config", {}).get("model", "")
 
 
 def model_name_of(model_name: str, base_model: str) -> str:

@@ -26,7 +26,8 @@ from common.atomic import link_or_copy, write_text_atomic
 from common.cli_options import options_from_inputs
 from common.errors import UserError, exit_on_user_error
 from common.run_layout import ADAPTER, MERGED, MODELFILE, VERIFICATION_JSON, VERIFICATION_MARKDOWN, stage_dir
-from components.export.options import ExportStageOptions, model_name_of, parse_outtypes, trained_from
+from components.champion.version import trained_from
+from components.export.options import ExportStageOptions, model_name_of, parse_outtypes
 from gguf_export.convert import ConversionResult, read_config
 from gguf_export.export import export
 from gguf_export.lora import adapter_outtype, convert_adapter

@@ -2,8 +2,8 @@
 
 Modules, in the order a run uses them: ``options`` (knobs and defaults),
 ``bundle`` (the upload folder, built from the train/evaluate/export files),
-``model_card`` (README.md), ``hub`` (the Hub calls, retries and errors),
-``record`` (the fingerprint record on the workspace), ``published`` (where the
-last published model is: the Hub or the record), ``publish`` (the stage),
-``changes`` (whether the data changed since the last published model).
+``model_card`` (README.md), ``hub`` (the commit, its retries and errors),
+``publish`` (the stage), ``changes`` and ``change_check`` (whether the data
+changed since the last published model). What was published before, and its
+records, are ``components.champion``'s.
 """

@@ -10,7 +10,7 @@ Training options are not part of the fingerprint: after changing them, set
 
 Unchanged data does not always mean nothing to do: when the run that published
 the model failed after publishing (its S3 endpoint, registry or cluster was down),
-the version's delivery record (``components.publish.record.DeliveryRecord``) says
+the version's delivery record (``components.champion.record.DeliveryRecord``) says
 which of store, register and serve it lacks, and the pipeline runs exactly those
 on it, without training again. The run id comes from the Hub model card, which
 anyone who can push to the repository can edit, so the version is finished only
@@ -24,11 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.run_layout import PUBLISH, UPLOAD, stage_dir
-from components.publish.bundle import CARD_NAME
-from components.publish.model_card import FINGERPRINT_KEY
+from components.champion.card import CARD_NAME, FINGERPRINT_KEY
+from components.champion.published import PublishedModel, find_published
+from components.champion.record import DeliveryRecord, read_record, record_path
 from components.publish.options import PublishOptions
-from components.publish.published import PublishedModel, find_published
-from components.publish.record import DeliveryRecord, read_record, record_path
 
 # What a run id may look like to name a run's directory (KFP's are UUIDs; kfp.local's are names with a timestamp).
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")

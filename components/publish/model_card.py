@@ -23,15 +23,14 @@ from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
 from common.run_layout import LORA_MARKER, MODELFILE
+from components.champion.card import FINGERPRINT_KEY, HISTORY_KEY
+from components.champion.version import MERGED_CONFIG, RunOutputs
 from components.dataprep.sources import describe_uri, hub_dataset_id
 from components.evaluation_tables import benchmark_note, benchmark_rows, change_headers, columns
 from components.local_model import LOCAL_MODEL_NAME
-from components.publish.bundle import MERGED_CONFIG, RunOutputs
 from components.publish.options import PublishOptions
 
 TEMPLATE = Path(__file__).with_name("model_card.md.j2")
-FINGERPRINT_KEY = "data_fingerprint"
-HISTORY_KEY = "published_history"
 PLACEHOLDER_REPO = "YOUR-NAMESPACE/{name}"
 # Local runs fine-tune a copy of a Hub model materialised on disk; the card names the original.
 LOCAL_MODEL_HUB_IDS = {LOCAL_MODEL_NAME: "HuggingFaceTB/SmolLM2-135M-Instruct"}
@@ -123,17 +122,6 @@ def card_data(outputs: RunOutputs, options: PublishOptions, context: CardContext
         tags=tags,
         **extra,
     )
-
-
-def read_fingerprint(card_text: str) -> str | None:
-    """The data fingerprint recorded in a model card's metadata, if any."""
-    return ModelCard(card_text, ignore_metadata_errors=True).data.to_dict().get(FINGERPRINT_KEY)
-
-
-def read_history(card_text: str) -> list[dict[str, Any]]:
-    """The publishes a model card lists in its metadata, oldest first; empty for a card without them."""
-    value = ModelCard(card_text, ignore_metadata_errors=True).data.to_dict().get(HISTORY_KEY)
-    return [dict(entry) for entry in value if isinstance(entry, dict)] if isinstance(value, list) else []
 
 
 def base_model_hub_id(options: PublishOptions, summary: dict[str, Any]) -> str:

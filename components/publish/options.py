@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from common.cli_options import option, run_option
 from common.errors import UserError
+from components.champion.hub import DEFAULT_ATTEMPTS, DEFAULT_FIRST_RETRY_WAIT_S
 
 MERGED_CHOICES = ("auto", "true", "false")
 
@@ -56,9 +57,12 @@ class PublishOptions:
     publish_if_gate_failed: bool = option(
         False, "Publish even when the evaluation gate failed (the pipeline skips this stage then anyway)."
     )
-    attempts: int = option(5, "Tries of each Hub call before giving up on 5xx answers and connection errors.")
+    attempts: int = option(
+        DEFAULT_ATTEMPTS, "Tries of each Hub call before giving up on 5xx answers and connection errors."
+    )
     first_retry_wait_s: float = option(
-        2.0, "Seconds before the first retry; the wait doubles after each failure, up to a minute."
+        DEFAULT_FIRST_RETRY_WAIT_S,
+        "Seconds before the first retry; the wait doubles after each failure, up to a minute.",
     )
 
     def publishes_merged(self, adapter_trained: bool) -> bool:

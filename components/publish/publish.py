@@ -12,7 +12,7 @@ with (``published_model`` in evaluation.json): a run that was overtaken by
 another publish stops here instead of replacing a model it never beat. The
 model card carries the history of the card it replaces, extended by this run.
 
-The version's delivery record (``components.publish.record.DeliveryRecord``) is
+The version's delivery record (``components.champion.record.DeliveryRecord``) is
 written before the commit and the workspace's publish record after it, so a step
 that dies once the commit landed leaves a version the next run can deliver.
 """
@@ -26,13 +26,16 @@ from pathlib import Path
 from huggingface_hub import HfApi
 
 from common.errors import UserError
+from components.champion.card import read_history
+from components.champion.hub import head_revision
+from components.champion.published import PublishedModel, find_published, publish_identity
+from components.champion.record import PublishedRecord, start_delivery, write_record
+from components.champion.version import RunDirs, read_run_outputs
 from components.hub_auth import missing_token
-from components.publish.bundle import RunDirs, read_run_outputs, upload_plan, write_upload_folder
-from components.publish.hub import head_revision, publish_folder
-from components.publish.model_card import CardContext, read_history, render_model_card
+from components.publish.bundle import upload_plan, write_upload_folder
+from components.publish.hub import publish_folder
+from components.publish.model_card import CardContext, render_model_card
 from components.publish.options import PublishOptions
-from components.publish.published import PublishedModel, find_published, publish_identity
-from components.publish.record import PublishedRecord, start_delivery, write_record
 
 
 @dataclass(frozen=True)

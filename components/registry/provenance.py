@@ -13,7 +13,7 @@ from typing import Any
 
 from common.errors import UserError
 from common.run_layout import DATA_STATS, VERIFICATION_JSON
-from components.publish.bundle import RunDirs, read_run_outputs, read_stage_json
+from components.champion.version import RunDirs, read_run_outputs, read_stage_json
 
 Property = str | int | float | bool
 

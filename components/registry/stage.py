@@ -26,14 +26,13 @@ from common.http_trust import token_may_go_to
 from common.kube import SERVICE_ACCOUNT
 from common.records import Registration
 from common.run_layout import REGISTER, REGISTERED, stage_dir
-from components.export.options import model_name_of, trained_from
-from components.publish.bundle import MERGED_CONFIG, RunDirs
-from components.publish.record import PublishedRecord, completed_at, completes, record_path
+from components.champion.record import PublishedRecord, completed_at, completes, record_path
+from components.champion.version import MERGED_CONFIG, RunDirs, stored_copies, trained_from
+from components.export.options import model_name_of
 from components.registry.catalogue import ArtifactSpec, Connection, register_version
 from components.registry.options import RegistryOptions
 from components.registry.provenance import version_properties
 from components.storage.s3_target import bucket_and_key
-from components.storage.stage import stored_copies
 
 TOKEN_ENV = "MODEL_REGISTRY_TOKEN"
 TOKEN_KEY = "token"  # the key of model_registry_secret the pipeline maps to TOKEN_ENV

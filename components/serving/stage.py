@@ -37,9 +37,9 @@ from common.run_layout import (
     UPLOAD,
     stage_dir,
 )
-from components.export.options import model_name_of, trained_from
-from components.publish.bundle import MERGED_CONFIG
-from components.publish.record import completed_at, completes
+from components.champion.record import completed_at, completes
+from components.champion.version import MERGED_CONFIG, stored_copies, trained_from
+from components.export.options import model_name_of
 from components.registry.catalogue import add_version_properties
 from components.registry.options import RegistryOptions
 from components.registry.stage import connection
@@ -47,7 +47,6 @@ from components.serving.deploy import roll_out, smoke_test
 from components.serving.manifest import render_inference_service
 from components.serving.options import ServingOptions
 from components.serving.pull_check import check_pull
-from components.storage.stage import stored_copies
 
 DEFAULT_QUESTION = "In one sentence, what can you help me with?"
 

@@ -19,8 +19,9 @@ from common.cli_options import add_options, options_from, options_from_inputs
 from common.errors import UserError, exit_on_user_error
 from common.records import StoredCopies, StoredCopy
 from common.run_layout import PUBLISH, STORE, STORED, UPLOAD, stage_dir
-from components.export.options import model_name_of, trained_from
-from components.publish.record import completed_at, completes
+from components.champion.record import completed_at, completes
+from components.champion.version import stored_copies, trained_from
+from components.export.options import model_name_of
 from components.storage.oci_target import image_uri, push_version
 from components.storage.options import StorageOptions
 from components.storage.s3_target import upload_version, version_uri
@@ -46,11 +47,6 @@ def store(workspace_root: str, run_id: str, model_name: str, options: StorageOpt
         copies.append(push_version(folder, image_uri(options.oci_uri, run_id), store_dir, hint))
     StoredCopies(tuple(copies)).write(store_dir / STORED)
     return copies
-
-
-def stored_copies(workspace_root: str | Path, run_id: str) -> tuple[StoredCopy, ...]:
-    """The copies ``store`` recorded for run ``run_id``; none when the store step has not run."""
-    return StoredCopies.read(stage_dir(workspace_root, run_id, STORE) / STORED).copies
 
 
 def summary(copies: list[StoredCopy]) -> str:

@@ -4,7 +4,7 @@
 ``published/dry-run.json`` when no repository is configured. Publishing (a dry
 run too) writes it after the upload folder or commit is complete; the fingerprint
 check of the next run reads it, and its evaluation loads the named run's upload
-folder as the model to beat (``components.publish.published``). It only outlives a run on a persistent workspace
+folder as the model to beat (``components.champion.published``). It only outlives a run on a persistent workspace
 (an existing PVC passed as ``pvc_name``, or the local directory of ``make run``);
 with a Hub repository and a token the model card on the Hub is the record.
 

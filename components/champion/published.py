@@ -26,12 +26,10 @@ from huggingface_hub import HfApi
 
 from common.errors import UserError
 from common.run_layout import PUBLISH, UPLOAD, stage_dir
+from components.champion.card import CARD_NAME, read_fingerprint, read_history
+from components.champion.hub import DefaultRetries, Retries, head_revision, published_card, repository_files
+from components.champion.record import read_record, record_path
 from components.hub_auth import missing_token
-from components.publish.bundle import CARD_NAME
-from components.publish.hub import head_revision, published_card, repository_files
-from components.publish.model_card import read_fingerprint, read_history
-from components.publish.options import PublishOptions
-from components.publish.record import read_record, record_path
 
 
 @dataclass(frozen=True)
@@ -66,7 +64,7 @@ def publish_identity(entry: dict[str, Any]) -> str:
 
 
 def find_published(
-    repo_id: str, workspace_root: str, token: str | None, options: PublishOptions = PublishOptions()
+    repo_id: str, workspace_root: str, token: str | None, retries: Retries = DefaultRetries()
 ) -> PublishedModel | None:
     """The last published model, or None when nothing was published yet (no model card, no record).
 
@@ -76,12 +74,12 @@ def find_published(
         raise UserError(missing_token(repo_id))
     if repo_id:
         api = HfApi(token=token)
-        revision = head_revision(api, repo_id, options)
+        revision = head_revision(api, repo_id, retries)
         if revision is None or not any(
-            is_model_file(name) for name in repository_files(api, repo_id, revision, options)
+            is_model_file(name) for name in repository_files(api, repo_id, revision, retries)
         ):
             return None
-        card = published_card(api, repo_id, options, revision)
+        card = published_card(api, repo_id, retries, revision)
         history = read_history(card) if card else []
         return PublishedModel(
             description=f"the model card of {repo_id} at commit {revision[:12]}",

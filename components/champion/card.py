@@ -1,0 +1,28 @@
+"""The model card as the next run reads it: where a publish records its data and the publishes before it.
+
+A publish writes the card (``components.publish.model_card``) with two entries of its own in the metadata:
+``data_fingerprint``, which the next scheduled run compares with its prepared data, and
+``published_history``, one entry per publish, which each publish extends. They are read back from the
+card on the Hub or in a dry run's upload folder, by whoever asks what users have now.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from huggingface_hub import ModelCard
+
+CARD_NAME = "README.md"
+FINGERPRINT_KEY = "data_fingerprint"
+HISTORY_KEY = "published_history"
+
+
+def read_fingerprint(card_text: str) -> str | None:
+    """The data fingerprint recorded in a model card's metadata, if any."""
+    return ModelCard(card_text, ignore_metadata_errors=True).data.to_dict().get(FINGERPRINT_KEY)
+
+
+def read_history(card_text: str) -> list[dict[str, Any]]:
+    """The publishes a model card lists in its metadata, oldest first; empty for a card without them."""
+    value = ModelCard(card_text, ignore_metadata_errors=True).data.to_dict().get(HISTORY_KEY)
+    return [dict(entry) for entry in value if isinstance(entry, dict)] if isinstance(value, list) else []

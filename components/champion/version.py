@@ -1,0 +1,113 @@
+"""The version a run publishes, as the publish step and the steps after it read it: the run's stage folders and
+what data, train, evaluate and export left in them, read once, a missing piece named with the stage to run.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from common.errors import UserError
+from common.records import StoredCopies, StoredCopy
+from common.run_layout import (
+    DATA_STATS,
+    EVALUATION,
+    LORA_MARKER,
+    MODELFILE,
+    SAMPLE_RESPONSES,
+    STORE,
+    STORED,
+    TRAINING_SUMMARY,
+    UPLOAD,
+    stage_dir,
+)
+
+# The merged checkpoint's config at the repository root: transformers loads the repository by it.
+MERGED_CONFIG = "config.json"
+
+
+@dataclass(frozen=True)
+class RunDirs:
+    """The stage directories of one run that a publish reads and writes, each field named after its stage
+    (common.run_layout)."""
+
+    data: Path
+    train: Path
+    evaluate: Path
+    export: Path
+    publish: Path
+
+    @classmethod
+    def of(cls, workspace_root: str, run_id: str) -> "RunDirs":
+        return cls(**{spec.name: stage_dir(workspace_root, run_id, spec.name) for spec in fields(cls)})
+
+    @property
+    def upload(self) -> Path:
+        return self.publish / UPLOAD
+
+
+@dataclass(frozen=True)
+class RunOutputs:
+    """The earlier stages' results that the model card and the upload need, read once."""
+
+    fingerprint: str
+    summary: dict[str, Any]
+    evaluation: dict[str, Any]
+    samples: list[dict[str, str]]
+    ggufs: list[Path]
+    lora_ggufs: list[Path]
+
+    @property
+    def gate_passed(self) -> bool:
+        return bool(self.evaluation.get("gate", {}).get("passed", True))
+
+
+def read_run_outputs(dirs: RunDirs) -> RunOutputs:
+    """Read what data, train, evaluate and export left; a missing piece is a clear error."""
+    stats = read_stage_json(dirs.data / DATA_STATS, "the data stage")
+    ggufs = sorted(dirs.export.glob("*.gguf")) if dirs.export.is_dir() else []
+    models = [path for path in ggufs if LORA_MARKER not in path.name]
+    if not models:
+        raise UserError(
+            f"The export stage left no model GGUF in {dirs.export} (expected <model-name>-<outtype>.gguf). "
+            "Publish runs after export; run the export step for this run first."
+        )
+    if not (dirs.export / MODELFILE).is_file():
+        raise UserError(
+            f"The export stage left no {MODELFILE} in {dirs.export}; run the export step for this run again."
+        )
+    samples_path = dirs.evaluate / SAMPLE_RESPONSES
+    return RunOutputs(
+        fingerprint=stats["fingerprint"],
+        summary=read_stage_json(dirs.train / TRAINING_SUMMARY, "the training stage"),
+        evaluation=read_stage_json(dirs.evaluate / EVALUATION, "the evaluation stage"),
+        samples=read_stage_json(samples_path, "the evaluation stage") if samples_path.exists() else [],
+        ggufs=models,
+        lora_ggufs=[path for path in ggufs if LORA_MARKER in path.name],
+    )
+
+
+def read_stage_json(path: Path, stage: str) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(
+            f"{path} does not exist: {stage} has not run for this run (or wrote elsewhere). Run it first."
+        ) from None
+    except json.JSONDecodeError as error:
+        raise UserError(f"{path} is not valid JSON ({error}); run {stage} again to rewrite it.") from None
+
+
+def trained_from(train_dir: Path) -> str:
+    """The base model in the training summary's config, when the trainer wrote one."""
+    path = train_dir / TRAINING_SUMMARY
+    if not path.is_file():
+        return ""
+    return json.loads(path.read_text(encoding="utf-8")).get("config", {}).get("model", "")
+
+
+def stored_copies(workspace_root: str | Path, run_id: str) -> tuple[StoredCopy, ...]:
+    """The copies ``store`` recorded for run ``run_id``; none when the store step has not run."""
+    return StoredCopies.read(stage_dir(workspace_root, run_id, STORE) / STORED).copies
