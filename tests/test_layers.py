@@ -121,8 +121,8 @@ STAGES = ("dataprep", "tokenise", "training", "evaluation", "export", "publish",
 
 
 def test_the_published_model_is_read_through_the_champion_package():
-    """Evaluation and publish used to import each other for the published model, and store, register and serve
-    reached into publish's and storage's modules for the version's records. Now the model users have now is
+    """Evaluation imported publish's modules for the published model, and store, register and serve reached into
+    publish's and storage's modules for the version's records. Now the model users have now is
     ``components.champion``'s: it imports no stage, and no other stage imports publish or evaluation."""
     stage_packages = tuple(f"components.{stage}." for stage in STAGES)
     champion = [

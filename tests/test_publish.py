@@ -198,7 +198,7 @@ def test_missing_export_is_a_clear_error_and_keeps_the_previous_folder(tmp_path)
     assert (run_dir / "publish" / "upload" / GGUF).is_file()  # the earlier folder is untouched
 
 
-def test_include_merged_without_a_checkpoint_is_a_clear_error(tmp_path):
+def test_publish_merged_without_a_checkpoint_is_a_clear_error(tmp_path):
     run_dir = make_run(tmp_path)
     (run_dir / "train" / "merged" / "config.json").unlink()
     with pytest.raises(UserError, match="publish_merged is true but .* holds no checkpoint"):

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass
-from typing import Callable, Iterator, Protocol, TypeVar
+from typing import Callable, Iterator, TypeVar
 
 import httpx2
 from huggingface_hub import HfApi
@@ -20,33 +19,12 @@ from huggingface_hub.utils import build_hf_headers, hf_raise_for_status, http_ba
 
 from common.errors import UserError
 from components.champion.card import CARD_NAME
+from components.champion.retries import Retries
 from components.hub_auth import token_refused
 
 T = TypeVar("T")
 TRANSIENT_STATUS = (408, 429, 500, 502, 503, 504)
 MAX_RETRY_WAIT_S = 60.0
-# How often a call is tried, and how long before the first retry: the publish step's attempts and
-# first_retry_wait_s default to these, and a step without those options reads with them.
-DEFAULT_ATTEMPTS = 5
-DEFAULT_FIRST_RETRY_WAIT_S = 2.0
-
-
-class Retries(Protocol):
-    """How a Hub call is retried (the publish step's options are one)."""
-
-    @property
-    def attempts(self) -> int: ...
-
-    @property
-    def first_retry_wait_s(self) -> float: ...
-
-
-@dataclass(frozen=True)
-class DefaultRetries:
-    """The retries of a step that has no options for them."""
-
-    attempts: int = DEFAULT_ATTEMPTS
-    first_retry_wait_s: float = DEFAULT_FIRST_RETRY_WAIT_S
 
 
 def with_retries(call: Callable[[], T], what: str, retries: Retries, sleep: Callable[[float], None] = time.sleep) -> T:

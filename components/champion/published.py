@@ -27,8 +27,9 @@ from huggingface_hub import HfApi
 from common.errors import UserError
 from common.run_layout import PUBLISH, UPLOAD, stage_dir
 from components.champion.card import CARD_NAME, read_fingerprint, read_history
-from components.champion.hub import DefaultRetries, Retries, head_revision, published_card, repository_files
+from components.champion.hub import head_revision, published_card, repository_files
 from components.champion.record import read_record, record_path
+from components.champion.retries import DefaultRetries, Retries
 from components.hub_auth import missing_token
 
 

@@ -1,5 +1,7 @@
-"""The version a run publishes, as the publish step and the steps after it read it: the run's stage folders and
-what data, train, evaluate and export left in them, read once, a missing piece named with the stage to run.
+"""The version a run publishes, as the steps that make and deliver it read it: the run's stage folders, what data,
+train, evaluate and export left in them (read once, a missing piece named with the stage to run), the base model
+it was trained from (export names its GGUFs after it, store, register and serve their copies) and the copies the
+store step recorded.
 """
 
 from __future__ import annotations

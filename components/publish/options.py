@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from common.cli_options import option, run_option
 from common.errors import UserError
-from components.champion.hub import DEFAULT_ATTEMPTS, DEFAULT_FIRST_RETRY_WAIT_S
+from components.champion.retries import DEFAULT_ATTEMPTS, DEFAULT_FIRST_RETRY_WAIT_S
 
 MERGED_CHOICES = ("auto", "true", "false")
 
