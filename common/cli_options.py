@@ -50,6 +50,18 @@ def run_form_names(options: type) -> dict[str, str]:
     return {spec.name: name for spec in dataclasses.fields(options) if (name := run_form_name(spec)) is not None}
 
 
+def choice_problems(options_type: type, values: Any) -> dict[str, str]:
+    """Field name -> the problem of each field ``options_type`` declares with ``choices`` whose value in ``values``
+    (an instance, or the run form's values under the fields' names) is none of them. Derived from the declaration,
+    as the flag's and the run form's choices are, and said the same way for every stage."""
+    return {
+        spec.name: f"must be one of {', '.join(map(str, choices))} (got {value!r})"
+        for spec in dataclasses.fields(options_type)
+        if (choices := spec.metadata.get("choices")) is not None
+        and (value := getattr(values, spec.name)) not in choices
+    }
+
+
 def default_of(spec: dataclasses.Field) -> Any:
     """The default value of a field declared with ``option``."""
     return spec.default_factory() if spec.default_factory is not dataclasses.MISSING else spec.default

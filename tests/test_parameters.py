@@ -78,6 +78,19 @@ def test_messages_show_the_value_and_the_rule():
     assert "'Fast_SSD'" in storage and "StorageClass" in storage
 
 
+CHOSEN = [parameter for parameter in RUN_PARAMETERS if "choices" in parameter.declaration.metadata]
+
+
+@pytest.mark.parametrize("parameter", CHOSEN, ids=lambda parameter: parameter.name)
+def test_every_parameter_with_choices_is_refused_outside_them_in_one_phrasing(parameter):
+    """The check is derived from the choices declared on the field (common.cli_options.choice_problems), as the
+    flag's choices are, so no stage phrases it its own way or forgets it."""
+    choices = ", ".join(map(str, parameter.declaration.metadata["choices"]))
+    assert problems({parameter.name: "nonsense"}) == [
+        f"parameter '{parameter.name}' must be one of {choices} (got 'nonsense')"
+    ]
+
+
 def test_every_problem_is_reported_at_once():
     """A run form with several mistakes must list all of them, not one per failed attempt."""
     bad = {

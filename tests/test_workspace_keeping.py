@@ -58,7 +58,7 @@ def test_keep_pvc_false_is_fine_once_the_model_goes_elsewhere(setting):
 
 def test_keep_pvc_takes_only_its_three_values():
     (line,) = keep_pvc_problems(defaults(keep_pvc="yes"))
-    assert line == "parameter 'keep_pvc' is 'yes', not one of auto, true, false"
+    assert line == "parameter 'keep_pvc' must be one of auto, true, false (got 'yes')"
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
-from common.cli_options import add_options, flag, option, options_from, run_option
+from common.cli_options import add_options, choice_problems, flag, option, options_from, run_option
 from common.run_layout import ADAPTER, CHECKPOINTS, MERGED
 
 METHODS = ("lora", "full", "qlora")
@@ -268,11 +268,7 @@ def option_problems(config: TrainConfig) -> dict[str, str]:
             f"must be at least 2 (got {config.save_total_limit}): a save interrupted by a pod "
             "restart must never leave the run without a complete checkpoint"
         )
-    for name in ("method", "loss_on", "sharding", "attention", "gradient_checkpointing"):
-        choices = TrainConfig.__dataclass_fields__[name].metadata["choices"]
-        if getattr(config, name) not in choices:
-            problems[name] = f"must be one of {', '.join(choices)} (got {getattr(config, name)!r})"
-    return problems
+    return {**problems, **choice_problems(TrainConfig, config)}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from common.cli_options import option, run_option
+from common.cli_options import choice_problems, option, run_option
 from common.errors import UserError
 from components.champion.retries import DEFAULT_ATTEMPTS, DEFAULT_FIRST_RETRY_WAIT_S
 
@@ -81,9 +81,7 @@ class PublishOptions:
 
 def option_problems(options: PublishOptions) -> dict[str, str]:
     """Field name -> what is wrong with its value; callers name the field their way (CLI flag, run parameter)."""
-    problems = {}
-    if options.publish_merged not in MERGED_CHOICES:
-        problems["publish_merged"] = f"is {options.publish_merged!r}: use one of {', '.join(MERGED_CHOICES)}"
+    problems = choice_problems(PublishOptions, options)
     if options.attempts < 1:
         problems["attempts"] = f"must be at least 1 (got {options.attempts})"
     if options.first_retry_wait_s < 0:

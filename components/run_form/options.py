@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from common.cli_options import run_option
+from common.cli_options import choice_problems, run_option
 from common.kube import is_label_name, is_positive_quantity, is_subdomain_name
 from components.local_model import CLUSTER_BASE_MODEL, LOCAL_MODEL_NAME
 from components.tokenise.options import GIB, MAIN_MEMORY, WORKER_MEMORY
@@ -158,6 +158,4 @@ def workspace_problems(options: WorkspaceOptions) -> dict[str, str]:
             f"{options.pvc_storage_class!r} is not a valid StorageClass name (lowercase letters, digits, '-' and "
             "'.'; empty means the cluster default)"
         )
-    if options.keep_pvc not in KEEP_PVC_CHOICES:
-        problems["keep_pvc"] = f"is {options.keep_pvc!r}, not one of {', '.join(KEEP_PVC_CHOICES)}"
-    return problems
+    return {**problems, **choice_problems(WorkspaceOptions, options)}

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from common.cli_options import option, run_form_names, run_option
+from common.cli_options import choice_problems, option, run_form_names, run_option
 from common.errors import UserError
 from common.kube import is_label_value_name, is_positive_quantity, is_subdomain_name
 from components.default_base_model import LOCAL_BACKEND
@@ -214,9 +214,7 @@ def sharding_problem(sharding: str, nodes: int, gpus_per_node: int) -> str | Non
 
 def launch_problems(launch: LaunchOptions) -> dict[str, str]:
     """Field name -> what is wrong with its value; callers name the field their way (step or run parameter)."""
-    problems = {}
-    if launch.backend not in BACKENDS:
-        problems["backend"] = f"is {launch.backend!r}; it is one of {', '.join(BACKENDS)}"
+    problems = choice_problems(LaunchOptions, launch)
     if launch.nodes < 1:
         problems["nodes"] = f"must be at least 1 (got {launch.nodes})"
     if launch.gpus_per_node < 0:
