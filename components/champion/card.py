@@ -17,14 +17,17 @@ HISTORY_KEY = "published_history"
 
 def read_fingerprint(card_text: str) -> str | None:
     """The data fingerprint recorded in a model card's metadata, if any."""
-    from huggingface_hub import ModelCard  # here: CARD_NAME's readers (the run summary) need no Hub client
-
-    return ModelCard(card_text, ignore_metadata_errors=True).data.to_dict().get(FINGERPRINT_KEY)
+    return _metadata(card_text).get(FINGERPRINT_KEY)
 
 
 def read_history(card_text: str) -> list[dict[str, Any]]:
     """The publishes a model card lists in its metadata, oldest first; empty for a card without them."""
-    from huggingface_hub import ModelCard
-
-    value = ModelCard(card_text, ignore_metadata_errors=True).data.to_dict().get(HISTORY_KEY)
+    value = _metadata(card_text).get(HISTORY_KEY)
     return [dict(entry) for entry in value if isinstance(entry, dict)] if isinstance(value, list) else []
+
+
+def _metadata(card_text: str) -> dict[str, Any]:
+    """The card's metadata as the Hub reads it, a field it cannot parse left out."""
+    from huggingface_hub import ModelCard  # here: CARD_NAME's readers (the run summary) need no Hub client
+
+    return ModelCard(card_text, ignore_metadata_errors=True).data.to_dict()
