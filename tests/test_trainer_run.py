@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow
 
 # Logs every file a rank opens for writing (and every rename/mkdir/remove) to
 # $AUDIT_WRITES_DIR/rank<N>.log, through Python's audit hooks: how a test can see
-# which rank wrote what without changing the trainer.
+# which rank wrote what without changing the trainer. At exit it also notes whether bitsandbytes was loaded.
 AUDIT_SITECUSTOMIZE = """
 import os, sys
 _directory = os.environ.get("AUDIT_WRITES_DIR")
@@ -45,6 +45,8 @@ if _directory and "RANK" in os.environ:
         elif event in ("os.mkdir", "os.remove", "os.rmdir", "shutil.rmtree"):
             _log.write("%s %s\\n" % (event, os.path.abspath(os.fsdecode(args[0]))))
     sys.addaudithook(_hook)
+    import atexit
+    atexit.register(lambda: sys.modules.get("bitsandbytes") and _log.write("loaded bitsandbytes\\n"))
 """
 
 
@@ -177,6 +179,8 @@ def test_two_ranks_split_the_data_agree_on_weights_and_only_rank_0_writes(tiny_m
         line.startswith(f"os.mkdir {output / 'checkpoints'}/checkpoint-") for line in rank1_writes
     )
     assert any(line.endswith(f"-> {output / 'merged'}") for line in (audit / "rank0.log").read_text().splitlines())
+    # trainer/unused_packages.py: only qlora's ranks import bitsandbytes (PEFT would, whenever it is installed)
+    assert not [log for log in audit.glob("rank*.log") if "loaded bitsandbytes" in log.read_text()]
 
     model = AutoModelForCausalLM.from_pretrained(output / "merged")
     tokenizer = AutoTokenizer.from_pretrained(output / "merged")
@@ -510,3 +514,25 @@ def test_an_unknown_base_model_revision_is_a_clear_error(tiny_model_dir, prepare
     error = " ".join(result.stderr.split())
     assert f"Could not download the base model '{HUB_MODEL}' at revision 'v9'" in error
     assert "Traceback" not in error
+
+
+def test_a_base_stored_quantised_is_refused_for_lora_naming_the_fix(tiny_model_dir, prepared_data_dir, tmp_path):
+    """trainer/base_model.check_unquantised: a LoRA rank runs without bitsandbytes (trainer/unused_packages.py),
+    so a pre-quantised base must be named before transformers asks for bitsandbytes to load it."""
+    base = tmp_path / "base-bnb-4bit"
+    base.mkdir()
+    for file in tiny_model_dir.iterdir():
+        (base / file.name).symlink_to(file)
+    settings = json.loads((tiny_model_dir / "config.json").read_text())
+    settings["quantization_config"] = {"quant_method": "bitsandbytes", "load_in_4bit": True}
+    (base / "config.json").unlink()
+    (base / "config.json").write_text(json.dumps(settings))
+
+    args = trainer_args(base, prepared_data_dir, tmp_path / "out", tokenizer=tiny_model_dir)
+    result = run_module("trainer", *args)
+
+    assert result.returncode == 2, result.stderr[-2000:]
+    error = " ".join(result.stderr.split())
+    assert f"The base model '{base}' is stored quantised (bitsandbytes, in its config.json)" in error
+    assert "method lora trains and merges unquantised weights" in error and "Traceback" not in error
+    assert not (tmp_path / "out").exists()

@@ -9,6 +9,7 @@ import sys
 from common.errors import exit_on_user_error
 from trainer import preflight
 from trainer.config import parse_config
+from trainer.unused_packages import keep_out_unused_packages
 
 
 @exit_on_user_error
@@ -24,6 +25,7 @@ def main() -> int:
     config = parse_config()
     # Before transformers, PEFT and TRL load: an option this pod cannot honour costs torch's import, not theirs.
     topology = preflight.check(config)
+    keep_out_unused_packages(config)
     from trainer.train import run_checked
 
     return run_checked(config, topology)

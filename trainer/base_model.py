@@ -11,6 +11,7 @@ recorded in ``training_summary.json``.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from huggingface_hub import snapshot_download
@@ -79,6 +80,21 @@ def local_copy(model: str, revision: str, topology: Topology) -> Path:
         return Path(model)
     path = str(download(model, revision)) if topology.is_main else None
     return Path(distributed.from_main(path, DOWNLOAD_WAIT_MINUTES))
+
+
+def check_unquantised(source: Path, model: str, method: str) -> None:
+    """Refuse a base stored quantised (its config.json's ``quantization_config``: bitsandbytes, GPTQ, AWQ, ...) for
+    lora and full, whose result is merged into the base's own weights. Their ranks also run without bitsandbytes
+    (trainer/unused_packages.py), so without this check such a base would fail in transformers with a misleading
+    "install bitsandbytes"."""
+    quantisation = json.loads((source / "config.json").read_text()).get("quantization_config")
+    if method != "qlora" and quantisation:
+        scheme = quantisation.get("quant_method", "a quantization_config")
+        raise UserError(
+            f"The base model {model!r} is stored quantised ({scheme}, in its config.json), and method {method} "
+            "trains and merges unquantised weights. Choose the model's unquantised release as base_model (method "
+            "qlora holds an unquantised base in 4-bit NF4 itself)."
+        )
 
 
 def _check_no_revision(model: str, revision: str) -> None:

@@ -435,6 +435,7 @@ def run_checked(config: TrainConfig, topology: Topology) -> int:
     started = time.monotonic()
     distributed.initialise(topology, config.collective_timeout_minutes)
     source = base_model.local_copy(config.model, config.base_model_revision, topology)
+    base_model.check_unquantised(source, config.model, config.method)
 
     tokenizer = AutoTokenizer.from_pretrained(source)
     if tokenizer.chat_template is None:
