@@ -181,3 +181,99 @@ class Served(OneOrNone):
     WHAT = "served endpoint"
     VERSION = 1
     FIX = "Rerun the serve step of that run: it checks the InferenceService again and rewrites the record."
+
+
+@dataclass(frozen=True)
+class RankFacts:
+    """What one rank of a training run reports: its device, its share of the tokens, its memory peak."""
+
+    rank: int
+    device: str
+    tokens: int  # the non-padding tokens this rank trained on
+    weights_sha256: str | None  # of the trainable weights; equal on every rank under DDP, None under FSDP
+    local_parameter_fraction: float | None  # the share of the parameters this rank holds (FSDP: about 1/world)
+    peak_memory_mb: float
+
+
+@dataclass(frozen=True)
+class TrainingSummary:
+    """``train/training_summary.json``: what a training run did, written by rank 0 last, after ``merged/``.
+
+    Written by the trainer (``python -m trainer``); read by the training step (its KFP metrics), evaluation
+    (the base's commit, ``max_length``, the tokenised data, the report's facts), publish (the model card and the
+    bundle, which uploads it) and register (the version's provenance). A published one is read again by the next
+    runs' champion gate, to load the adapter's base at its commit. The JSON keys are this record's field names,
+    beside ``format_version``.
+    """
+
+    config: dict[str, Any]  # the trainer's resolved options (trainer.config.TrainConfig, as JSON)
+    base_model_commit: str | None  # the Hub commit of the base; None for a local checkpoint
+    world_size: int
+    devices: tuple[str, ...]  # one per rank
+    sharding: str  # fsdp or none
+    precision: str  # bf16, fp16 or fp32
+    gradient_checkpointing: bool  # resolved: auto follows the method
+    trained_weights_dtype: str
+    learning_rate: float  # the peak learning rate the run used (scaled by the world size under scale_lr)
+    resumed_from: str | None  # the checkpoint this attempt resumed from
+    global_step: int
+    epochs: float
+    train_examples: int  # conversations
+    eval_examples: int
+    train_rows: int  # packed rows
+    tokens_dir: str  # the token cache the run read
+    tokens_seen: int
+    train_runtime_s: float
+    non_padding_tokens_per_s: float | None
+    final_train_loss: float | None
+    mean_train_loss: float | None
+    final_eval_loss: float | None
+    ranks: tuple[RankFacts, ...]
+    attention: str  # the attention kernel the model trained with
+    compiled_blocks: bool
+    compile: dict[str, Any] | None  # the compiled path's counts (graphs, recompiles); None when blocks stayed eager
+    speed_fallback: str | None  # why the run fell back to the proven path; None when it did not
+
+    VERSION: ClassVar[int] = 1
+    WHAT: ClassVar[str] = "training summary"
+    FIX: ClassVar[str] = (
+        "The trainer writes it last: train this run again (a new run, or delete the train folder), or pass the "
+        "summary of a run made by this version of the pipeline."
+    )
+
+    @property
+    def base_model(self) -> str:
+        """The base model the run trained from: a Hub id or a local checkpoint directory."""
+        return str(self.config["model"])
+
+    @property
+    def method(self) -> str:
+        """lora, qlora or full."""
+        return str(self.config["method"])
+
+    @property
+    def max_length(self) -> int:
+        """The tokens a training row was cut or packed to."""
+        return int(self.config["max_length"])
+
+    def as_json(self) -> dict[str, Any]:
+        return {FORMAT_VERSION: self.VERSION, **dataclasses.asdict(self)}
+
+    def write(self, path: Path) -> None:
+        write_text_atomic(path, json.dumps(self.as_json(), indent=1) + "\n")
+
+    @classmethod
+    def read(cls, path: Path, fix: str = FIX) -> TrainingSummary | None:
+        """The summary at ``path``; None when the trainer has not written one. A file from before the format version
+        (2026-11-28) holds the same keys: read as such when it has all of them. ``fix`` ends a refusal: what to do
+        (a published summary is not retrained)."""
+        if not path.is_file():
+            return None
+        value = _json_of(path, cls.WHAT, fix)
+        if not isinstance(value, dict) or FORMAT_VERSION in value:
+            value = _versioned(value, path, cls.WHAT, cls.VERSION, fix)
+        if not isinstance(value.get("config"), dict) or "model" not in value["config"]:
+            raise UserError(f"{path}: its {cls.WHAT} has no config.model (the base model it trained). {fix}")
+        summary = _record(value, cls, path, f"its {cls.WHAT}", fix)
+        ranks = _entries(summary.ranks, RankFacts, path, "ranks", fix)
+        return dataclasses.replace(summary, devices=tuple(summary.devices), ranks=ranks)

@@ -7,10 +7,12 @@ the right names, the JSON files carry every key the contract lists.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
-from common.run_layout import stage_dir
+from common.records import RankFacts, TrainingSummary
+from common.run_layout import TRAINING_SUMMARY, stage_dir
 
 FINGERPRINT = "sha256:" + "ab" * 32
 GGUF = "practical-skills-q8_0.gguf"
@@ -62,6 +64,54 @@ BENCHMARKS = {
 }
 
 
+def training_summary(model: str = "HuggingFaceTB/SmolLM3-3B", **changes) -> TrainingSummary:
+    """The summary the trainer writes after a LoRA run of ``model`` on two GPUs, with ``changes`` (fields of
+    common.records.TrainingSummary; ``config`` entries merge into the trainer's options)."""
+    config = {
+        "model": model,
+        "method": "lora",
+        "lora_r": 16,
+        "lora_alpha": 32,
+        "lora_dropout": 0.05,
+        "lora_target_modules": "all-linear",
+        "epochs": 3.0,
+        "learning_rate": 0.0002,
+        "max_length": 1024,
+        **changes.pop("config", {}),
+    }
+    gpu = "NVIDIA H100 80GB HBM3"
+    summary = TrainingSummary(
+        config=config,
+        base_model_commit=BASE_COMMIT,
+        world_size=2,
+        devices=(gpu, gpu),
+        sharding="none",
+        precision="bf16",
+        gradient_checkpointing=True,
+        trained_weights_dtype="float32",
+        learning_rate=0.0002,
+        resumed_from=None,
+        global_step=102,
+        epochs=3.0,
+        train_examples=270,
+        eval_examples=30,
+        train_rows=96,
+        tokens_dir="/workspace/tokens/HuggingFaceTB--SmolLM3-3B/0123abcd",
+        tokens_seen=412345,
+        train_runtime_s=185.2,
+        non_padding_tokens_per_s=2226.5,
+        final_train_loss=0.8123,
+        mean_train_loss=1.1,
+        final_eval_loss=0.9511,
+        ranks=tuple(RankFacts(rank, gpu, 206172, "9f" * 32, 1.0, 30512.0) for rank in range(2)),
+        attention="flex_attention",
+        compiled_blocks=True,
+        compile={"graphs": 5, "graphs_after_rehearsal": 0, "seconds": 41.2},
+        speed_fallback=None,
+    )
+    return dataclasses.replace(summary, **changes)
+
+
 def make_run(
     workspace: Path,
     run_id: str = "run-1",
@@ -78,42 +128,7 @@ def make_run(
         stage_dir(str(workspace), run_id, stage) for stage in ("data", "train", "evaluate", "export")
     )
     _json(data / "stats.json", {"fingerprint": fingerprint, "rows": {"train": 270, "eval": 30}})
-    _json(
-        train / "training_summary.json",
-        {
-            "config": {
-                "model": model,
-                "method": "lora",
-                "lora_r": 16,
-                "lora_alpha": 32,
-                "lora_dropout": 0.05,
-                "lora_target_modules": "all-linear",
-                "epochs": 3.0,
-                "learning_rate": 0.0002,
-                "max_length": 1024,
-            },
-            "base_model_commit": BASE_COMMIT,
-            "world_size": 2,
-            "devices": ["NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3"],
-            "precision": "bf16",
-            "learning_rate": 0.0002,
-            "global_step": 102,
-            "epochs": 3.0,
-            "train_examples": 270,
-            "eval_examples": 30,
-            "tokens_seen": 412345,
-            "train_runtime_s": 185.2,
-            "non_padding_tokens_per_s": 2226.5,
-            "final_train_loss": 0.8123,
-            "mean_train_loss": 1.1,
-            "final_eval_loss": 0.9511,
-            "ranks": [],
-            "attention": "flex_attention",
-            "compiled_blocks": True,
-            "compile": {"graphs": 5, "graphs_after_rehearsal": 0, "seconds": 41.2},
-            "speed_fallback": None,
-        },
-    )
+    training_summary(model).write(train / TRAINING_SUMMARY)
     _json(train / "merged" / "config.json", {"architectures": ["LlamaForCausalLM"], "model_type": "llama"})
     _bytes(train / "merged" / "model.safetensors", 4096, 1)
     _json(train / "merged" / "tokenizer_config.json", {"chat_template": "{{ messages }}"})

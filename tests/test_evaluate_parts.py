@@ -6,6 +6,8 @@ template (see conftest), so each forward pass takes milliseconds.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 from types import SimpleNamespace
 
@@ -14,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from conftest import tokenised
+from fake_run import training_summary
 from transformers import AutoModelForCausalLM, GenerationConfig
 
 from common.errors import UserError
@@ -365,14 +368,13 @@ def test_the_step_given_a_gpu_stops_when_cuda_does_not_work(capsys):
 def test_the_base_model_is_loaded_at_the_commit_training_used(monkeypatch, tmp_path):
     """A pinned or moving Hub branch must not change the base under the comparison: the evaluation reads the commit
     the trainer recorded (training_summary.json, base_model_commit) and loads the base model's files at it."""
-    import json
 
     import components.evaluation.stage as stage
     from components.evaluation.options import EvaluateOptions
 
     train_dir = tmp_path / "train"
     (train_dir / "merged").mkdir(parents=True)
-    (train_dir / "training_summary.json").write_text(json.dumps({"base_model_commit": "abc123"}))
+    training_summary(base_model_commit="abc123").write(train_dir / "training_summary.json")
     asked = []
 
     class Stop(Exception):
@@ -400,10 +402,30 @@ def test_the_base_model_is_loaded_at_the_commit_training_used(monkeypatch, tmp_p
 
 def test_the_reports_say_which_kernels_trained_and_any_speed_fallback():
     fallback = "compiled blocks, flex_attention failed in the rehearsal of the first training step on rank 0 (x)"
-    training = {"attention": "sdpa", "compiled_blocks": False, "speed_fallback": fallback}
+    training = training_summary(attention="sdpa", compiled_blocks=False, speed_fallback=fallback)
     evaluation = evaluation_for(True)
     markdown = render_markdown(evaluation, [], training, None)
     assert "- Attention kernel: sdpa" in markdown and "- Compiled blocks: False" in markdown
     assert f"- Speed fallback: {fallback}" in markdown
     assert f"<tr><td>Speed fallback</td><td>{fallback}</td></tr>" in render_html(evaluation, [], training, None)
-    assert "Speed fallback" not in render_markdown(evaluation, [], {**training, "speed_fallback": None}, None)
+    assert "Speed fallback" not in render_markdown(
+        evaluation, [], dataclasses.replace(training, speed_fallback=None), None
+    )
+
+
+def test_the_base_of_a_published_adapter_is_read_from_its_training_summary(tmp_path):
+    """components/evaluation/champion.adapter_base: the published summary names the base and its commit; without
+    one the adapter's own record does; one that cannot be read makes the champion unavailable (fail closed)."""
+    from components.evaluation.champion import ChampionUnavailable, adapter_base
+
+    (tmp_path / "adapter").mkdir()
+    (tmp_path / "adapter" / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "org/other"}))
+    assert adapter_base(tmp_path) == ("org/other", None)
+    training_summary("org/base", base_model_commit="c0ffee").write(tmp_path / "training_summary.json")
+    assert adapter_base(tmp_path) == ("org/base", "c0ffee")
+    (tmp_path / "training_summary.json").write_text(json.dumps({"config": {"model": "org/base"}}))
+    with pytest.raises(ChampionUnavailable) as unavailable:
+        adapter_base(tmp_path)
+    message = str(unavailable.value)
+    assert "its training summary has no " in message and "restore the file the publish step uploaded" in message
+    assert "force=true" in message

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import REPO_ROOT
+from fake_run import training_summary
 
 from components.export.options import ExportStageOptions
 from components.export.stage import run_in_pipeline
@@ -65,8 +66,7 @@ def train_dir(gguf_models, tmp_path_factory) -> Path:
     merged = lora.merge_and_unload()
     merged.save_pretrained(root / "train" / "merged")
     tokenizer.save_pretrained(root / "train" / "merged")
-    summary = {"config": {"model": str(base), "method": "lora"}}
-    (root / "train" / "training_summary.json").write_text(json.dumps(summary))
+    training_summary(str(base)).write(root / "train" / "training_summary.json")
     return root / "train"
 
 

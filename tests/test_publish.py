@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 from conftest import run_module
-from fake_run import FINGERPRINT, GGUF, LORA_GGUF, SAMPLES, make_run
+from fake_run import FINGERPRINT, GGUF, LORA_GGUF, SAMPLES, make_run, training_summary
 from huggingface_hub import ModelCard
 
 from common.atomic import link_or_copy
@@ -126,14 +126,11 @@ def test_model_card_metadata_and_sections(tmp_path):
 def test_the_card_says_when_training_fell_back_to_the_proven_path(tmp_path):
     run_dir = make_run(tmp_path)
     summary_path = run_dir / "train" / "training_summary.json"
-    summary = json.loads(summary_path.read_text())
     fallback = (
         "compiled blocks, flex_attention failed in the rehearsal of the first evaluation on rank 3 "
         "(BackendCompilerFailed: out of resource); trained on the proven path: eager blocks, sdpa (slower)"
     )
-    summary_path.write_text(
-        json.dumps({**summary, "compiled_blocks": False, "attention": "sdpa", "speed_fallback": fallback})
-    )
+    training_summary(compiled_blocks=False, attention="sdpa", speed_fallback=fallback).write(summary_path)
     build_upload(str(tmp_path), "run-1", "", PublishOptions(repo_id="me/skills"), None)
     text = card_of(run_dir)
     assert "| attention / transformer blocks | sdpa / eager |" in text
@@ -142,9 +139,7 @@ def test_the_card_says_when_training_fell_back_to_the_proven_path(tmp_path):
 
 def test_a_qlora_card_says_the_adapter_was_merged_into_the_unquantised_base(tmp_path):
     run_dir = make_run(tmp_path)
-    summary_path = run_dir / "train" / "training_summary.json"
-    summary = json.loads(summary_path.read_text())
-    summary_path.write_text(json.dumps({**summary, "config": {**summary["config"], "method": "qlora"}}))
+    training_summary(config={"method": "qlora"}).write(run_dir / "train" / "training_summary.json")
     build_upload(str(tmp_path), "run-1", "", PublishOptions(repo_id="me/skills"), None)
     text = " ".join(card_of(run_dir).split())
     assert (

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from fake_run import training_summary
 from safetensors.torch import load_file
 from test_trainer_run import finish, kill_rank_1_after_checkpoint_3, summary, torchrun, trainer_args
 
@@ -149,7 +150,7 @@ def test_the_fit_checks_4_bit_bytes_are_what_bitsandbytes_stores(tiny_model_dir)
 def test_the_evaluation_report_says_which_base_a_qlora_model_is_compared_with():
     from components.evaluation.report import training_facts
 
-    facts = dict(training_facts({"config": {"model": "HuggingFaceTB/SmolLM3-3B", "method": "qlora"}}))
+    facts = dict(training_facts(training_summary("HuggingFaceTB/SmolLM3-3B", config={"method": "qlora"})))
     assert facts["Method"] == "qlora" and facts["Base model"] == "HuggingFaceTB/SmolLM3-3B"
     assert facts["Base as evaluated"].startswith("the base model the adapter was trained against")
-    assert "Base as evaluated" not in dict(training_facts({"config": {"method": "lora"}}))
+    assert "Base as evaluated" not in dict(training_facts(training_summary()))

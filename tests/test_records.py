@@ -9,7 +9,7 @@ import json
 import pytest
 
 from common.errors import UserError
-from common.records import FORMAT_VERSION, Registration, Served, StoredCopies, StoredCopy
+from common.records import FORMAT_VERSION, Registration, Served, StoredCopies, StoredCopy, TrainingSummary
 
 COPIES = (
     StoredCopy("s3://models/team/smol-ft/run-1/", files=14, total_bytes=20_000),
@@ -82,3 +82,43 @@ def test_a_registration_missing_a_field_is_refused_naming_it(tmp_path):
     path.write_text(json.dumps({FORMAT_VERSION: 9, "registration": None}))
     with pytest.raises(UserError, match="format 9, and this version of the pipeline reads format 1"):
         Registration.read(path)
+
+
+def test_a_training_summary_round_trips_and_reads_the_format_before_versions(tmp_path):
+    from fake_run import training_summary
+
+    path, summary = tmp_path / "train" / "training_summary.json", training_summary("org/base-model")
+    assert TrainingSummary.read(path) is None  # the trainer has not finished
+    summary.write(path)
+    written = json.loads(path.read_text())
+    assert written[FORMAT_VERSION] == TrainingSummary.VERSION and written["config"]["model"] == "org/base-model"
+    assert TrainingSummary.read(path) == summary
+    assert (summary.base_model, summary.method, summary.max_length) == ("org/base-model", "lora", 1024)
+    del written[FORMAT_VERSION]  # as the trainer wrote it before the format version, with the same keys
+    path.write_text(json.dumps(written))
+    assert TrainingSummary.read(path) == summary
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (lambda value: value.pop("tokens_seen"), "its training summary has no tokens_seen"),
+        (lambda value: value["config"].pop("model"), "its training summary has no config.model"),
+        (lambda value: value["ranks"][1].pop("device"), "entry 2 of its ranks has no device"),
+        (lambda value: value.update({FORMAT_VERSION: 2}), "format 2, and this version of the pipeline reads format 1"),
+    ],
+    ids=["missing-field", "no-base-model", "rank-missing-field", "newer"],
+)
+def test_a_training_summary_missing_a_field_is_refused_naming_it(tmp_path, change, says):
+    from fake_run import training_summary
+
+    path = tmp_path / "training_summary.json"
+    value = training_summary().as_json()
+    change(value)
+    path.write_text(json.dumps(value))
+    with pytest.raises(UserError) as refused:
+        TrainingSummary.read(path)
+    message = str(refused.value)
+    assert str(path) in message and says in message and "train this run again" in message and "\n" not in message
+    with pytest.raises(UserError, match="restore the file"):
+        TrainingSummary.read(path, fix="restore the file")  # a published one is not retrained

@@ -18,6 +18,7 @@ import time
 import boto3
 import pytest
 from botocore.exceptions import EndpointConnectionError
+from fake_run import training_summary
 
 import components.storage.s3_target as s3_target
 from common.errors import UserError
@@ -260,7 +261,7 @@ def test_the_store_step_copies_the_published_folder_under_the_models_name(bucket
     folder.rename(stage_dir(workspace, "run-4", "publish") / UPLOAD)
     train_dir = stage_dir(workspace, "run-4", "train")
     train_dir.mkdir(parents=True)
-    (train_dir / "training_summary.json").write_text(json.dumps({"config": {"model": "org/SmolLM2-135M"}}))
+    training_summary("org/SmolLM2-135M").write(train_dir / "training_summary.json")
     inputs = {"workspace_root": str(workspace), "run_id": "run-4", "train_dir": str(train_dir), "model_name": ""}
     inputs |= {"s3_uri": f"s3://{BUCKET}/team", "s3_secret": "aws-connection-models"}
 

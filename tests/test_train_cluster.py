@@ -11,7 +11,6 @@ launcher made is granted by ``pipelines/rbac.yaml``.
 from __future__ import annotations
 
 import io
-import json
 import os
 import signal
 import subprocess
@@ -25,6 +24,7 @@ import pytest
 import yaml
 from conftest import REPO_ROOT
 from fake_kube import FakeKube, Request
+from fake_run import training_summary
 from train_jobs import JOB_OWNER, LAUNCHER_POD, RUN_ID, WORKFLOW, example_spec, replica_pods, stand_in_artifacts
 
 from common.errors import UserError
@@ -36,7 +36,7 @@ from components.training.kinds import PYTORCHJOB, TRAINJOB, JobKind
 from components.training.manifests import render_pytorchjob, render_trainjob
 from components.training.owner import POD_NAME_ENV
 from components.training.reports import TrainingFailed
-from components.training.stage import run_in_pipeline
+from components.training.stage import SUMMARY_METRICS, run_in_pipeline
 
 pytestmark = pytest.mark.usefixtures("no_hub")
 
@@ -447,9 +447,8 @@ def test_cluster_step_launches_follows_and_records_what_the_pods_wrote(fake, tmp
         job, pods = start_replicas(fake, PYTORCHJOB)
         for directory in ("merged", "adapter", "checkpoints/checkpoint-10"):  # what rank 0 writes onto the shared PVC
             (train_dir / directory).mkdir(parents=True)
-        (train_dir / "training_summary.json").write_text(
-            json.dumps({"world_size": 2, "global_step": 10, "final_train_loss": 1.25, "final_eval_loss": None})
-        )
+        summary = training_summary(world_size=2, global_step=10, final_train_loss=1.25, final_eval_loss=None)
+        summary.write(train_dir / "training_summary.json")
         fake.log(pods[0], "step 10/10 loss 1.25")
         succeed(fake, PYTORCHJOB, job, pods)
 
@@ -473,7 +472,9 @@ def test_cluster_step_launches_follows_and_records_what_the_pods_wrote(fake, tmp
     assert model.metadata["merged_dir"] == str(train_dir / "merged") and model.metadata["adapter_dir"] == str(
         train_dir / "adapter"
     )
-    assert arguments["metrics"].metrics == {"world_size": 2, "global_step": 10, "final_train_loss": 1.25}
+    metrics = arguments["metrics"].metrics
+    assert (metrics["world_size"], metrics["global_step"], metrics["final_train_loss"]) == (2, 10, 1.25)
+    assert metrics.keys() == set(SUMMARY_METRICS) - {"final_eval_loss"}  # None: no number to log
     assert "[master-0] step 10/10 loss 1.25" in capsys.readouterr().out
 
 

@@ -14,6 +14,7 @@ import pytest
 import yaml
 from conftest import run_module
 from crd_schemas import PYTORCHJOB_CRD, TRAINJOB_CRD, schema_errors
+from fake_run import training_summary
 from test_train_cluster import Scenario, start_replicas, step_arguments, succeed, workspace_with_data
 from train_jobs import JOB_OWNER, LAUNCHER_POD, RUN_ID, WORKFLOW
 
@@ -156,7 +157,7 @@ def test_render_shows_exactly_what_the_train_step_creates(fake, tmp_path, monkey
         fake.admit("pytorchjobs", name)
         job, pods = start_replicas(fake, PYTORCHJOB)
         (train_dir / "merged").mkdir(parents=True)
-        (train_dir / "training_summary.json").write_text('{"world_size": 2}')
+        training_summary(world_size=2).write(train_dir / "training_summary.json")
         succeed(fake, PYTORCHJOB, job, pods)
 
     scenario = Scenario(fake, script)

@@ -7,6 +7,7 @@ model and summaries written by rank 0.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -26,6 +27,7 @@ from trl import SFTConfig, SFTTrainer
 
 from common.atomic import replace_dir, write_json
 from common.errors import UserError
+from common.records import RankFacts, TrainingSummary
 from common.run_layout import DATA_SHARDS, LOSS_CURVE, TRAINING_HISTORY, TRAINING_SUMMARY
 from trainer import (
     attention,
@@ -51,7 +53,7 @@ log = logging.getLogger("trainer")
 # The exit status of a process stopped by SIGTERM: the pod is going away and a
 # checkpoint is on disk, so the restarted job resumes instead of finishing here.
 PREEMPTED_EXIT_CODE = 143
-RANK_SUMMARY_KEYS = ("rank", "device", "tokens", "weights_sha256", "local_parameter_fraction", "peak_memory_mb")
+RANK_FACTS = tuple(field.name for field in dataclasses.fields(RankFacts))
 
 
 def load_model(config: TrainConfig, source: Path, bf16: bool, fp16: bool = False) -> PreTrainedModel:
@@ -504,35 +506,32 @@ def run_checked(config: TrainConfig, topology: Topology) -> int:
         train_losses = [entry["loss"] for entry in history if "loss" in entry]
         runtime = result.metrics.get("train_runtime", time.monotonic() - started)
         tokens = int(trainer.state.num_input_tokens_seen)
-        write_json(
-            config.output_dir / TRAINING_SUMMARY,
-            {
-                "config": config.as_json(),
-                "base_model_commit": base_model.snapshot_commit(source),
-                "world_size": topology.world_size,
-                "devices": [rank["device"] for rank in ranks],
-                "sharding": "fsdp" if trainer.is_fsdp_enabled else "none",
-                "precision": "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
-                "gradient_checkpointing": config.recomputes_activations,  # resolved: auto follows the method
-                "trained_weights_dtype": weights_dtype,
-                "learning_rate": args.learning_rate,
-                "resumed_from": str(resume_from) if resume_from else None,
-                "global_step": trainer.state.global_step,
-                "epochs": trainer.state.epoch,
-                "train_examples": manifest["train"]["conversations"],
-                "eval_examples": manifest["eval"]["conversations"],
-                "train_rows": len(train_split),
-                "tokens_dir": str(config.tokens_dir),
-                "tokens_seen": tokens,
-                "train_runtime_s": runtime,
-                "non_padding_tokens_per_s": tokens / runtime if runtime else None,
-                "final_train_loss": train_losses[-1] if train_losses else None,
-                "mean_train_loss": result.training_loss,
-                "final_eval_loss": eval_loss,
-                "ranks": [{key: rank[key] for key in RANK_SUMMARY_KEYS} for rank in ranks],
-                **speed_path.summary(),
-            },
-        )
+        TrainingSummary(
+            config=config.as_json(),
+            base_model_commit=base_model.snapshot_commit(source),
+            world_size=topology.world_size,
+            devices=tuple(rank["device"] for rank in ranks),
+            sharding="fsdp" if trainer.is_fsdp_enabled else "none",
+            precision="bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
+            gradient_checkpointing=config.recomputes_activations,  # resolved: auto follows the method
+            trained_weights_dtype=weights_dtype,
+            learning_rate=args.learning_rate,
+            resumed_from=str(resume_from) if resume_from else None,
+            global_step=trainer.state.global_step,
+            epochs=trainer.state.epoch,
+            train_examples=manifest["train"]["conversations"],
+            eval_examples=manifest["eval"]["conversations"],
+            train_rows=len(train_split),
+            tokens_dir=str(config.tokens_dir),
+            tokens_seen=tokens,
+            train_runtime_s=runtime,
+            non_padding_tokens_per_s=tokens / runtime if runtime else None,
+            final_train_loss=train_losses[-1] if train_losses else None,
+            mean_train_loss=result.training_loss,
+            final_eval_loss=eval_loss,
+            ranks=tuple(RankFacts(**{field: rank[field] for field in RANK_FACTS}) for rank in ranks),
+            **speed_path.summary(),
+        ).write(config.output_dir / TRAINING_SUMMARY)
         write_json(
             config.output_dir / DATA_SHARDS,
             [{"rank": rank["rank"], "epochs": rank["epochs"]} for rank in ranks],

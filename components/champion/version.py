@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from common.errors import UserError
-from common.records import StoredCopies, StoredCopy
+from common.records import StoredCopies, StoredCopy, TrainingSummary
 from common.run_layout import (
     DATA_STATS,
     EVALUATION,
@@ -55,7 +55,7 @@ class RunOutputs:
     """The earlier stages' results that the model card and the upload need, read once."""
 
     fingerprint: str
-    summary: dict[str, Any]
+    summary: TrainingSummary
     evaluation: dict[str, Any]
     samples: list[dict[str, str]]
     ggufs: list[Path]
@@ -83,7 +83,7 @@ def read_run_outputs(dirs: RunDirs) -> RunOutputs:
     samples_path = dirs.evaluate / SAMPLE_RESPONSES
     return RunOutputs(
         fingerprint=stats["fingerprint"],
-        summary=read_stage_json(dirs.train / TRAINING_SUMMARY, "the training stage"),
+        summary=read_training_summary(dirs.train),
         evaluation=read_stage_json(dirs.evaluate / EVALUATION, "the evaluation stage"),
         samples=read_stage_json(samples_path, "the evaluation stage") if samples_path.exists() else [],
         ggufs=models,
@@ -102,12 +102,21 @@ def read_stage_json(path: Path, stage: str) -> Any:
         raise UserError(f"{path} is not valid JSON ({error}); run {stage} again to rewrite it.") from None
 
 
+def read_training_summary(train_dir: Path) -> TrainingSummary:
+    """The trainer's summary of the run in ``train_dir``; a clear error when training has not finished there."""
+    summary = TrainingSummary.read(train_dir / TRAINING_SUMMARY)
+    if summary is None:
+        raise UserError(
+            f"{train_dir / TRAINING_SUMMARY} does not exist: the training stage has not finished this run (or wrote "
+            "elsewhere). Run it first."
+        )
+    return summary
+
+
 def trained_from(train_dir: Path) -> str:
-    """The base model in the training summary's config, when the trainer wrote one."""
-    path = train_dir / TRAINING_SUMMARY
-    if not path.is_file():
-        return ""
-    return json.loads(path.read_text(encoding="utf-8")).get("config", {}).get("model", "")
+    """The base model in the training summary, when the trainer wrote one."""
+    summary = TrainingSummary.read(train_dir / TRAINING_SUMMARY)
+    return summary.base_model if summary else ""
 
 
 def stored_copies(workspace_root: str | Path, run_id: str) -> tuple[StoredCopy, ...]:

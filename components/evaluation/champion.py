@@ -25,6 +25,7 @@ from typing import Any, Callable
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from common.errors import UserError, one_line
+from common.records import TrainingSummary
 from common.run_layout import ADAPTER, TRAINING_SUMMARY
 from components.champion.hub import hub_errors
 from components.champion.published import PublishedModel
@@ -34,6 +35,11 @@ from components.evaluation.models import load_model, load_tokenizer
 # The GGUFs, reports and Modelfile are left on the Hub.
 NOT_DOWNLOADED = ["*.gguf", "Modelfile", "evaluation/*", "verification/*", "*.png", "README.md"]
 FORCE_FIX = "Or set force=true for this run to publish the new model without comparing it with the published one."
+# A published training summary the pipeline cannot read names the base the adapter needs only unreliably.
+PUBLISHED_SUMMARY_FIX = (
+    "It names the base model the published adapter was trained on, so the published model cannot be loaded to compare "
+    "the new one with it: restore the file the publish step uploaded. " + FORCE_FIX
+)
 
 
 class ChampionUnavailable(UserError):
@@ -117,10 +123,12 @@ def champion_from(published: PublishedModel, files: Path) -> Champion:
 def adapter_base(files: Path) -> tuple[str, str | None]:
     """The base model the adapter was trained on, and its Hub commit: the published training_summary.json, else
     the adapter's own record of it."""
-    summary = _json_of(files / TRAINING_SUMMARY)
-    model = summary.get("config", {}).get("model")
-    if model:
-        return str(model), summary.get("base_model_commit")
+    try:
+        summary = TrainingSummary.read(files / TRAINING_SUMMARY, fix=PUBLISHED_SUMMARY_FIX)
+    except UserError as error:
+        raise ChampionUnavailable(str(error)) from None
+    if summary:
+        return summary.base_model, summary.base_model_commit
     config = _json_of(files / ADAPTER / "adapter_config.json")
     return str(config.get("base_model_name_or_path", "")), config.get("revision")
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from common.records import TrainingSummary
 from components.evaluation_tables import (
     Evaluation,
     benchmark_note,
@@ -40,20 +41,21 @@ METRICS = (
     ("perplexity", "Perplexity", 3, "lower"),
     ("rouge_l", "ROUGE-L F-measure", 4, "higher"),
 )
+# (label, the TrainingSummary attribute) in the order the report lists them; a fact that is None is left out
 TRAINING_FACTS = (
-    ("config.model", "Base model"),
-    ("config.method", "Method"),
-    ("global_step", "Optimizer steps"),
-    ("epochs", "Epochs"),
-    ("train_examples", "Training conversations"),
-    ("final_train_loss", "Final training loss"),
-    ("final_eval_loss", "Trainer's final eval loss"),
-    ("train_runtime_s", "Training time (s)"),
-    ("precision", "Precision"),
-    ("world_size", "Processes"),
-    ("attention", "Attention kernel"),
-    ("compiled_blocks", "Compiled blocks"),
-    ("speed_fallback", "Speed fallback"),
+    ("Base model", "base_model"),
+    ("Method", "method"),
+    ("Optimizer steps", "global_step"),
+    ("Epochs", "epochs"),
+    ("Training conversations", "train_examples"),
+    ("Final training loss", "final_train_loss"),
+    ("Trainer's final eval loss", "final_eval_loss"),
+    ("Training time (s)", "train_runtime_s"),
+    ("Precision", "precision"),
+    ("Processes", "world_size"),
+    ("Attention kernel", "attention"),
+    ("Compiled blocks", "compiled_blocks"),
+    ("Speed fallback", "speed_fallback"),
 )
 
 
@@ -124,16 +126,16 @@ def notes(evaluation: Evaluation) -> str:
     )
 
 
-def training_facts(summary: dict[str, Any] | None) -> list[tuple[str, str]]:
-    """(label, value) for the training run facts present in ``training_summary.json``."""
+def training_facts(summary: TrainingSummary | None) -> list[tuple[str, str]]:
+    """(label, value) for the training run's facts (``training_summary.json``); none without a summary."""
+    if summary is None:
+        return []
     facts = []
-    for path, label in TRAINING_FACTS:
-        value: Any = summary
-        for key in path.split("."):
-            value = value.get(key) if isinstance(value, dict) else None
+    for label, attribute in TRAINING_FACTS:
+        value = getattr(summary, attribute)
         if value is not None:
             facts.append((label, f"{value:.4g}" if isinstance(value, float) else str(value)))
-    if (summary or {}).get("config", {}).get("method") == "qlora":
+    if summary.method == "qlora":
         # the trainer merges a QLoRA adapter into a fresh unquantised base (trainer.train.merged_from_adapter)
         facts.append(
             (
@@ -154,7 +156,7 @@ def _blockquote(text: str) -> str:
 
 
 def render_markdown(
-    evaluation: Evaluation, samples: list[Sample], training: dict[str, Any] | None, loss_curve_src: str | None
+    evaluation: Evaluation, samples: list[Sample], training: TrainingSummary | None, loss_curve_src: str | None
 ) -> str:
     headers = [header for _, header in columns(evaluation)] + change_headers(evaluation)
     lines = [
@@ -212,7 +214,7 @@ _TEMPLATES = Environment(
 
 
 def render_html(
-    evaluation: Evaluation, samples: list[Sample], training: dict[str, Any] | None, loss_curve_png: bytes | None
+    evaluation: Evaluation, samples: list[Sample], training: TrainingSummary | None, loss_curve_png: bytes | None
 ) -> str:
     """The page from ``report.html.j2``; the template escapes every value, model output included."""
     return _TEMPLATES.get_template(HTML_TEMPLATE).render(

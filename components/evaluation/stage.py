@@ -29,6 +29,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from common.atomic import link_or_copy, staging_dir
 from common.cli_options import options_from, options_from_inputs
 from common.errors import UserError, exit_on_user_error
+from common.records import TrainingSummary
 from common.run_layout import (
     EVALUATION,
     EVALUATION_HTML,
@@ -112,25 +113,20 @@ class Evaluated:
     output_dir: Path
     evaluation: dict[str, Any]
     samples: list[dict[str, str]]
-    training: dict[str, Any] | None
+    training: TrainingSummary | None
     loss_curve_png: bytes | None
 
 
-def read_training_summary(train_dir: Path) -> dict[str, Any] | None:
-    path = train_dir / TRAINING_SUMMARY
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
-
-
-def resolve_max_length(options: EvaluateOptions, training: dict[str, Any] | None) -> int:
+def resolve_max_length(options: EvaluateOptions, training: TrainingSummary | None) -> int:
     """The option when set, else the training run's truncation, else the trainer's default."""
     if options.max_length:
         return options.max_length
-    return int((training or {}).get("config", {}).get("max_length") or TrainConfig.max_length)
+    return training.max_length if training else TrainConfig.max_length
 
 
-def resolve_tokens_dir(options: EvaluateOptions, training: dict[str, Any] | None) -> Path:
+def resolve_tokens_dir(options: EvaluateOptions, training: TrainingSummary | None) -> Path:
     """The option when set, else the tokenised data the training run read."""
-    recorded = options.tokens_dir or (training or {}).get("tokens_dir")
+    recorded = options.tokens_dir or (training.tokens_dir if training else None)
     if not recorded:
         raise UserError(
             f"no tokenised data to compute the held-out loss on: --tokens-dir is empty and {options.train_dir} has no "
@@ -197,9 +193,9 @@ def evaluate(options: EvaluateOptions, target: PublishedTarget | None = None) ->
     """Compare the models and write the stage's files; see the module docstring for the order. Without
     ``target`` no published model is looked for."""
     check_fine_tuned_dir(options.fine_tuned_model)
-    training = read_training_summary(options.train_dir)
+    training = TrainingSummary.read(options.train_dir / TRAINING_SUMMARY)
     # The base model as it was trained from: the Hub commit the trainer recorded (None for a local checkpoint).
-    base_revision = (training or {}).get("base_model_commit")
+    base_revision = training.base_model_commit if training else None
     tokenizer = load_tokenizer(options.fine_tuned_model)
     check_same_vocabulary(load_tokenizer(options.base_model, base_revision), tokenizer, options.base_model)
     split = load_split(options.data_dir, "eval")

@@ -22,6 +22,7 @@ from huggingface_hub import ModelCard, ModelCardData
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
+from common.records import TrainingSummary
 from common.run_layout import LORA_MARKER, MODELFILE
 from components.champion.card import FINGERPRINT_KEY, HISTORY_KEY
 from components.champion.version import MERGED_CONFIG, RunOutputs
@@ -94,13 +95,13 @@ def render_model_card(outputs: RunOutputs, options: PublishOptions, context: Car
             (entry["revision"] for entry in reversed(context.history) if entry.get("revision")), None
         ),
         loads_adapter=any(name.startswith("adapter/") for name in context.files),
-        base_model=base_model or str(outputs.summary.get("config", {}).get("model", "BASE_MODEL")),
+        base_model=base_model or outputs.summary.base_model,
     )
     return str(card).rstrip("\n") + "\n"
 
 
 def card_data(outputs: RunOutputs, options: PublishOptions, context: CardContext, base_model: str) -> ModelCardData:
-    method = outputs.summary.get("config", {}).get("method", "")
+    method = outputs.summary.method
     dataset = hub_dataset_id(context.dataset_uri)
     tags = [
         "gguf",
@@ -124,11 +125,11 @@ def card_data(outputs: RunOutputs, options: PublishOptions, context: CardContext
     )
 
 
-def base_model_hub_id(options: PublishOptions, summary: dict[str, Any]) -> str:
+def base_model_hub_id(options: PublishOptions, summary: TrainingSummary) -> str:
     """The Hub id of the base model: the option, else the trainer's --model when it names a Hub model."""
     if options.base_model:
         return options.base_model
-    model = str(summary.get("config", {}).get("model", ""))
+    model = summary.base_model
     if Path(model).name in LOCAL_MODEL_HUB_IDS:
         return LOCAL_MODEL_HUB_IDS[Path(model).name]
     if Path(model).exists() or model.count("/") != 1:
@@ -141,8 +142,8 @@ def base_model_hub_id(options: PublishOptions, summary: dict[str, Any]) -> str:
 
 
 def _intro(outputs: RunOutputs, options: PublishOptions, base_model: str, context: CardContext) -> str:
-    config = outputs.summary.get("config", {})
-    method = config.get("method", "fine-tuning")
+    config = outputs.summary.config
+    method = outputs.summary.method
     lora = f"r={config.get('lora_r')}, alpha={config.get('lora_alpha')}"
     how = {
         "lora": f"LoRA ({lora}), merged into the weights",
@@ -150,18 +151,14 @@ def _intro(outputs: RunOutputs, options: PublishOptions, base_model: str, contex
         "qlora": f"QLoRA (LoRA {lora} on the base held in 4-bit NF4), merged into the unquantised base's weights, "
         "not the 4-bit ones",
     }.get(method, "full fine-tuning")
-    base = (
-        f"[{base_model}](https://huggingface.co/{base_model})"
-        if base_model
-        else f"`{config.get('model', 'the base model')}`"
-    )
+    base = f"[{base_model}](https://huggingface.co/{base_model})" if base_model else f"`{outputs.summary.base_model}`"
     parts = ["GGUF files for llama.cpp and Ollama"]
     if MERGED_CONFIG in context.files:
         parts.append("the merged safetensors checkpoint for transformers")
     if any(name.startswith("adapter/") for name in context.files):
         parts.append("the LoRA adapter for PEFT (`adapter/`)")
     return (
-        f"{base} fine-tuned on {outputs.summary.get('train_examples', 'the')} question/answer conversations "
+        f"{base} fine-tuned on {outputs.summary.train_examples} question/answer conversations "
         f"with {how}. "
         f"This repository holds {_join(parts)}."
     )
@@ -169,8 +166,7 @@ def _intro(outputs: RunOutputs, options: PublishOptions, base_model: str, contex
 
 def _eval_rows(outputs: RunOutputs) -> str:
     scored = outputs.evaluation.get("scored_rows")
-    examples = outputs.summary.get("eval_examples")
-    text = f"{examples} conversations" if examples is not None else "held-out conversations"
+    text = f"{outputs.summary.eval_examples} conversations"
     return text + (f"; ROUGE-L on {scored} of them" if scored is not None else "")
 
 
@@ -229,14 +225,13 @@ def _history_rows(history: list[dict[str, Any]]) -> list[dict[str, str]]:
     return rows[::-1]
 
 
-def _training_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
-    config = summary.get("config", {})
-    devices = summary.get("devices") or []
+def _training_rows(summary: TrainingSummary) -> list[tuple[str, str]]:
+    config = summary.config
     rows = [
-        ("method", str(config.get("method", ""))),
-        ("base checkpoint", f"`{config.get('model', '')}`"),
+        ("method", summary.method),
+        ("base checkpoint", f"`{summary.base_model}`"),
     ]
-    if config.get("method") in ("lora", "qlora"):
+    if summary.method in ("lora", "qlora"):
         rows += [
             (
                 "LoRA rank / alpha / dropout",
@@ -245,36 +240,31 @@ def _training_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
             ("LoRA target modules", str(config.get("lora_target_modules", ""))),
         ]
     rows += [
-        ("epochs", _number(summary.get("epochs", config.get("epochs")), 2)),
-        ("learning rate", str(summary.get("learning_rate", config.get("learning_rate", "")))),
-        ("max sequence length", str(config.get("max_length", ""))),
-        (
-            "world size (processes)",
-            f"{summary.get('world_size', '')}" + (f" ({_device_counts(devices)})" if devices else ""),
-        ),
-        ("precision", str(summary.get("precision", ""))),
+        ("epochs", _number(summary.epochs, 2)),
+        ("learning rate", str(summary.learning_rate)),
+        ("max sequence length", str(summary.max_length)),
+        ("world size (processes)", f"{summary.world_size} ({_device_counts(summary.devices)})"),
+        ("precision", summary.precision),
         *_speed_path_rows(summary),
-        ("optimizer steps", str(summary.get("global_step", ""))),
-        ("training / eval conversations", f"{summary.get('train_examples', '')} / {summary.get('eval_examples', '')}"),
-        ("tokens seen", _count(summary.get("tokens_seen"))),
-        ("throughput", f"{_count(summary.get('non_padding_tokens_per_s'))} non-padding tokens/s"),
-        ("training time", _duration(summary.get("train_runtime_s"))),
+        ("optimizer steps", str(summary.global_step)),
+        ("training / eval conversations", f"{summary.train_examples} / {summary.eval_examples}"),
+        ("tokens seen", _count(summary.tokens_seen)),
+        ("throughput", f"{_count(summary.non_padding_tokens_per_s)} non-padding tokens/s"),
+        ("training time", _duration(summary.train_runtime_s)),
         (
             "final train / eval loss",
-            f"{_number(summary.get('final_train_loss'), 4)} / {_number(summary.get('final_eval_loss'), 4)}",
+            f"{_number(summary.final_train_loss, 4)} / {_number(summary.final_eval_loss, 4)}",
         ),
     ]
     return [(name, value.replace("|", "\\|")) for name, value in rows]
 
 
-def _speed_path_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+def _speed_path_rows(summary: TrainingSummary) -> list[tuple[str, str]]:
     """The kernels the model trained with, and the fallback when the fast ones failed (a run slower than asked)."""
-    if "attention" not in summary:  # a summary from before the trainer recorded them
-        return []
-    blocks = "compiled" if summary.get("compiled_blocks") else "eager"
-    rows = [("attention / transformer blocks", f"{summary['attention']} / {blocks}")]
-    if summary.get("speed_fallback"):
-        rows.append(("speed fallback", str(summary["speed_fallback"])))
+    blocks = "compiled" if summary.compiled_blocks else "eager"
+    rows = [("attention / transformer blocks", f"{summary.attention} / {blocks}")]
+    if summary.speed_fallback:
+        rows.append(("speed fallback", summary.speed_fallback))
     return rows
 
 
@@ -338,7 +328,7 @@ def _duration(seconds: Any) -> str:
     return f"{hours} h {minutes} min" if hours else f"{minutes} min {rest} s"
 
 
-def _device_counts(devices: list[str]) -> str:
+def _device_counts(devices: tuple[str, ...]) -> str:
     counts: dict[str, int] = {}
     for device in devices:
         counts[device] = counts.get(device, 0) + 1

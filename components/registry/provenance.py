@@ -30,22 +30,21 @@ def version_properties(dirs: RunDirs, run_id: str) -> dict[str, Property]:
     stats = read_stage_json(dirs.data / DATA_STATS, "the data stage")
     verification = read_stage_json(dirs.export / VERIFICATION_JSON, "the export stage")
     summary, evaluation = outputs.summary, outputs.evaluation
-    config = summary.get("config", {})
     properties: dict[str, Any] = {
         "pipeline_run_id": run_id,
-        "base_model": config.get("model"),
-        "base_model_commit": summary.get("base_model_commit"),
+        "base_model": summary.base_model,
+        "base_model_commit": summary.base_model_commit,
         "data_fingerprint": outputs.fingerprint,
         "data_records": stats.get("records"),
         "data_rejected": stats.get("rejected"),
         "data_duplicates": stats.get("duplicates"),
-        "train_conversations": summary.get("train_examples"),
-        "eval_conversations": summary.get("eval_examples"),
-        "method": config.get("method"),
-        "learning_rate": summary.get("learning_rate"),
-        "epochs": summary.get("epochs"),
-        "max_length": config.get("max_length"),
-        "precision": summary.get("precision"),
+        "train_conversations": summary.train_examples,
+        "eval_conversations": summary.eval_examples,
+        "method": summary.method,
+        "learning_rate": summary.learning_rate,
+        "epochs": summary.epochs,
+        "max_length": summary.max_length,
+        "precision": summary.precision,
         "eval_loss_base": evaluation.get("base", {}).get("eval_loss"),
         "eval_loss_published": (evaluation.get("published") or {}).get("eval_loss"),
         "eval_loss_new": evaluation.get("fine_tuned", {}).get("eval_loss"),
@@ -60,6 +59,6 @@ def version_properties(dirs: RunDirs, run_id: str) -> dict[str, Property]:
     properties |= {
         f"benchmark_{task}_{entry['metric'].split(' ', 1)[0]}": entry["value"] for task, entry in scores.items()
     }
-    if config.get("method") in ("lora", "qlora"):
-        properties |= {key: config.get(key) for key in ("lora_r", "lora_alpha", "lora_dropout")}
+    if summary.method in ("lora", "qlora"):
+        properties |= {key: summary.config.get(key) for key in ("lora_r", "lora_alpha", "lora_dropout")}
     return {key: value for key, value in properties.items() if isinstance(value, Property)}

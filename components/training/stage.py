@@ -14,7 +14,6 @@ launched manifest (or local command) as an artifact for debugging.
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 from pathlib import Path
 from typing import Any, Mapping
@@ -22,6 +21,7 @@ from typing import Any, Mapping
 from common.atomic import write_json, write_text_atomic
 from common.cli_options import run_form_names
 from common.errors import UserError, exit_on_user_error
+from common.records import TrainingSummary
 from common.run_layout import TOKENS_MANIFEST, TRAINING_FAILURE, TRAINING_SUMMARY, stage_dir
 from components.default_base_model import LOCAL_BACKEND, resolve_base_model
 from components.training.fit import check_fit
@@ -201,7 +201,7 @@ def record_outputs(config: TrainConfig, launch: LaunchOptions, model_artifact, m
             "The training pods write it to the workspace PVC, so this step "
             "must mount the same PVC at the same path (the workspace root) to read it."
         )
-    summary = json.loads(summary_path.read_text(encoding="utf-8"))
+    summary = TrainingSummary.read(summary_path)
     locations = {
         "train_dir": str(config.output_dir),
         "merged_dir": str(config.merged_dir),
@@ -215,12 +215,12 @@ def record_outputs(config: TrainConfig, launch: LaunchOptions, model_artifact, m
             "base_model": config.model,
             "method": config.method,
             "backend": launch.backend,
-            "world_size": summary.get("world_size"),
+            "world_size": summary.world_size,
         }
     )
     for name in SUMMARY_METRICS:
-        value = summary.get(name)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = getattr(summary, name)
+        if value is not None:
             metrics.log_metric(name, value)
 
 
