@@ -277,3 +277,118 @@ class TrainingSummary:
         summary = _record(value, cls, path, f"its {cls.WHAT}", fix)
         ranks = _entries(summary.ranks, RankFacts, path, "ranks", fix)
         return dataclasses.replace(summary, devices=tuple(summary.devices), ranks=ranks)
+
+
+@dataclass(frozen=True)
+class ModelScores:
+    """One model's numbers on the held-out split: the loss over the assistant tokens, and ROUGE-L of its answers."""
+
+    eval_loss: float
+    perplexity: float
+    rouge_l: float
+    eval_tokens: int
+
+
+@dataclass(frozen=True)
+class GateComparison:
+    """One comparison the quality gate made: against the base, the published model or one benchmark's score."""
+
+    against: str  # base or published
+    passed: bool
+    reason: str
+    benchmark: str | None = None  # the task, for a benchmark comparison
+
+
+@dataclass(frozen=True)
+class GateVerdict:
+    """The quality gate's decision, and the thresholds it applied."""
+
+    passed: bool
+    min_eval_loss_improvement: float
+    reason: str
+    forced: bool  # force was set: published whatever the comparisons said
+    max_benchmark_drop: float
+    comparisons: tuple[GateComparison, ...]
+    min_improvement_over_published: float | None = None  # set when a published model was compared
+
+
+# Optional entries that evaluation.json leaves out when they are None, as it did before the record.
+_LEFT_OUT_WHEN_NONE = frozenset(
+    {
+        "published_search",
+        "published_model",
+        "published",
+        "deltas_vs_published",
+        "min_improvement_over_published",
+        "benchmark",
+    }
+)
+
+
+def _without_absent(value: Any) -> Any:
+    """``value`` (a dataclasses.asdict tree) without the optional entries that are None."""
+    if isinstance(value, dict):
+        return {
+            key: _without_absent(item)
+            for key, item in value.items()
+            if item is not None or key not in _LEFT_OUT_WHEN_NONE
+        }
+    if isinstance(value, (list, tuple)):
+        return [_without_absent(item) for item in value]
+    return value
+
+
+@dataclass(frozen=True)
+class EvaluationResult:
+    """``evaluate/evaluation.json``: base, published and new model compared, the benchmarks, and the gate.
+
+    Written by the evaluation step; read by publish (the gate, the comparison it must match, the model card),
+    register (provenance, and no version that failed the gate) and the run summary. The reports render it
+    as a JSON document (``as_json``); the keys are the field names, beside ``format_version``.
+    """
+
+    base_model: str
+    base_model_commit: str | None
+    fine_tuned_model: str
+    base: ModelScores
+    fine_tuned: ModelScores
+    deltas: dict[str, float]  # fine_tuned - base, per compared number
+    scored_rows: int  # held-out rows answered and scored with ROUGE-L
+    held_out: dict[str, int]  # conversations the loss covers, tokenised, in the split, and eval_max_rows
+    benchmarks: dict[str, Any]  # the tasks, settings and each model's scores, or {"skipped": why}
+    gate: GateVerdict
+    published_search: dict[str, Any] | None = None  # where the published model was looked for
+    published_model: dict[str, Any] | None = None  # the one found (PublishedModel.entry), and a problem if any
+    published: ModelScores | None = None  # its numbers, when it was compared
+    deltas_vs_published: dict[str, float] | None = None
+
+    VERSION: ClassVar[int] = 1
+    WHAT: ClassVar[str] = "evaluation"
+    FIX: ClassVar[str] = "Rerun the evaluation step of that run: it compares the models again and rewrites the file."
+
+    def as_json(self) -> dict[str, Any]:
+        return {FORMAT_VERSION: self.VERSION, **_without_absent(dataclasses.asdict(self))}
+
+    def write(self, path: Path) -> None:
+        write_text_atomic(path, json.dumps(self.as_json(), indent=2) + "\n")
+
+    @classmethod
+    def read(cls, path: Path) -> EvaluationResult | None:
+        """The evaluation at ``path``; None when the step has not written one. A file from before the format version
+        (2026-11-28) holds the same keys: read as such when it has all of them."""
+        if not path.is_file():
+            return None
+        value = _json_of(path, cls.WHAT, cls.FIX)
+        if not isinstance(value, dict) or FORMAT_VERSION in value:
+            value = _versioned(value, path, cls.WHAT, cls.VERSION, cls.FIX)
+        result = _record(value, cls, path, f"its {cls.WHAT}", cls.FIX)
+        gate = _entry(result.gate, GateVerdict, path, "gate", cls.FIX)
+        return dataclasses.replace(
+            result,
+            base=_entry(result.base, ModelScores, path, "base model's scores", cls.FIX),
+            fine_tuned=_entry(result.fine_tuned, ModelScores, path, "fine-tuned model's scores", cls.FIX),
+            published=_entry(result.published, ModelScores, path, "published model's scores", cls.FIX),
+            gate=dataclasses.replace(
+                gate, comparisons=_entries(gate.comparisons, GateComparison, path, "gate's comparisons", cls.FIX)
+            ),
+        )

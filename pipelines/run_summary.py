@@ -11,7 +11,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from common.records import Registration, Served
+from common.records import EvaluationResult, Registration, Served
 from common.run_layout import (
     DATA,
     DATA_STATS,
@@ -57,7 +57,7 @@ def summary_lines(run_dir: Path) -> list[str]:
             f"  data:       {stats['rows']['train']} train / {stats['rows']['eval']} eval conversations, "
             f"{stats['rejected']} rejected, {stats['duplicates']} duplicates"
         )
-    evaluation = _read(run_dir / EVALUATE / EVALUATION)
+    evaluation = EvaluationResult.read(run_dir / EVALUATE / EVALUATION)
     if not (run_dir / TRAIN).is_dir():
         lines.append(
             "  training:   not run: the data has not changed since the last publish (force=true trains anyway)"
@@ -65,18 +65,18 @@ def summary_lines(run_dir: Path) -> list[str]:
         return lines
     if not evaluation:
         return lines + ["  evaluation: not run (see the log)"]
-    gate = evaluation["gate"]
-    published = f", published {evaluation['published']['eval_loss']:.3f}" if "published" in evaluation else ""
+    gate = evaluation.gate
+    published = f", published {evaluation.published.eval_loss:.3f}" if evaluation.published else ""
     lines.append(
-        f"  eval loss:  base {evaluation['base']['eval_loss']:.3f}{published} -> fine-tuned "
-        f"{evaluation['fine_tuned']['eval_loss']:.3f}"
+        f"  eval loss:  base {evaluation.base.eval_loss:.3f}{published} -> fine-tuned "
+        f"{evaluation.fine_tuned.eval_loss:.3f}"
     )
-    lines += [f"  {line}" for line in benchmark_verdicts(evaluation)]
-    lines.append(f"  gate:       {'passed' if gate['passed'] else 'FAILED'}: {gate['reason']}")
+    lines += [f"  {line}" for line in benchmark_verdicts(evaluation.as_json())]
+    lines.append(f"  gate:       {'passed' if gate.passed else 'FAILED'}: {gate.reason}")
     lines.append(f"  report:     {run_dir / EVALUATE / EVALUATION_HTML}")
     verification = _read(run_dir / EXPORT / VERIFICATION_JSON)
     if not verification:
-        lines.append("  export:     not run" + ("" if gate["passed"] else ": the quality gate failed"))
+        lines.append("  export:     not run" + ("" if gate.passed else ": the quality gate failed"))
         return lines
     ggufs = [Path(conversion["gguf"]) for conversion in verification["files"]]
     lines.append(f"  GGUF:       {', '.join(map(str, ggufs))}")

@@ -11,8 +11,8 @@ import dataclasses
 import json
 from pathlib import Path
 
-from common.records import RankFacts, TrainingSummary
-from common.run_layout import TRAINING_SUMMARY, stage_dir
+from common.records import EvaluationResult, GateComparison, GateVerdict, ModelScores, RankFacts, TrainingSummary
+from common.run_layout import EVALUATION, TRAINING_SUMMARY, stage_dir
 
 FINGERPRINT = "sha256:" + "ab" * 32
 GGUF = "practical-skills-q8_0.gguf"
@@ -112,6 +112,39 @@ def training_summary(model: str = "HuggingFaceTB/SmolLM3-3B", **changes) -> Trai
     return dataclasses.replace(summary, **changes)
 
 
+def evaluation(
+    model: str = "HuggingFaceTB/SmolLM3-3B",
+    fine_tuned_model: str = "/workspace/runs/run-1/train/merged",
+    gate_passed: bool = True,
+    published_model: dict | None = None,
+) -> EvaluationResult:
+    """What the evaluation step records of a LoRA run that beat its base (or, ``gate_passed`` False, did not);
+    ``published_model``: the model it compared with, whose scores are not recorded (None: nothing was published)."""
+    reason = "eval loss improved by 1.3945" if gate_passed else "eval loss got worse by 0.2"
+    base = ModelScores(eval_loss=2.3456, perplexity=10.44, rouge_l=0.1234, eval_tokens=5000)
+    tuned = ModelScores(eval_loss=0.9511, perplexity=2.59, rouge_l=0.4567, eval_tokens=5000)
+    return EvaluationResult(
+        base_model=model,
+        base_model_commit=BASE_COMMIT,
+        fine_tuned_model=fine_tuned_model,
+        base=base,
+        fine_tuned=tuned,
+        deltas={key: getattr(tuned, key) - getattr(base, key) for key in ("eval_loss", "perplexity", "rouge_l")},
+        scored_rows=30,
+        held_out={"conversations": 40, "tokenised": 40, "split_conversations": 40, "eval_max_rows": 1000},
+        benchmarks=BENCHMARKS,
+        gate=GateVerdict(
+            passed=gate_passed,
+            min_eval_loss_improvement=0.0,
+            reason=reason,
+            forced=False,
+            max_benchmark_drop=0.02,
+            comparisons=(GateComparison("base", gate_passed, reason),),
+        ),
+        published_model=published_model,
+    )
+
+
 def make_run(
     workspace: Path,
     run_id: str = "run-1",
@@ -137,25 +170,7 @@ def make_run(
     _bytes(train / "adapter" / "adapter_model.safetensors", 2048, 2)
     (train / "adapter" / "README.md").write_text("PEFT's own card\n")
     _bytes(train / "loss_curve.png", 512, 3)
-    _json(
-        evaluate / "evaluation.json",
-        {
-            "base_model": model,
-            "fine_tuned_model": str(train / "merged"),
-            "base": {"eval_loss": 2.3456, "perplexity": 10.44, "rouge_l": 0.1234, "eval_tokens": 5000},
-            "fine_tuned": {"eval_loss": 0.9511, "perplexity": 2.59, "rouge_l": 0.4567, "eval_tokens": 5000},
-            "deltas": {"eval_loss": 0.9511 - 2.3456, "perplexity": 2.59 - 10.44, "rouge_l": 0.4567 - 0.1234},
-            "scored_rows": 30,
-            "held_out": {"conversations": 40, "tokenised": 40, "split_conversations": 40, "eval_max_rows": 1000},
-            "benchmarks": BENCHMARKS,
-            "gate": {
-                "passed": gate_passed,
-                "min_eval_loss_improvement": 0.0,
-                "reason": "eval loss improved by 1.3945" if gate_passed else "eval loss got worse by 0.2",
-            },
-        }
-        | ({"published_model": published_model} if published_model else {}),
-    )
+    evaluation(model, str(train / "merged"), gate_passed, published_model).write(evaluate / EVALUATION)
     _json(evaluate / "demo_outputs" / "sample_responses.json", SAMPLES)
     (evaluate / "report.md").write_text("# Evaluation\n\n![loss](loss_curve.png)\n")
     _bytes(evaluate / "loss_curve.png", 512, 3)

@@ -292,6 +292,7 @@ def evaluation(published: bool) -> dict:
     decision = with_benchmarks(LOSS_PASSES, benchmark_comparisons(scores, 0.02), force=False)
     record = {
         "base_model": "base",
+        "base_model_commit": None,
         "fine_tuned_model": "/runs/x/train/merged",
         "base": loss,
         "fine_tuned": loss,
@@ -310,6 +311,7 @@ def evaluation(published: bool) -> dict:
             "passed": decision.passed,
             "forced": False,
             "min_eval_loss_improvement": 0.0,
+            "max_benchmark_drop": 0.02,
             "reason": decision.reason,
             "comparisons": [
                 {"against": c.against, "passed": c.passed, "reason": c.reason, "benchmark": c.benchmark}

@@ -9,7 +9,15 @@ import json
 import pytest
 
 from common.errors import UserError
-from common.records import FORMAT_VERSION, Registration, Served, StoredCopies, StoredCopy, TrainingSummary
+from common.records import (
+    FORMAT_VERSION,
+    EvaluationResult,
+    Registration,
+    Served,
+    StoredCopies,
+    StoredCopy,
+    TrainingSummary,
+)
 
 COPIES = (
     StoredCopy("s3://models/team/smol-ft/run-1/", files=14, total_bytes=20_000),
@@ -122,3 +130,47 @@ def test_a_training_summary_missing_a_field_is_refused_naming_it(tmp_path, chang
     assert str(path) in message and says in message and "train this run again" in message and "\n" not in message
     with pytest.raises(UserError, match="restore the file"):
         TrainingSummary.read(path, fix="restore the file")  # a published one is not retrained
+
+
+def test_an_evaluation_round_trips_leaving_out_what_was_not_compared(tmp_path):
+    """evaluation.json keeps the shape it had before the record: the published model's entries only when one was
+    compared, a comparison's benchmark only for a benchmark comparison."""
+    from fake_run import evaluation
+
+    path, record = tmp_path / "evaluate" / "evaluation.json", evaluation(published_model={"run_id": "r0"})
+    assert EvaluationResult.read(path) is None  # the step has not run
+    record.write(path)
+    written = json.loads(path.read_text())
+    assert written[FORMAT_VERSION] == EvaluationResult.VERSION
+    assert "published" not in written and "deltas_vs_published" not in written and "published_search" not in written
+    assert written["published_model"] == {"run_id": "r0"}
+    assert written["gate"]["comparisons"] == [{"against": "base", "passed": True, "reason": record.gate.reason}]
+    assert "min_improvement_over_published" not in written["gate"]
+    assert EvaluationResult.read(path) == record
+    del written[FORMAT_VERSION]  # as the step wrote it before the format version
+    path.write_text(json.dumps(written))
+    assert EvaluationResult.read(path) == record
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (lambda value: value.pop("gate"), "its evaluation has no gate"),
+        (lambda value: value["gate"].pop("reason"), "its gate has no reason"),
+        (lambda value: value["fine_tuned"].pop("eval_loss"), "its fine-tuned model's scores has no eval_loss"),
+        (lambda value: value["gate"]["comparisons"][0].pop("passed"), "entry 1 of its gate's comparisons has no"),
+        (lambda value: value.update({FORMAT_VERSION: 3}), "format 3, and this version of the pipeline reads format 1"),
+    ],
+    ids=["no-gate", "gate-field", "scores-field", "comparison-field", "newer"],
+)
+def test_an_evaluation_missing_a_field_is_refused_naming_it(tmp_path, change, says):
+    from fake_run import evaluation
+
+    path = tmp_path / "evaluation.json"
+    value = evaluation().as_json()
+    change(value)
+    path.write_text(json.dumps(value))
+    with pytest.raises(UserError) as refused:
+        EvaluationResult.read(path)
+    message = str(refused.value)
+    assert str(path) in message and says in message and "Rerun the evaluation step" in message

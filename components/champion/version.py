@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from common.errors import UserError
-from common.records import StoredCopies, StoredCopy, TrainingSummary
+from common.records import EvaluationResult, StoredCopies, StoredCopy, TrainingSummary
 from common.run_layout import (
     DATA_STATS,
     EVALUATION,
@@ -56,14 +56,14 @@ class RunOutputs:
 
     fingerprint: str
     summary: TrainingSummary
-    evaluation: dict[str, Any]
+    evaluation: EvaluationResult
     samples: list[dict[str, str]]
     ggufs: list[Path]
     lora_ggufs: list[Path]
 
     @property
     def gate_passed(self) -> bool:
-        return bool(self.evaluation.get("gate", {}).get("passed", True))
+        return self.evaluation.gate.passed
 
 
 def read_run_outputs(dirs: RunDirs) -> RunOutputs:
@@ -84,7 +84,7 @@ def read_run_outputs(dirs: RunDirs) -> RunOutputs:
     return RunOutputs(
         fingerprint=stats["fingerprint"],
         summary=read_training_summary(dirs.train),
-        evaluation=read_stage_json(dirs.evaluate / EVALUATION, "the evaluation stage"),
+        evaluation=read_evaluation(dirs.evaluate),
         samples=read_stage_json(samples_path, "the evaluation stage") if samples_path.exists() else [],
         ggufs=models,
         lora_ggufs=[path for path in ggufs if LORA_MARKER in path.name],
@@ -111,6 +111,17 @@ def read_training_summary(train_dir: Path) -> TrainingSummary:
             "elsewhere). Run it first."
         )
     return summary
+
+
+def read_evaluation(evaluate_dir: Path) -> EvaluationResult:
+    """The evaluation of the run in ``evaluate_dir``; a clear error when the evaluation step has not finished there."""
+    evaluation = EvaluationResult.read(evaluate_dir / EVALUATION)
+    if evaluation is None:
+        raise UserError(
+            f"{evaluate_dir / EVALUATION} does not exist: the evaluation stage has not run for this run (or wrote "
+            "elsewhere). Run it first."
+        )
+    return evaluation
 
 
 def trained_from(train_dir: Path) -> str:

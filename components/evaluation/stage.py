@@ -29,7 +29,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from common.atomic import link_or_copy, staging_dir
 from common.cli_options import options_from, options_from_inputs
 from common.errors import UserError, exit_on_user_error
-from common.records import TrainingSummary
+from common.records import EvaluationResult, GateComparison, GateVerdict, ModelScores, TrainingSummary
 from common.run_layout import (
     EVALUATION,
     EVALUATION_HTML,
@@ -111,7 +111,7 @@ class ModelRun:
 @dataclass(frozen=True)
 class Evaluated:
     output_dir: Path
-    evaluation: dict[str, Any]
+    evaluation: EvaluationResult
     samples: list[dict[str, str]]
     training: TrainingSummary | None
     loss_curve_png: bytes | None
@@ -163,13 +163,18 @@ def run_model(
     return ModelRun(loss, answers[:sample_count], answers[sample_count:], scores)
 
 
-def model_entry(run: ModelRun, rows: list[ReferenceRow]) -> dict[str, Any]:
-    return {
-        "eval_loss": run.loss.eval_loss,
-        "perplexity": run.loss.perplexity,
-        "rouge_l": rouge_l(run.scored_answers, [row.reference for row in rows]),
-        "eval_tokens": run.loss.eval_tokens,
-    }
+def model_entry(run: ModelRun, rows: list[ReferenceRow]) -> ModelScores:
+    return ModelScores(
+        eval_loss=run.loss.eval_loss,
+        perplexity=run.loss.perplexity,
+        rouge_l=rouge_l(run.scored_answers, [row.reference for row in rows]),
+        eval_tokens=run.loss.eval_tokens,
+    )
+
+
+def changes(new: ModelScores, reference: ModelScores) -> dict[str, float]:
+    """The new model's numbers less the reference model's, for each compared number."""
+    return {key: getattr(new, key) - getattr(reference, key) for key in COMPARED}
 
 
 def unavailable(error: ChampionUnavailable, target: PublishedTarget) -> str:
@@ -257,41 +262,40 @@ def evaluate(options: EvaluateOptions, target: PublishedTarget | None = None) ->
         benchmark_comparisons(benchmark_scores, options.max_benchmark_drop) if benchmarks else (),
         bool(target and target.force),
     )
-    evaluation = {
-        "base_model": options.base_model,
-        "base_model_commit": base_revision,
-        "fine_tuned_model": str(options.fine_tuned_model),
-        "base": base,
-        "fine_tuned": tuned,
-        "deltas": {key: tuned[key] - base[key] for key in COMPARED},
-        "scored_rows": len(rows),
-        "held_out": held_out,
-        "benchmarks": benchmark_record(options, benchmarks, benchmark_scores),
-        "gate": {
-            "passed": gate.passed,
-            "min_eval_loss_improvement": gate.min_eval_loss_improvement,
-            "reason": gate.reason,
-            "forced": gate.forced,
-            "max_benchmark_drop": options.max_benchmark_drop,
-            "comparisons": [
-                {
-                    "against": comparison.against,
-                    "passed": comparison.passed,
-                    "reason": comparison.reason,
-                    **({"benchmark": comparison.benchmark} if comparison.benchmark else {}),
-                }
-                for comparison in gate.comparisons
-            ],
-        },
-    }
-    if target is not None:
-        evaluation["published_search"] = {"repo_id": target.repo_id, "on_hub": bool(target.repo_id and token)}
-    if published is not None:
-        evaluation["published_model"] = champion.entry() if champion else {**published.entry(), "problem": problem}
-    if "published" in entries:
-        evaluation["published"] = entries["published"]
-        evaluation["deltas_vs_published"] = {key: tuned[key] - entries["published"][key] for key in COMPARED}
-        evaluation["gate"]["min_improvement_over_published"] = options.min_improvement_over_published
+    published_scores = entries.get("published")
+    evaluation = EvaluationResult(
+        base_model=options.base_model,
+        base_model_commit=base_revision,
+        fine_tuned_model=str(options.fine_tuned_model),
+        base=base,
+        fine_tuned=tuned,
+        deltas=changes(tuned, base),
+        scored_rows=len(rows),
+        held_out=held_out,
+        benchmarks=benchmark_record(options, benchmarks, benchmark_scores),
+        gate=GateVerdict(
+            passed=gate.passed,
+            min_eval_loss_improvement=gate.min_eval_loss_improvement,
+            reason=gate.reason,
+            forced=gate.forced,
+            max_benchmark_drop=options.max_benchmark_drop,
+            comparisons=tuple(
+                GateComparison(each.against, each.passed, each.reason, each.benchmark or None)
+                for each in gate.comparisons
+            ),
+            min_improvement_over_published=options.min_improvement_over_published if published_scores else None,
+        ),
+        published_search=(
+            {"repo_id": target.repo_id, "on_hub": bool(target.repo_id and token)} if target is not None else None
+        ),
+        published_model=(
+            (champion.entry() if champion else {**published.entry(), "problem": problem})
+            if published is not None
+            else None
+        ),
+        published=published_scores,
+        deltas_vs_published=changes(tuned, published_scores) if published_scores else None,
+    )
     samples = [
         {"question": question, **{role: run.sample_answers[number] for role, run in runs.items()}}
         for number, question in enumerate(questions)
@@ -363,19 +367,19 @@ def held_out_counts(tokens_dir: Path, usable: int) -> dict[str, int]:
 
 def gate_decision(
     options: EvaluateOptions,
-    entries: dict[str, dict[str, Any]],
+    entries: dict[str, ModelScores],
     published: PublishedModel | None,
     target: PublishedTarget | None,
     problem: str | None,
 ) -> GateDecision:
-    base, tuned = entries["base"]["eval_loss"], entries["fine_tuned"]["eval_loss"]
+    base, tuned = entries["base"].eval_loss, entries["fine_tuned"].eval_loss
     if "published" in entries and published is not None and target is not None:
         name = f"run {published.run_id}" if published.run_id else published.description
         return decide_with_published(
             base,
             tuned,
             options.min_eval_loss_improvement,
-            entries["published"]["eval_loss"],
+            entries["published"].eval_loss,
             options.min_improvement_over_published,
             name,
             target.force,
@@ -398,16 +402,17 @@ def write_outputs(evaluated: Evaluated) -> None:
         if evaluated.loss_curve_png:
             staging.file(LOSS_CURVE).write_bytes(evaluated.loss_curve_png)
             names.append(LOSS_CURVE)
+        document = evaluated.evaluation.as_json()
         markdown = render_markdown(
-            evaluated.evaluation,
+            document,
             evaluated.samples,
             evaluated.training,
             LOSS_CURVE if evaluated.loss_curve_png else None,
         )
         staging.file(EVALUATION_MARKDOWN).write_text(markdown, encoding="utf-8")
-        html = render_html(evaluated.evaluation, evaluated.samples, evaluated.training, evaluated.loss_curve_png)
+        html = render_html(document, evaluated.samples, evaluated.training, evaluated.loss_curve_png)
         staging.file(EVALUATION_HTML).write_text(html, encoding="utf-8")
-        staging.file(EVALUATION).write_text(json.dumps(evaluated.evaluation, indent=2) + "\n", encoding="utf-8")
+        evaluated.evaluation.write(staging.file(EVALUATION))
         staging.publish(*names, EVALUATION_MARKDOWN, EVALUATION_HTML, EVALUATION)
 
 
@@ -418,18 +423,15 @@ def summary(evaluated: Evaluated) -> str:
     evaluation = evaluated.evaluation
     lines = []
     for role, label in ROLE_LABELS:
-        entry = evaluation.get(role)
+        entry = getattr(evaluation, role)
         if entry is None:
             continue
         lines.append(
-            f"{label}  eval loss {entry['eval_loss']:.4f}  perplexity {entry['perplexity']:.3f}  "
-            f"ROUGE-L {entry['rouge_l']:.4f}"
+            f"{label}  eval loss {entry.eval_loss:.4f}  perplexity {entry.perplexity:.3f}  ROUGE-L {entry.rouge_l:.4f}"
         )
-    lines += benchmark_verdicts(evaluation)
-    gate = evaluation["gate"]
-    lines.append(
-        f"quality gate {'passed' if gate['passed'] else f'FAILED ({GATED_STAGES} are skipped)'}: {gate['reason']}"
-    )
+    lines += benchmark_verdicts(evaluation.as_json())
+    gate = evaluation.gate
+    lines.append(f"quality gate {'passed' if gate.passed else f'FAILED ({GATED_STAGES} are skipped)'}: {gate.reason}")
     lines += [
         f"{name} -> {evaluated.output_dir / name}"
         for name in (EVALUATION, EVALUATION_MARKDOWN, EVALUATION_HTML, SAMPLE_RESPONSES)
@@ -437,25 +439,24 @@ def summary(evaluated: Evaluated) -> str:
     return "\n".join(lines)
 
 
-def metrics_to_log(evaluation: dict[str, Any]) -> dict[str, float]:
+def metrics_to_log(evaluation: EvaluationResult) -> dict[str, float]:
     """The KFP Metrics: each model's compared numbers, the new model's changes against the base (and the published
     model when there is one), each model's benchmark scores (``fine_tuned_arc_easy_acc_norm``), and the gate as
     1/0."""
     values = {}
     for key in COMPARED:
-        values[f"base_{key}"] = evaluation["base"][key]
-        if "published" in evaluation:
-            values[f"published_{key}"] = evaluation["published"][key]
-        values[f"fine_tuned_{key}"] = evaluation["fine_tuned"][key]
-        values[f"{key}_delta"] = evaluation["deltas"][key]
-        if "published" in evaluation:
-            values[f"{key}_delta_vs_published"] = evaluation["deltas_vs_published"][key]
-    scores = (evaluation.get("benchmarks") or {}).get("scores", {})
-    for role, tasks in scores.items():
+        values[f"base_{key}"] = getattr(evaluation.base, key)
+        if evaluation.published and evaluation.deltas_vs_published:
+            values[f"published_{key}"] = getattr(evaluation.published, key)
+        values[f"fine_tuned_{key}"] = getattr(evaluation.fine_tuned, key)
+        values[f"{key}_delta"] = evaluation.deltas[key]
+        if evaluation.published and evaluation.deltas_vs_published:
+            values[f"{key}_delta_vs_published"] = evaluation.deltas_vs_published[key]
+    for role, tasks in evaluation.benchmarks.get("scores", {}).items():
         for task, entry in tasks.items():
             values[f"{role}_{task}_{entry['metric'].split(' ', 1)[0]}"] = entry["value"]
-    values["gate_passed"] = 1 if evaluation["gate"]["passed"] else 0
-    values["gate_forced"] = 1 if evaluation["gate"]["forced"] else 0
+    values["gate_passed"] = 1 if evaluation.gate.passed else 0
+    values["gate_forced"] = 1 if evaluation.gate.forced else 0
     return values
 
 
@@ -507,7 +508,7 @@ def run_in_pipeline(
         metrics.log_metric(name, value)
     png = evaluated.loss_curve_png
     markdown = render_markdown(
-        evaluated.evaluation, evaluated.samples, evaluated.training, png_data_uri(png) if png else None
+        evaluated.evaluation.as_json(), evaluated.samples, evaluated.training, png_data_uri(png) if png else None
     )
     # The UI shows the HTML artifact as it is.
     link_or_copy(evaluated.output_dir / EVALUATION_HTML, Path(html_report_artifact.path))
@@ -515,8 +516,8 @@ def run_in_pipeline(
     Path(markdown_report_artifact.path).write_text(markdown, encoding="utf-8")
     for artifact, name in ((html_report_artifact, EVALUATION_HTML), (markdown_report_artifact, EVALUATION_MARKDOWN)):
         artifact.metadata.update({"workspace_path": str(evaluated.output_dir / name)})
-    gate = evaluated.evaluation["gate"]
-    return gate["passed"], gate["reason"]
+    gate = evaluated.evaluation.gate
+    return gate.passed, gate.reason
 
 
 @exit_on_user_error

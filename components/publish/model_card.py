@@ -22,7 +22,7 @@ from huggingface_hub import ModelCard, ModelCardData
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
-from common.records import TrainingSummary
+from common.records import EvaluationResult, GateVerdict, TrainingSummary
 from common.run_layout import LORA_MARKER, MODELFILE
 from components.champion.card import FINGERPRINT_KEY, HISTORY_KEY
 from components.champion.version import MERGED_CONFIG, RunOutputs
@@ -58,6 +58,7 @@ def render_model_card(outputs: RunOutputs, options: PublishOptions, context: Car
     base_model = base_model_hub_id(options, outputs.summary)
     gguf = outputs.ggufs[0].name
     repo_id = context.repo_id or PLACEHOLDER_REPO.format(name=_model_name(gguf))
+    document = outputs.evaluation.as_json()  # as the evaluation's reports render it
     card = ModelCard.from_template(
         card_data(outputs, options, context, base_model),
         template_path=str(TEMPLATE),
@@ -66,11 +67,11 @@ def render_model_card(outputs: RunOutputs, options: PublishOptions, context: Car
         eval_rows=_eval_rows(outputs),
         metrics=_metric_rows(outputs.evaluation),
         published=_published_name(outputs.evaluation),
-        gate_verdict=_gate_verdict(outputs.evaluation),
-        benchmark_rows=benchmark_rows(outputs.evaluation),
-        benchmark_headers=[header for _, header in columns(outputs.evaluation)] + change_headers(outputs.evaluation),
-        benchmark_note=benchmark_note(outputs.evaluation),
-        gate_reason=outputs.evaluation.get("gate", {}).get("reason", ""),
+        gate_verdict=_gate_verdict(outputs.evaluation.gate),
+        benchmark_rows=benchmark_rows(document),
+        benchmark_headers=[header for _, header in columns(document)] + change_headers(document),
+        benchmark_note=benchmark_note(document),
+        gate_reason=outputs.evaluation.gate.reason,
         samples=[
             {
                 "question": " ".join(str(s["question"]).split()),
@@ -165,19 +166,15 @@ def _intro(outputs: RunOutputs, options: PublishOptions, base_model: str, contex
 
 
 def _eval_rows(outputs: RunOutputs) -> str:
-    scored = outputs.evaluation.get("scored_rows")
-    text = f"{outputs.summary.eval_examples} conversations"
-    return text + (f"; ROUGE-L on {scored} of them" if scored is not None else "")
+    return f"{outputs.summary.eval_examples} conversations; ROUGE-L on {outputs.evaluation.scored_rows} of them"
 
 
-def _metric_rows(evaluation: dict[str, Any]) -> list[dict[str, str]]:
+def _metric_rows(evaluation: EvaluationResult) -> list[dict[str, str]]:
     rows = []
     for key, name, digits in METRICS:
-        base, tuned = evaluation.get("base", {}).get(key), evaluation.get("fine_tuned", {}).get(key)
-        if base is None and tuned is None:
-            continue
-        delta = evaluation.get("deltas", {}).get(key)
-        published = (evaluation.get("published") or {}).get(key)
+        base, tuned = getattr(evaluation.base, key), getattr(evaluation.fine_tuned, key)
+        delta = evaluation.deltas.get(key)
+        published = getattr(evaluation.published, key) if evaluation.published else None
         rows.append(
             {
                 "name": name,
@@ -185,25 +182,24 @@ def _metric_rows(evaluation: dict[str, Any]) -> list[dict[str, str]]:
                 "published": _number(published, digits),
                 "fine_tuned": _number(tuned, digits),
                 "delta": "" if delta is None else f"{delta:+.{digits}f}",
-                "delta_published": "" if published is None or tuned is None else f"{tuned - published:+.{digits}f}",
+                "delta_published": "" if published is None else f"{tuned - published:+.{digits}f}",
             }
         )
     return rows
 
 
-def _published_name(evaluation: dict[str, Any]) -> str | None:
+def _published_name(evaluation: EvaluationResult) -> str | None:
     """Which published model the evaluation scored, for the card; None when it scored none."""
-    if "published" not in evaluation:
+    if evaluation.published is None:
         return None
-    run_id = (evaluation.get("published_model") or {}).get("run_id")
+    run_id = (evaluation.published_model or {}).get("run_id")
     return f"pipeline run `{run_id}`" if run_id else "the repository's model before this commit"
 
 
-def _gate_verdict(evaluation: dict[str, Any]) -> str:
-    gate = evaluation.get("gate", {})
-    if not gate.get("passed", True):
+def _gate_verdict(gate: GateVerdict) -> str:
+    if not gate.passed:
         return "failed"
-    return "passed, forced" if gate.get("forced") else "passed"
+    return "passed, forced" if gate.forced else "passed"
 
 
 def _history_rows(history: list[dict[str, Any]]) -> list[dict[str, str]]:

@@ -26,6 +26,7 @@ from pathlib import Path
 from huggingface_hub import HfApi
 
 from common.errors import UserError
+from common.records import EvaluationResult
 from components.champion.card import read_history
 from components.champion.hub import head_revision
 from components.champion.published import PublishedModel, find_published, publish_identity
@@ -113,7 +114,7 @@ def build_upload(
     if not outputs.gate_passed and not options.publish_if_gate_failed:
         raise UserError(
             "The evaluation gate of this run failed "
-            f"({outputs.evaluation.get('gate', {}).get('reason', 'no reason given')}), "
+            f"({outputs.evaluation.gate.reason}), "
             "so the model is not published. Improve the run, or set publish_if_gate_failed to publish it anyway."
         )
     check_still_published(outputs.evaluation, previous, run_id)
@@ -124,7 +125,7 @@ def build_upload(
             "run_id": run_id,
             "published_at": published_at,
             "data_fingerprint": outputs.fingerprint,
-            "eval_loss": outputs.evaluation.get("fine_tuned", {}).get("eval_loss"),
+            "eval_loss": outputs.evaluation.fine_tuned.eval_loss,
         },
     )
     plan = upload_plan(dirs, outputs, options)
@@ -163,14 +164,14 @@ def commit_of(location: str) -> str:
     return commit if found else ""
 
 
-def check_still_published(evaluation: dict, previous: PublishedModel | None, run_id: str) -> None:
+def check_still_published(evaluation: EvaluationResult, previous: PublishedModel | None, run_id: str) -> None:
     """Refuse when a model is published now that is neither the one the evaluation compared the new model with nor
     this run's own (a publish step that runs again). With nothing published, there is nothing to be worse than."""
-    compared = evaluation.get("published_model")
+    compared = evaluation.published_model
     compared_identity = publish_identity(compared) if compared else None
     if previous is None or compared_identity == previous.identity or previous.run_id == run_id:
         return
-    searched = evaluation.get("published_search")
+    searched = evaluation.published_search
     if searched is None:
         looked = "did not look for a published model (it ran without --workspace-root)"
     elif compared:

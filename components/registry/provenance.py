@@ -21,11 +21,10 @@ Property = str | int | float | bool
 def version_properties(dirs: RunDirs, run_id: str) -> dict[str, Property]:
     """The provenance of run ``run_id``'s version; refuses a version that failed the gate."""
     outputs = read_run_outputs(dirs)
-    gate = outputs.evaluation.get("gate", {})
-    if not outputs.gate_passed:
+    gate = outputs.evaluation.gate
+    if not gate.passed:
         raise UserError(
-            f"Run {run_id} failed the quality gate ({gate.get('reason', 'no reason recorded')}): a version that "
-            "failed the gate is not registered."
+            f"Run {run_id} failed the quality gate ({gate.reason}): a version that failed the gate is not registered."
         )
     stats = read_stage_json(dirs.data / DATA_STATS, "the data stage")
     verification = read_stage_json(dirs.export / VERIFICATION_JSON, "the export stage")
@@ -45,17 +44,17 @@ def version_properties(dirs: RunDirs, run_id: str) -> dict[str, Property]:
         "epochs": summary.epochs,
         "max_length": summary.max_length,
         "precision": summary.precision,
-        "eval_loss_base": evaluation.get("base", {}).get("eval_loss"),
-        "eval_loss_published": (evaluation.get("published") or {}).get("eval_loss"),
-        "eval_loss_new": evaluation.get("fine_tuned", {}).get("eval_loss"),
+        "eval_loss_base": evaluation.base.eval_loss,
+        "eval_loss_published": evaluation.published.eval_loss if evaluation.published else None,
+        "eval_loss_new": evaluation.fine_tuned.eval_loss,
         "gate_passed": True,
-        "gate_forced": bool(gate.get("forced")),
-        "gate_reason": gate.get("reason"),
+        "gate_forced": gate.forced,
+        "gate_reason": gate.reason,
         "gguf_verified": bool(verification.get("passed")),
         "gguf_files": ", ".join(path.name for path in outputs.ggufs),
     }
     # The new model's standard benchmark scores (benchmark_arc_easy_acc_norm), what the gate checked it kept.
-    scores = (evaluation.get("benchmarks") or {}).get("scores", {}).get("fine_tuned", {})
+    scores = evaluation.benchmarks.get("scores", {}).get("fine_tuned", {})
     properties |= {
         f"benchmark_{task}_{entry['metric'].split(' ', 1)[0]}": entry["value"] for task, entry in scores.items()
     }
