@@ -26,12 +26,10 @@ from typing import Any
 from kfp import dsl, kubernetes
 
 from common.run_layout import HF_HOME
-from components.dataprep.options import PrepareOptions
 from components.dataprep.sources import URL_ENV as DATASET_URL_ENV
 from components.evaluation.gate import GATED_STAGES
-from components.evaluation.options import EvaluateOptions
-from components.export.options import ExportStageOptions
 from components.hub_auth import READ_SECRET_NAME, READ_TOKEN_CHECK_ENV, SECRET_KEY, TOKEN_ENV, WRITE_SECRET_NAME
+from components.pipeline_steps.skipped import report_skipped
 from components.pipeline_steps.stages import (
     check_data_changed,
     evaluate_model,
@@ -39,29 +37,23 @@ from components.pipeline_steps.stages import (
     prepare_dataset,
     publish_model,
     register_model,
-    report_skipped,
     serve_model,
     store_model,
     tokenise_data,
 )
 from components.pipeline_steps.train_step import train_model
-from components.publish.options import PublishOptions
-from components.registry.options import RegistryOptions
 from components.registry.stage import TOKEN_ENV as REGISTRY_TOKEN_ENV
 from components.registry.stage import TOKEN_KEY as REGISTRY_TOKEN_KEY
 from components.run_form.docs import docstring
-from components.run_form.table import PIPELINE_NAME, arguments_for
+from components.run_form.table import PIPELINE_NAME
 from components.runtime_image import runtime_image
-from components.serving.options import ServingOptions
 from components.serving.pull_check import PULL_SECRET_MOUNT
 from components.storage.oci_target import SECRET_MOUNT
-from components.storage.options import StorageOptions
-from components.training.options import LaunchOptions
 from pipelines.first_step import validate_parameters
 from pipelines.run_form import with_run_form
+from pipelines.step_signatures import run_arguments
 from pipelines.tasks import consumes, sized, small
 from pipelines.workspace import ClusterWorkspace, Workspace
-from trainer.config import TrainConfig
 
 DESCRIPTION = (
     "Fine-tune a small LLM on JSONL questions and answers: prepare, train, evaluate, export, publish, store, "
@@ -160,7 +152,7 @@ def deliver(
     Wired twice: after the publish of a new version, and on unchanged data for the published version whose run
     failed after publishing (each step skips itself when the version's delivery record says it completed).
     """
-    stored = workspace.mount(store_model(**version, **arguments_for(StorageOptions, run)).after(*after))
+    stored = workspace.mount(store_model(**version, **run_arguments("store_model", run)).after(*after))
     with_data_connection(sized(stored, run["publish_cpu"], run["publish_memory"]), run["model_s3_secret"])
     with_registry_credentials(stored, run["model_oci_secret"])
     registered = workspace.mount(
@@ -168,7 +160,7 @@ def deliver(
             **version,
             repo_id=run["hub_repo_id"],
             s3_secret=run["model_s3_secret"],
-            **arguments_for(RegistryOptions, run),
+            **run_arguments("register_model", run),
         ).after(stored)
     )
     with_registry_token(small(registered), run["model_registry_secret"])
@@ -180,7 +172,7 @@ def deliver(
             registry_secret=run["model_registry_secret"],
             registry_use_service_account=run["model_registry_use_service_account"],
             registry_allow_http=run["model_registry_allow_http"],
-            **arguments_for(ServingOptions, run),
+            **run_arguments("serve_model", run),
         ).after(registered)
     )
     with_registry_token(small(served), run["model_registry_secret"])
@@ -202,7 +194,7 @@ def build_pipeline(workspace: Workspace):
                 dataset_uri=run["dataset_uri"],
                 workspace_root=workspace.root,
                 run_id=run_id,
-                **arguments_for(PrepareOptions, run),
+                **run_arguments("prepare_dataset", run),
             ).after(validated)
         )
         with_hub_token(
@@ -230,11 +222,7 @@ def build_pipeline(workspace: Workspace):
                     data_dir=prepared.outputs["data_dir"],
                     base_model=run["base_model"],
                     backend=backend,
-                    base_model_revision=run["base_model_revision"],
-                    max_length=run["max_length"],
-                    loss_on=run["loss_on"],
-                    packing=run["packing"],
-                    eval_max_rows=run["eval_max_rows"],
+                    **run_arguments("tokenise_data", run),
                 )
             )
             with_hub_token(sized(tokenised, run["tokenise_cpu"], run["tokenise_memory"]))
@@ -249,8 +237,7 @@ def build_pipeline(workspace: Workspace):
                     base_model=run["base_model"],
                     pipeline_name=PIPELINE_NAME,
                     hf_token_secret=READ_SECRET_NAME,
-                    **arguments_for(TrainConfig, run),
-                    **{**arguments_for(LaunchOptions, run), "backend": backend},
+                    **{**run_arguments("train_model", run), "backend": backend},
                 )
             )
             sized(trained, run["train_launcher_cpu"], run["train_launcher_memory"]).set_retry(
@@ -268,7 +255,7 @@ def build_pipeline(workspace: Workspace):
                     repo_id=run["hub_repo_id"],
                     force=run["force"],
                     gpus=validated.outputs["evaluate_gpus"] if workspace.gpus else 0,
-                    **arguments_for(EvaluateOptions, run),
+                    **run_arguments("evaluate_model", run),
                 )
             )
             with_hub_token(sized(evaluated, run["evaluate_cpu"], run["evaluate_memory"]))
@@ -284,7 +271,7 @@ def build_pipeline(workspace: Workspace):
                         workspace_root=workspace.root,
                         run_id=run_id,
                         train_dir=trained.outputs["train_dir"],
-                        **arguments_for(ExportStageOptions, run),
+                        **run_arguments("export_gguf", run),
                     )
                 )
                 sized(exported, run["export_cpu"], run["export_memory"])
@@ -294,7 +281,7 @@ def build_pipeline(workspace: Workspace):
                         run_id=run_id,
                         dataset_uri=run["dataset_uri"],
                         base_model=run["base_model"],
-                        **arguments_for(PublishOptions, run),
+                        **run_arguments("publish_model", run),
                     ).after(exported)
                 )
                 with_hub_write_token(sized(published, run["publish_cpu"], run["publish_memory"]))

@@ -16,33 +16,21 @@ import pytest
 import yaml
 from conftest import REPO_ROOT
 
-from components.dataprep.options import PrepareOptions
-from components.evaluation.options import EvaluateOptions
-from components.export.options import ExportStageOptions
 from components.pipeline_steps import stages as steps
 from components.pipeline_steps.train_step import train_model
-from components.publish.options import PublishOptions
 from components.run_form.docs import reference_table
 from components.run_form.options import RunInputs
 from components.run_form.table import RUN_PARAMETERS
-from components.storage.options import StorageOptions
-from components.training.options import LaunchOptions
 from pipelines.fine_tune import build_pipeline
 from pipelines.first_step import validate_parameters
 from pipelines.generate import GENERATED, RUN_PARAMETER_PAGE, stale
+from pipelines.step_signatures import STEPS, run_arguments
 from pipelines.workspace import ClusterWorkspace
 from trainer.config import TrainConfig
 
-# Which options each step takes under their field names.
-STEP_OPTIONS = [
-    (steps.prepare_dataset, PrepareOptions),
-    (train_model, TrainConfig),
-    (train_model, LaunchOptions),
-    (steps.evaluate_model, EvaluateOptions),
-    (steps.export_gguf, ExportStageOptions),
-    (steps.publish_model, PublishOptions),
-    (steps.store_model, StorageOptions),
-]
+# Which options each step takes under their field names: every step's, from pipelines/step_signatures.py.
+COMPONENTS = {**{name: getattr(steps, name) for name in dir(steps)}, "train_model": train_model}
+STEP_OPTIONS = [(COMPONENTS[step.name], options) for step in STEPS for options in step.options]
 # The run's inputs, shared by several steps under the same names.
 RUN_INPUT_STEPS = {
     "dataset_uri": [steps.prepare_dataset, steps.publish_model],
@@ -156,3 +144,35 @@ def test_cli_help_comes_from_the_same_declaration():
     for parameter in (parameter for parameter in RUN_PARAMETERS if parameter.options is TrainConfig):
         assert " ".join(parameter.help.split()) in help_text, parameter.name
     assert re.search(r"--lora-r LORA_R", help_text)
+
+
+def test_every_step_is_generated_and_takes_what_the_dag_passes():
+    """One shape for every step: its own inputs, then the run parameters of its options (and the training options
+    that shape the tokenised rows, for tokenise) by field name, which ``run_arguments`` gives the DAG."""
+    assert [step.name for step in STEPS] == [
+        "prepare_dataset",
+        "check_data_changed",
+        "tokenise_data",
+        "train_model",
+        "evaluate_model",
+        "export_gguf",
+        "publish_model",
+        "store_model",
+        "register_model",
+        "serve_model",
+    ]
+    run = {parameter.name: f"value of {parameter.name}" for parameter in RUN_PARAMETERS}
+    for step in STEPS:
+        signature = inspect.signature(COMPONENTS[step.name].python_func).parameters
+        assert list(signature) == [name for name, _ in step.inputs()], step.name
+        own = {name for name, _ in step.own_inputs}
+        passed = run_arguments(step.name, run)
+        assert own.isdisjoint(passed) and passed.keys() <= signature.keys(), step.name
+    tokenise = run_arguments("tokenise_data", run)
+    assert tokenise == {
+        "eval_max_rows": "value of eval_max_rows",
+        "base_model_revision": "value of base_model_revision",
+        "max_length": "value of max_length",
+        "loss_on": "value of loss_on",
+        "packing": "value of packing",
+    }
