@@ -328,3 +328,28 @@ def test_a_card_naming_a_run_whose_commit_never_landed_finishes_nothing(hub, cla
     assert "but this workspace's publish record" in logged and "names run run-1, and that card is not the one run" in (
         logged
     )
+
+
+def test_the_records_carry_their_format_and_one_of_another_format_is_read_as_none(tmp_path, capsys):
+    """published/<repo>.json and publish/delivery.json: written with their format version; one from before format
+    versions is read as it was written; a newer one is said and ignored, like an unreadable one (the run trains)."""
+    import json
+
+    from components.champion.record import RECORD_FORMAT, read_record
+
+    make_run(tmp_path)
+    publish(str(tmp_path), "run-1", "", PublishOptions(), token=None)
+    record_path, delivery_path = tmp_path / "published" / "dry-run.json", DeliveryRecord.path(tmp_path, "run-1")
+    for path in (record_path, delivery_path):
+        assert json.loads(path.read_text())["format_version"] == RECORD_FORMAT
+    published, delivery = read_record(str(tmp_path), ""), DeliveryRecord.read(tmp_path, "run-1")
+    for path in (record_path, delivery_path):  # as the pipeline wrote them before format versions
+        path.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items() if k != "format_version"}))
+    assert (read_record(str(tmp_path), ""), DeliveryRecord.read(tmp_path, "run-1")) == (published, delivery)
+    for path in (record_path, delivery_path):
+        path.write_text(json.dumps({**json.loads(path.read_text()), "format_version": 2}))
+    assert read_record(str(tmp_path), "") is None and DeliveryRecord.read(tmp_path, "run-1") is None
+    log = capsys.readouterr().out
+    assert f"ignoring the unreadable publish record {record_path} (it is in format 2" in log
+    assert f"ignoring the unreadable delivery record {delivery_path} (it is in format 2" in log
+    assert compare_with_published(FINGERPRINT, "", str(tmp_path), force=False, token=None).changed

@@ -439,3 +439,22 @@ def test_a_plain_http_request_through_a_proxy_on_another_host_keeps_its_token(tm
         with pytest.raises(UserError, match=r"refused the step \(401"):
             register(str(tmp_path), "run-1", "smol-ft", RegistryOptions(url=local.url), "s", "")
         assert proxy.received == [] and local.authorizations == {f"Bearer {TOKEN}"}
+
+
+def test_a_version_uploaded_to_the_hub_gets_an_hf_artifact_read_from_the_publish_record(tmp_path):
+    """registry.stage.artifact_specs reads the workspace's publish record (components.champion.record): the Hub
+    artifact only when the record names this run's upload."""
+    from components.champion.record import PublishedRecord, write_record
+    from components.registry.stage import artifact_specs
+
+    stored_run(tmp_path)
+    upload = tmp_path / "runs" / "run-1" / "publish" / "upload"
+
+    def hub_artifacts(run_id: str) -> list[tuple[str, str]]:
+        record = PublishedRecord("me/smol", True, FINGERPRINT, run_id, "https://hub/commit/1", "2026-11-28T00:00:00")
+        write_record(str(tmp_path), record)
+        specs = artifact_specs(str(tmp_path), "run-1", "smol-ft", "aws-connection-models", "me/smol", upload)
+        return [(spec.name, spec.uri) for spec in specs if spec.uri.startswith("hf://")]
+
+    assert hub_artifacts("run-1") == [("smol-ft-hf", "hf://me/smol")]
+    assert hub_artifacts("run-2") == []  # the Hub holds another run's model now

@@ -25,12 +25,17 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 from common.atomic import write_json
+from common.records import FORMAT_VERSION
 from common.run_layout import DELIVERY, PUBLISH, PUBLISHED, REGISTER, SERVE, STORE, stage_dir
 
 DRY_RUN_NAME = "dry-run"
+# The format both records here are written in (common.records.FORMAT_VERSION names its key). A record of another
+# format is read as none, said so in the log, like an unreadable one: the publish record then means the data
+# changed (the run trains), the delivery record that nothing is known to be missing.
+RECORD_FORMAT = 1
 # The steps after publish, in the order the pipeline runs them; each adds itself to the version's delivery record
 # when it completes.
 DELIVERY_STEPS = (STORE, REGISTER, SERVE)
@@ -56,7 +61,7 @@ def write_record(workspace_root: str, record: PublishedRecord) -> Path:
     """Record the publish of ``record.run_id``, once its commit (or dry-run folder) is complete: the next run's
     checks read this file. Its delivery record was started before the commit (``start_delivery``)."""
     path = record_path(workspace_root, record.repo_id)
-    write_json(path, asdict(record))
+    write_json(path, {FORMAT_VERSION: RECORD_FORMAT, **asdict(record)})
     return path
 
 
@@ -64,10 +69,10 @@ def read_record(workspace_root: str, repo_id: str) -> PublishedRecord | None:
     """The record for ``repo_id`` (or the dry run), or None when there is none or it is unreadable."""
     path = record_path(workspace_root, repo_id)
     try:
-        return PublishedRecord(**json.loads(path.read_text(encoding="utf-8")))
+        return PublishedRecord(**_of_this_format(json.loads(path.read_text(encoding="utf-8"))))
     except FileNotFoundError:
         return None
-    except (json.JSONDecodeError, TypeError) as error:
+    except (json.JSONDecodeError, TypeError, ValueError) as error:
         print(f"ignoring the unreadable publish record {path} ({error}); training will run", flush=True)
         return None
 
@@ -110,7 +115,7 @@ class DeliveryRecord:
         """The version's record, or None when it has none or it is unreadable (said so)."""
         path = cls.path(workspace_root, run_id)
         try:
-            record = json.loads(path.read_text(encoding="utf-8"))
+            record = _of_this_format(json.loads(path.read_text(encoding="utf-8")))
             if record["run_id"] != run_id:
                 raise ValueError(f"it is the record of run {record['run_id']!r}")
             return cls(
@@ -128,7 +133,7 @@ class DeliveryRecord:
 
     def write(self, workspace_root: str | Path) -> Path:
         path = self.path(workspace_root, self.run_id)
-        write_json(path, asdict(self))
+        write_json(path, {FORMAT_VERSION: RECORD_FORMAT, **asdict(self)})
         return path
 
     def with_completed(self, step: str) -> DeliveryRecord:
@@ -136,6 +141,17 @@ class DeliveryRecord:
             raise ValueError(f"unknown step {step!r}; the steps after publish are {', '.join(DELIVERY_STEPS)}")
         when = datetime.now(timezone.utc).isoformat(timespec="seconds")
         return replace(self, completed={**self.completed, step: when})
+
+
+def _of_this_format(value: Any) -> dict[str, Any]:
+    """``value`` (a record's JSON) without its format version; a record from before format versions (2026-11-28)
+    holds the same fields. Raises ValueError for another format, TypeError for something that is not a record."""
+    if not isinstance(value, dict):
+        raise TypeError("it is not a JSON object")
+    found = value.pop(FORMAT_VERSION, RECORD_FORMAT)
+    if found != RECORD_FORMAT:
+        raise ValueError(f"it is in format {found}, and this version of the pipeline reads format {RECORD_FORMAT}")
+    return value
 
 
 def start_delivery(workspace_root: str | Path, run_id: str, repo_id: str) -> DeliveryRecord:

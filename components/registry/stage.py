@@ -15,7 +15,6 @@ anywhere ``common.http_trust.token_may_go_to`` refuses.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from pathlib import Path
 from typing import Any, Mapping
@@ -26,7 +25,7 @@ from common.http_trust import token_may_go_to
 from common.kube import SERVICE_ACCOUNT
 from common.records import Registration
 from common.run_layout import REGISTER, REGISTERED, stage_dir
-from components.champion.record import PublishedRecord, completed_at, completes, record_path
+from components.champion.record import completed_at, completes, read_record
 from components.champion.version import MERGED_CONFIG, RunDirs, stored_copies, trained_from
 from components.export.options import model_name_of
 from components.registry.catalogue import ArtifactSpec, Connection, register_version
@@ -78,11 +77,9 @@ def artifact_specs(
     for copy in copies:
         storage = {"storage_key": s3_secret, "storage_path": bucket_and_key(copy.uri)[1]} if copy.scheme == "s3" else {}
         specs.append(ArtifactSpec(f"{model_name}-{copy.scheme}", copy.uri, *model_format, **storage))
-    published = record_path(workspace_root, repo_id) if repo_id else None
-    if published and published.is_file():
-        record = PublishedRecord(**json.loads(published.read_text()))
-        if record.uploaded and record.run_id == run_id:
-            specs.append(ArtifactSpec(f"{model_name}-hf", f"hf://{record.repo_id}", *model_format))
+    record = read_record(workspace_root, repo_id) if repo_id else None
+    if record and record.uploaded and record.run_id == run_id:
+        specs.append(ArtifactSpec(f"{model_name}-hf", f"hf://{record.repo_id}", *model_format))
     return specs
 
 
