@@ -3,7 +3,7 @@
 Each configuration trains a few steps in its own process with ``python -m trainer``'s ``run``.
 Measured = the process's peak resident memory (``peak_memory_mb`` in training_summary.json) minus
 its resident memory once torch, transformers and TRL are imported, before the model loads. The
-estimate is ``components.training.fit.estimate`` for one CPU process (fp32, no GPU overhead).
+estimate is ``components.train.fit.estimate`` for one CPU process (fp32, no GPU overhead).
 
     python benchmarks/fit_bench.py
 """
@@ -78,11 +78,11 @@ def main(argv: list[str] | None = None) -> None:
         run_one(args.model, args.data, args.output, CASES[args.run_one])
         return
 
-    from components.dataprep.options import PrepareOptions
-    from components.dataprep.prepare import prepare
+    from components.data.options import PrepareOptions
+    from components.data.prepare import prepare
     from components.local_model import local_base_model
     from components.sample_data import bundled_dataset_path
-    from components.training.fit import ModelShape, estimate
+    from components.train.fit import ModelShape, estimate
 
     model = str(local_base_model())
     work = Path(tempfile.mkdtemp(prefix="fit-bench-"))

@@ -309,8 +309,8 @@ def baseline_figures() -> dict[str, float]:
 
 def prepared_tokens(model: Path, work: Path, config: TrainConfig) -> Path:
     """The bundled data through the data and tokenise stages, as the pipeline runs them before training."""
-    from components.dataprep.options import PrepareOptions
-    from components.dataprep.prepare import prepare
+    from components.data.options import PrepareOptions
+    from components.data.prepare import prepare
     from components.sample_data import bundled_dataset_path
     from components.tokenise.options import TokeniseOptions
     from components.tokenise.stage import tokenise

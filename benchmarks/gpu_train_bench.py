@@ -483,7 +483,7 @@ def attention_cells(result: dict, matmul_weights: int) -> str:
 
 
 def report_row(result: dict, results: dict, shape: object, peak: float | None) -> str:
-    from components.training.fit import estimate
+    from components.train.fit import estimate
 
     case, path = Case(*result["case"]), result.get("path", "old")
     name = case_name(case, results["max_length"])
@@ -532,7 +532,7 @@ def paths_line(results: dict) -> str:
 
 
 def report(results: dict) -> None:
-    from components.training.fit import ModelShape
+    from components.train.fit import ModelShape
 
     shape = ModelShape.from_config(json.loads(DEFAULT_CONFIG.parent.joinpath(results["config"]).read_text()), "")
     peak = next((flops for gpu, flops in DATASHEET_BF16_PEAK.items() if gpu in results["gpu"]), None)

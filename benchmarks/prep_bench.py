@@ -3,7 +3,7 @@
 What is measured: the time and peak memory needed to turn one JSONL file of
 topic/question/answer records into Parquet, by three contenders:
 
-* ``ours``: ``components.dataprep.prepare.prepare`` (parse, validate,
+* ``ours``: ``components.data.prepare.prepare`` (parse, validate,
   normalise to chat messages, deduplicate, split into train/eval Parquet with
   zstd, write rejects.jsonl and stats.json);
 * ``datasets``: Hugging Face ``datasets.load_dataset("json")`` into a fresh
@@ -180,7 +180,7 @@ def generate_input(path: Path, records: int, seed: int) -> None:
 
 
 def _run_ours(input_path: Path, out_dir: Path) -> tuple[int, float]:
-    from components.dataprep.prepare import prepare
+    from components.data.prepare import prepare
 
     start = time.perf_counter()
     result = prepare(str(input_path), out_dir / "prepared")

@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
             command = [sys.executable, __file__, "--run-one", str(directory), method, str(out)]
             subprocess.run(command, check=True, cwd=REPO_ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
             measured[method] = json.loads(out.read_text())
-        from components.training.fit import ModelShape
+        from components.train.fit import ModelShape
 
         parameters = ModelShape.from_config(json.loads((directory / "config.json").read_text()), name).parameters
         lora, qlora = measured["lora"], measured["qlora"]

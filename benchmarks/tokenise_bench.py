@@ -133,7 +133,7 @@ def timed(command: list[str], env: dict | None = None, anonymous: bool = False) 
 
 def prepare(jsonl: Path, data_dir: Path) -> tuple[float, int]:
     seconds, peak, _ = timed(
-        [sys.executable, "-m", "components.dataprep.stage", "--input", str(jsonl), "--output-dir", str(data_dir)]
+        [sys.executable, "-m", "components.data.stage", "--input", str(jsonl), "--output-dir", str(data_dir)]
     )
     return seconds, peak.total
 

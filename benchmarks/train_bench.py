@@ -112,7 +112,7 @@ def run_ours(args: argparse.Namespace, output: Path, ranks: int, sharding: str) 
 
     from components.tokenise.options import TokeniseOptions
     from components.tokenise.stage import tokenise
-    from components.training.local import local_command
+    from components.train.local import local_command
     from trainer.config import TrainConfig, to_args
 
     config = TrainConfig(
@@ -227,8 +227,8 @@ def main(argv: list[str] | None = None) -> None:
         (args.output / "result.json").write_text(json.dumps(result))
         return
 
-    from components.dataprep.options import PrepareOptions
-    from components.dataprep.prepare import prepare
+    from components.data.options import PrepareOptions
+    from components.data.prepare import prepare
     from components.local_model import local_base_model
     from components.sample_data import bundled_dataset_path
 

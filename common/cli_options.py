@@ -1,7 +1,7 @@
 """Command-line options generated from a dataclass of options.
 
 A stage's options dataclass is the single source of each default and help text
-(``trainer/config.py``, ``components/evaluation/options.py``,
+(``trainer/config.py``, ``components/evaluate/options.py``,
 ``components/publish/options.py``); its CLI is generated from the fields so the
 two can never disagree. A field's metadata holds ``help`` and optionally
 ``choices`` and ``required``; a ``tuple[str, ...]`` field takes any number of values.

@@ -11,7 +11,7 @@ those steps on that version, so they write in that version's run directory.
     <workspace>/
       runs/<run id>/
         data/          written by prepare; read by train, evaluate, publish
-          train.parquet, eval.parquet   chat ``messages`` rows (see components.dataprep.schema)
+          train.parquet, eval.parquet   chat ``messages`` rows (see components.data.schema)
           rejects.jsonl                 every refused record: file, line, reason
           stats.json                    counts, length percentiles, the data ``fingerprint``;
                                         written last: its presence means the split is complete

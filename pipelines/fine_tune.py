@@ -26,8 +26,8 @@ from typing import Any
 from kfp import dsl, kubernetes
 
 from common.run_layout import HF_HOME
-from components.dataprep.sources import URL_ENV as DATASET_URL_ENV
-from components.evaluation.gate import GATED_STAGES
+from components.data.sources import URL_ENV as DATASET_URL_ENV
+from components.evaluate.gate import GATED_STAGES
 from components.hub_auth import READ_SECRET_NAME, READ_TOKEN_CHECK_ENV, SECRET_KEY, TOKEN_ENV, WRITE_SECRET_NAME
 from components.pipeline_steps.skipped import report_skipped
 from components.pipeline_steps.stages import (
@@ -42,13 +42,13 @@ from components.pipeline_steps.stages import (
     tokenise_data,
 )
 from components.pipeline_steps.train_step import train_model
-from components.registry.stage import TOKEN_ENV as REGISTRY_TOKEN_ENV
-from components.registry.stage import TOKEN_KEY as REGISTRY_TOKEN_KEY
+from components.register.stage import TOKEN_ENV as REGISTRY_TOKEN_ENV
+from components.register.stage import TOKEN_KEY as REGISTRY_TOKEN_KEY
 from components.run_form.docs import docstring
 from components.run_form.table import PIPELINE_NAME
 from components.runtime_image import runtime_image
-from components.serving.pull_check import PULL_SECRET_MOUNT
-from components.storage.oci_target import SECRET_MOUNT
+from components.serve.pull_check import PULL_SECRET_MOUNT
+from components.store.oci_target import SECRET_MOUNT
 from pipelines.first_step import validate_parameters
 from pipelines.run_form import with_run_form
 from pipelines.step_signatures import run_arguments

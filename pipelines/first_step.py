@@ -146,7 +146,7 @@ def validate_parameters(
     from collections import namedtuple
 
     from components.run_form.checks import check_in_pipeline, evaluate_placement, keeps_workspace
-    from components.serving.options import pull_secret_volume
+    from components.serve.options import pull_secret_volume
 
     check_in_pipeline(values)
     placement = evaluate_placement(values)

@@ -32,7 +32,7 @@ from common.run_layout import (
 )
 from components.champion.card import CARD_NAME
 from components.champion.version import stored_copies
-from components.evaluation.report import benchmark_verdicts
+from components.evaluate.report import benchmark_verdicts
 
 
 def _read(path: Path) -> dict[str, Any] | None:

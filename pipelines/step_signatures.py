@@ -13,16 +13,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, List
 
-from components.dataprep.options import PrepareOptions
-from components.evaluation.options import EvaluateOptions
+from components.data.options import PrepareOptions
+from components.evaluate.options import EvaluateOptions
 from components.export.options import ExportStageOptions
 from components.publish.options import PublishOptions
-from components.registry.options import RegistryOptions
+from components.register.options import RegistryOptions
 from components.run_form.table import arguments_for, run_parameters_of
-from components.serving.options import ServingOptions
-from components.storage.options import StorageOptions
+from components.serve.options import ServingOptions
+from components.store.options import StorageOptions
 from components.tokenise.options import TokeniseOptions
-from components.training.options import LaunchOptions
+from components.train.options import LaunchOptions
 from trainer.config import TrainConfig
 
 # A run parameter's type as it stands in a signature KFP reads (KFP takes typing.List, not list[str]).
@@ -79,7 +79,7 @@ class StepSignature:
 STEPS = (
     StepSignature(
         "prepare_dataset",
-        "components.dataprep.stage",
+        "components.data.stage",
         "Validate and normalise the JSONL dataset into train/eval Parquet on the workspace.",
         (("dataset_uri", "str"), ("workspace_root", "str"), ("run_id", "str")),
         options=(PrepareOptions,),
@@ -121,7 +121,7 @@ STEPS = (
     ),
     StepSignature(
         "train_model",
-        "components.training.stage",
+        "components.train.stage",
         "Fine-tune the base model: a PyTorchJob or TrainJob on the cluster, or local torchrun processes.\n\n"
         "After the step's own inputs come the ``LaunchOptions`` fields, then the ``TrainConfig`` fields that are\n"
         "run parameters, under their field names. ``image`` is the training pods' image, ``pvc_name`` the workspace\n"
@@ -144,7 +144,7 @@ STEPS = (
     ),
     StepSignature(
         "evaluate_model",
-        "components.evaluation.stage",
+        "components.evaluate.stage",
         "Compare the fine-tuned model with its base and with the published model (the Hub repository ``repo_id``\n"
         "with HF_TOKEN, else the workspace's publish record) on held-out data and standard benchmarks (lm-eval);\n"
         "report it and decide the quality gate.\n\n"
@@ -189,7 +189,7 @@ STEPS = (
     ),
     StepSignature(
         "store_model",
-        "components.storage.stage",
+        "components.store.stage",
         "Copy the published version (the publish step's upload folder) to the storage targets the run names: S3,\n"
         "and an OCI registry as a KServe modelcar image.\n\n"
         "The S3 credentials and endpoint are the AWS_* variables from the data connection Secret ``s3_secret``, the\n"
@@ -200,7 +200,7 @@ STEPS = (
     ),
     StepSignature(
         "register_model",
-        "components.registry.stage",
+        "components.register.stage",
         "Register the stored version in the Kubeflow Model Registry at ``url``: the model by name, the run as a\n"
         "version, an artifact per place the version went (S3, OCI, the Hub) and its provenance as properties.\n\n"
         "The token is MODEL_REGISTRY_TOKEN from the Secret ``secret`` (key token), else, with\n"
@@ -218,7 +218,7 @@ STEPS = (
     ),
     StepSignature(
         "serve_model",
-        "components.serving.stage",
+        "components.serve.stage",
         "Write the stored version's KServe InferenceService (vLLM) to serve/inferenceservice.yaml; with ``deploy``,\n"
         "check that the registry lets its pods pull the image with the read-only Secret ``pull_secret`` (mounted as\n"
         "a file), create or update it in this namespace, wait until Ready, ask it one chat question and record the\n"

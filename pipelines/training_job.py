@@ -7,7 +7,7 @@ prints, as YAML, the PyTorchJob or TrainJob the pipeline's train step creates
 for those run parameters: the pipeline's parameter names and defaults, checked
 by the same validation as the pipeline's first step (a bad value exits 2 with
 one paragraph naming it). The manifest comes from the function the train step
-itself calls (``components.training.stage.render_job``). Review it before a run,
+itself calls (``components.train.stage.render_job``). Review it before a run,
 diff it between two parameter sets, or attach it to a support request.
 
 Five things only a run knows are filled in with what the options here say: the
@@ -29,11 +29,11 @@ from components.default_base_model import LOCAL_BACKEND, resolve_base_model
 from components.run_form.command_line import checked_overrides
 from components.run_form.table import PIPELINE_NAME, RUN_PARAMETERS, arguments_for
 from components.runtime_image import runtime_image
-from components.training.fit import check_fit
-from components.training.kinds import KINDS
-from components.training.manifests import to_yaml
-from components.training.options import LaunchOptions
-from components.training.stage import render_job
+from components.train.fit import check_fit
+from components.train.kinds import KINDS
+from components.train.manifests import to_yaml
+from components.train.options import LaunchOptions
+from components.train.stage import render_job
 from trainer.config import TrainConfig
 
 EXAMPLE_RUN_ID = "example-run"

@@ -124,8 +124,8 @@ def run_module(
 
 
 def run_cli(*args, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run ``python -m components.dataprep.stage`` with ``args`` in a real subprocess."""
-    return run_module("components.dataprep.stage", *args, timeout=timeout)
+    """Run ``python -m components.data.stage`` with ``args`` in a real subprocess."""
+    return run_module("components.data.stage", *args, timeout=timeout)
 
 
 def read_split(output_dir: Path, split: str) -> list[dict]:
@@ -308,8 +308,8 @@ def tiny_model_dir(smollm2_dir, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def prepared_data_dir(tmp_path_factory) -> Path:
     """The bundled sample data through the data stage: train.parquet and eval.parquet."""
-    from components.dataprep.options import PrepareOptions
-    from components.dataprep.prepare import prepare
+    from components.data.options import PrepareOptions
+    from components.data.prepare import prepare
     from components.sample_data import bundled_dataset_path
 
     return build_once(

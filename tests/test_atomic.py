@@ -245,7 +245,7 @@ def replace(src, dst):
     calls += 1
     real_replace(src, dst)
 os.replace = replace
-from components.dataprep.stage import main
+from components.data.stage import main
 main(sys.argv[2:])
 """
 
@@ -313,7 +313,7 @@ def kill_at(moment: str, duration: float, args: list, output_dir: Path) -> bool:
     """Start the CLI and SIGKILL it at ``moment``; True when it was caught mid-run with work staged."""
     condition, fraction = KILL_MOMENTS[moment]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "components.dataprep.stage", *map(str, args)],
+        [sys.executable, "-m", "components.data.stage", *map(str, args)],
         cwd=REPO_ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from common.errors import UserError
-from components.evaluation.benchmarks import load_tasks
-from components.evaluation.options import EvaluateOptions
+from components.evaluate.benchmarks import load_tasks
+from components.evaluate.options import EvaluateOptions
 from components.run_form.checks import problems
 from components.sample_data import SAMPLE_TASK, bundled_task_dir
 

@@ -15,22 +15,22 @@ from pathlib import Path
 import pytest
 
 from common.errors import UserError
-from components.evaluation.benchmarks import (
+from components.evaluate.benchmarks import (
     CPU_GENERATION_PARAMETERS,
     BenchmarkTasks,
     check_placement,
     load_tasks,
     main_metric,
 )
-from components.evaluation.gate import (
+from components.evaluate.gate import (
     benchmark_comparisons,
     decide,
     decide_with_published,
     decide_without_published,
     with_benchmarks,
 )
-from components.evaluation.options import EvaluateOptions
-from components.evaluation.report import benchmark_verdicts, render_html, render_markdown
+from components.evaluate.options import EvaluateOptions
+from components.evaluate.report import benchmark_verdicts, render_html, render_markdown
 from components.run_form.checks import problems
 from components.sample_data import bundled_task_dir
 from pipelines.run_summary import summary_lines

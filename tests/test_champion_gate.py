@@ -26,8 +26,8 @@ from fake_hub import FakeHub
 from huggingface_hub import ModelCard
 
 from common.run_layout import PUBLISHED, stage_dir
-from components.dataprep.options import PrepareOptions
-from components.dataprep.prepare import prepare
+from components.data.options import PrepareOptions
+from components.data.prepare import prepare
 from components.sample_data import SAMPLE_TASK
 
 pytestmark = pytest.mark.slow
@@ -81,7 +81,7 @@ def trained_run(workspace: Path, run_id: str, base: Path, rows: int, *training: 
 def evaluate(workspace: Path, run_id: str, base: Path, env: dict, *extra: object):
     train = stage_dir(workspace, run_id, "train")
     return run_module(
-        "components.evaluation.stage",
+        "components.evaluate.stage",
         "--base-model",
         base,
         "--fine-tuned-model",

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from common.cli_options import option, options_from_inputs, run_option
-from components.dataprep.options import PrepareOptions
+from components.data.options import PrepareOptions
 
 
 @dataclass(frozen=True)

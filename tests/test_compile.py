@@ -553,11 +553,11 @@ def test_the_steps_after_publish_and_only_they_are_retried_besides_training(spec
 def test_every_stage_option_defaults_to_its_dataclass(spec):
     """One source of truth: each stage option reaches its step from a run parameter whose default is the stage's
     options dataclass default, or, where the run form does not show it, as that default itself."""
-    from components.evaluation.options import EvaluateOptions
+    from components.evaluate.options import EvaluateOptions
     from components.export.options import ExportStageOptions
     from components.publish.options import PublishOptions
     from components.run_form.table import RUN_PARAMETERS
-    from components.training.options import LaunchOptions
+    from components.train.options import LaunchOptions
     from trainer.config import TrainConfig
 
     parameters = spec["root"]["inputDefinitions"]["parameters"]
@@ -753,7 +753,7 @@ def test_no_storage_credential_in_the_compiling_environment_reaches_the_yaml(tmp
 def test_the_registry_secret_is_mounted_where_the_store_step_reads_it(spec, platform):
     """The push credentials of model_oci_secret (a dockerconfigjson Secret) reach the store step as files at the
     path it reads, optional so a run without an OCI target needs none; never as a parameter or variable."""
-    from components.storage.oci_target import SECRET_MOUNT
+    from components.store.oci_target import SECRET_MOUNT
 
     owner, task = find_task(spec, "store-model")
     (mounted,) = platform["deploymentSpec"]["executors"]["exec-store-model"]["secretAsVolume"]
@@ -767,9 +767,9 @@ def test_the_pull_secret_is_mounted_in_the_serve_steps_only(spec, platform):
     (after publish, and in the branch that finishes a published version) as files where the pull check reads them,
     optional, and no other step; the serve steps get nothing of the push Secret model_oci_secret. KFP cannot mount
     a Secret of no name, so the name comes through the first step, which puts a placeholder for an empty one."""
-    from components.serving.options import NO_PULL_SECRET
-    from components.serving.pull_check import PULL_SECRET_MOUNT
-    from components.storage.oci_target import SECRET_MOUNT
+    from components.serve.options import NO_PULL_SECRET
+    from components.serve.pull_check import PULL_SECRET_MOUNT
+    from components.store.oci_target import SECRET_MOUNT
 
     executors = platform["deploymentSpec"]["executors"]
     serve_tasks = [(owner, name, task) for owner, name, task in all_tasks(spec) if name.startswith("serve-model")]
@@ -812,7 +812,7 @@ def test_the_pull_secret_is_mounted_in_the_serve_steps_only(spec, platform):
 def test_the_registry_token_comes_from_the_secret_the_run_names(spec, platform):
     """The register step's token is MODEL_REGISTRY_TOKEN from key 'token' of model_registry_secret, optional (the
     service account's token stands in); it runs after the store step, whose artifacts it registers."""
-    from components.registry.stage import TOKEN_ENV, TOKEN_KEY
+    from components.register.stage import TOKEN_ENV, TOKEN_KEY
 
     owner, task = find_task(spec, "register-model")
     (token,) = platform["deploymentSpec"]["executors"]["exec-register-model"]["secretAsEnv"]

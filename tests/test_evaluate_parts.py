@@ -20,14 +20,14 @@ from fake_run import training_summary
 from transformers import AutoModelForCausalLM, GenerationConfig
 
 from common.errors import UserError
-from components.dataprep.schema import OUTPUT_SCHEMA
-from components.evaluation.gate import decide, decide_with_published, decide_without_published
-from components.evaluation.generation import end_of_turn_id, generate_answers, stop_token_ids
-from components.evaluation.heldout import held_out_loss, usable_conversations
-from components.evaluation.models import load_model, load_tokenizer
-from components.evaluation.options import DEFAULT_QUESTIONS, EvaluateOptions, build_parser, parse_options
-from components.evaluation.reference import reference_rows, rouge_l
-from components.evaluation.report import render_html, render_markdown
+from components.data.schema import OUTPUT_SCHEMA
+from components.evaluate.gate import decide, decide_with_published, decide_without_published
+from components.evaluate.generation import end_of_turn_id, generate_answers, stop_token_ids
+from components.evaluate.heldout import held_out_loss, usable_conversations
+from components.evaluate.models import load_model, load_tokenizer
+from components.evaluate.options import DEFAULT_QUESTIONS, EvaluateOptions, build_parser, parse_options
+from components.evaluate.reference import reference_rows, rouge_l
+from components.evaluate.report import render_html, render_markdown
 from trainer.data import split_path
 
 
@@ -352,7 +352,7 @@ def test_the_step_given_a_gpu_stops_when_cuda_does_not_work(capsys):
     generate with two models on the CPU. Nothing is read before the check, so the other arguments do not matter."""
     import torch
 
-    from components.evaluation.stage import run_step
+    from components.evaluate.stage import run_step
 
     inputs = {"base_model": "base", "train_dir": "train", "data_dir": "data", "tokens_dir": "tokens"}
     inputs |= {"workspace_root": "workspace", "run_id": "run", "repo_id": "", "force": False, "gpus": 1}
@@ -369,8 +369,8 @@ def test_the_base_model_is_loaded_at_the_commit_training_used(monkeypatch, tmp_p
     """A pinned or moving Hub branch must not change the base under the comparison: the evaluation reads the commit
     the trainer recorded (training_summary.json, base_model_commit) and loads the base model's files at it."""
 
-    import components.evaluation.stage as stage
-    from components.evaluation.options import EvaluateOptions
+    import components.evaluate.stage as stage
+    from components.evaluate.options import EvaluateOptions
 
     train_dir = tmp_path / "train"
     (train_dir / "merged").mkdir(parents=True)
@@ -414,9 +414,9 @@ def test_the_reports_say_which_kernels_trained_and_any_speed_fallback():
 
 
 def test_the_base_of_a_published_adapter_is_read_from_its_training_summary(tmp_path):
-    """components/evaluation/champion.adapter_base: the published summary names the base and its commit; without
+    """components/evaluate/champion.adapter_base: the published summary names the base and its commit; without
     one the adapter's own record does; one that cannot be read makes the champion unavailable (fail closed)."""
-    from components.evaluation.champion import ChampionUnavailable, adapter_base
+    from components.evaluate.champion import ChampionUnavailable, adapter_base
 
     (tmp_path / "adapter").mkdir()
     (tmp_path / "adapter" / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "org/other"}))

@@ -26,9 +26,9 @@ from conftest import REPO_ROOT, run_module, tokenised
 from kfp import dsl
 from markupsafe import escape as escape_html
 
-from components.dataprep.options import PrepareOptions
-from components.dataprep.prepare import prepare
-from components.evaluation.options import DEFAULT_QUESTIONS
+from components.data.options import PrepareOptions
+from components.data.prepare import prepare
+from components.evaluate.options import DEFAULT_QUESTIONS
 from components.pipeline_steps.stages import evaluate_model
 from components.sample_data import SAMPLE_TASK, bundled_task_dir
 
@@ -123,7 +123,7 @@ def evaluate_cli(
     max_new_tokens: int = MAX_NEW_TOKENS,
 ) -> subprocess.CompletedProcess:
     return run_module(
-        "components.evaluation.stage",
+        "components.evaluate.stage",
         "--base-model",
         base,
         "--fine-tuned-model",

@@ -63,7 +63,7 @@ def scenario(tmp_path_factory, prepared_data_dir, s3_server):
     # The bucket does not exist yet: S3 answers NoSuchBucket, which botocore does not retry, so the step fails
     # at once (an endpoint that is down would fail too, after botocore's randomised backoff).
     store = ("--workspace-root", workspace, "--run-id", RUN, "--model-name", MODEL, "--s3-uri", MODELS_URI)
-    failed_store = run_module("components.storage.stage", *store, env=env)
+    failed_store = run_module("components.store.stage", *store, env=env)
     failed_store.delivery = DeliveryRecord.read(workspace, RUN)
     failed_store.stored = (workspace / "runs" / RUN / "store").exists()
 

@@ -56,7 +56,7 @@ def test_llama_cpp_is_built_for_a_baseline_cpu_not_the_build_machine():
 def test_the_image_has_the_static_busybox_the_modelcar_base_is_built_from():
     """The store step finds its busybox through MODELCAR_BUSYBOX: the image sets it to the file it copies from
     the official busybox image's musl build, which is statically linked (UBI has no busybox package)."""
-    from components.storage.modelcar_base import BUSYBOX_ENV
+    from components.store.modelcar_base import BUSYBOX_ENV
 
     text = CONTAINERFILE.read_text()
     (copied,) = re.findall(r"^COPY --from=docker\.io/library/busybox:[\d.]+-musl /bin/busybox (\S+)$", text, re.M)

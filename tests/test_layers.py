@@ -16,6 +16,8 @@ from pathlib import Path
 
 from conftest import REPO_ROOT
 
+from common.run_layout import STAGES as RUN_FOLDERS
+
 # package -> the packages it may import besides itself
 ALLOWED = {
     "common": set(),
@@ -117,7 +119,16 @@ def test_the_pipeline_commands_load_without_the_ml_libraries():
 # What sits above the stages inside ``components``: the run form (it reads every stage's options) and the
 # KFP adapters (they call every stage). A stage that imported them would load every other stage with it.
 ABOVE_THE_STAGES = ("components.run_form", "components.pipeline_steps")
-STAGES = ("dataprep", "tokenise", "training", "evaluation", "export", "publish", "storage", "registry", "serving")
+# The stage packages: each named as its folder in a run (common.run_layout.STAGES), and tokenise, whose token cache
+# the runs share instead.
+STAGES = (*RUN_FOLDERS, "tokenise")
+
+
+def test_each_stage_package_is_named_as_its_run_folder():
+    """One naming rule: the package, the run folder, the step and the docs page say ``store``, not ``storage``."""
+    packages = {path.parent.name for path in (REPO_ROOT / "components").glob("*/stage.py")}
+    assert packages == set(STAGES)
+    assert {path.stem for path in (REPO_ROOT / "docs" / "stages").glob("*.md")} >= set(RUN_FOLDERS) - {"data"}
 
 
 def test_the_published_model_is_read_through_the_champion_package():
@@ -137,7 +148,7 @@ def test_the_published_model_is_read_through_the_champion_package():
         for name, path in modules().items()
         if name.split(".")[:2] in [["components", stage] for stage in STAGES]
         for imported in project_imports(path)
-        if imported.startswith(("components.publish.", "components.evaluation."))
+        if imported.startswith(("components.publish.", "components.evaluate."))
         and imported.split(".")[1] != name.split(".")[1]
     ]
     assert champion == [] and read_elsewhere == []

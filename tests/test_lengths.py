@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from components.dataprep.lengths import LengthHistogram
+from components.data.lengths import LengthHistogram
 
 
 @pytest.mark.parametrize("seed", range(20))

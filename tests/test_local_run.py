@@ -299,7 +299,7 @@ def test_publish_dry_run_writes_the_upload_folder_and_the_record(runs):
 def test_the_store_step_copies_the_published_version_to_s3(runs, s3_bucket):
     """With model_s3_uri set, the version the publish step laid out lands under <model>/<run id>/ in the bucket,
     its completion marker last, and the summary says where."""
-    from components.storage.s3_target import COMPLETE_MARKER
+    from components.store.s3_target import COMPLETE_MARKER
 
     _, [(result, run_dir), *_] = runs
     succeeded(result)

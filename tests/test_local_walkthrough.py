@@ -31,16 +31,16 @@ from common.cli_options import flag
 from common.records import Registration
 from components.publish.options import PublishOptions
 from components.publish.publish import publish
-from components.registry.options import RegistryOptions
+from components.register.options import RegistryOptions
 from components.run_form.checks import problems
 from components.run_form.table import RUN_PARAMETERS
-from components.storage.options import StorageOptions
+from components.store.options import StorageOptions
 
 PAGE = REPO_ROOT / "docs" / "getting-started" / "local.md"
 SECTION = "## S3, an OCI registry and the Model Registry, locally"
 PAGE_PORTS = (5000, 5055, 8089)  # S3, the OCI registry, the Model Registry
 RUN_COMMAND = ".venv/bin/python -m pipelines.run"
-STAGES = {StorageOptions: "components.storage.stage", RegistryOptions: "components.registry.stage"}
+STAGES = {StorageOptions: "components.store.stage", RegistryOptions: "components.register.stage"}
 # What the page's exports must decide, not the environment running the tests.
 PAGE_DECIDES = ("AWS_", "MODEL_REGISTRY_TOKEN", "REGISTRY_AUTH_FILE", "KUBECONFIG")
 

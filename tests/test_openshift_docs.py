@@ -28,9 +28,9 @@ from conftest import REPO_ROOT
 from common.errors import UserError
 from components.run_form.command_line import checked_overrides
 from components.run_form.table import RUN_PARAMETERS
-from components.serving.options import pull_secret_volume
-from components.training.api_server import require_kind
-from components.training.kinds import KINDS
+from components.serve.options import pull_secret_volume
+from components.train.api_server import require_kind
+from components.train.kinds import KINDS
 from pipelines.compile import DEFAULT_OUTPUT
 from pipelines.cron import validate_cron
 

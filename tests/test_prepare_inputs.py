@@ -14,8 +14,8 @@ import pytest
 from conftest import PUBLISHED, all_rows, qa, read_rejects, read_split, read_stats, run_cli, snapshot, write_jsonl
 
 from common.errors import UserError
-from components.dataprep.options import PrepareOptions
-from components.dataprep.prepare import prepare
+from components.data.options import PrepareOptions
+from components.data.prepare import prepare
 
 NO_EVAL = PrepareOptions(eval_fraction=0.0)
 

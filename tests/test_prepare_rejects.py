@@ -14,12 +14,12 @@ import pyarrow.json as pajson
 import pytest
 from conftest import all_rows, qa, read_rejects, read_split, read_stats, run_cli, write_jsonl
 
-import components.dataprep.parse as parse_module
-import components.dataprep.prepare as prepare_module
-from components.dataprep.chunks import read_chunks
-from components.dataprep.options import PrepareOptions
-from components.dataprep.prepare import prepare
-from components.dataprep.schema import Reason
+import components.data.parse as parse_module
+import components.data.prepare as prepare_module
+from components.data.chunks import read_chunks
+from components.data.options import PrepareOptions
+from components.data.prepare import prepare
+from components.data.schema import Reason
 
 # Keep every valid row in train and never fail on the reject share: these tests look at rejects.
 LENIENT = PrepareOptions(eval_fraction=0.0, max_reject_fraction=0.9)

@@ -6,8 +6,8 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import all_rows, qa, read_split, read_stats, run_cli, write_jsonl
 
-from components.dataprep.options import PrepareOptions
-from components.dataprep.prepare import prepare
+from components.data.options import PrepareOptions
+from components.data.prepare import prepare
 
 NO_EVAL = PrepareOptions(eval_fraction=0.0)
 
@@ -383,7 +383,7 @@ def test_a_malformed_field_map_is_refused_before_any_work(tmp_path, field_map, p
 
 
 # One record of every shape in the registry, each the same exchange. Adding a shape to
-# components/dataprep/shapes.py without an example here fails the test below.
+# components/data/shapes.py without an example here fails the test below.
 EXAMPLES = {
     "messages": {"messages": [user("Name a knot."), assistant("Bowline.")]},
     "sharegpt": {"conversations": [{"from": "human", "value": "Name a knot."}, {"from": "gpt", "value": "Bowline."}]},
@@ -397,7 +397,7 @@ EXAMPLES = {
 
 def test_every_registered_shape_is_detected_and_becomes_the_same_conversation(tmp_path):
     """The registry is the one place a shape is declared: detection, conversion and the stats all follow it."""
-    from components.dataprep.shapes import SHAPES
+    from components.data.shapes import SHAPES
 
     assert list(EXAMPLES) == [shape.name for shape in SHAPES], "every shape needs an example, in detection order"
     for name, record in EXAMPLES.items():
@@ -408,7 +408,7 @@ def test_every_registered_shape_is_detected_and_becomes_the_same_conversation(tm
 
 
 def test_the_accepted_shapes_hint_and_the_parsed_columns_come_from_the_registry():
-    from components.dataprep.shapes import ACCEPTED_SHAPES_HINT, JSON_FIELDS, RAW_SCHEMA, SHAPES
+    from components.data.shapes import ACCEPTED_SHAPES_HINT, JSON_FIELDS, RAW_SCHEMA, SHAPES
 
     for shape in SHAPES:
         assert shape.hint in ACCEPTED_SHAPES_HINT

@@ -132,7 +132,7 @@ def test_the_fit_checks_4_bit_bytes_are_what_bitsandbytes_stores(tiny_model_dir)
     weights, 8-bit absmax per block of 64 and the fp32 scales of those (double quantisation)."""
     import bitsandbytes
 
-    from components.training.fit import NF4_BYTES, ModelShape
+    from components.train.fit import NF4_BYTES, ModelShape
     from trainer.train import load_model
 
     model = load_model(TrainConfig(model=str(tiny_model_dir), method="qlora"), tiny_model_dir, bf16=False)
@@ -148,7 +148,7 @@ def test_the_fit_checks_4_bit_bytes_are_what_bitsandbytes_stores(tiny_model_dir)
 
 
 def test_the_evaluation_report_says_which_base_a_qlora_model_is_compared_with():
-    from components.evaluation.report import training_facts
+    from components.evaluate.report import training_facts
 
     facts = dict(training_facts(training_summary("HuggingFaceTB/SmolLM3-3B", config={"method": "qlora"})))
     assert facts["Method"] == "qlora" and facts["Base model"] == "HuggingFaceTB/SmolLM3-3B"

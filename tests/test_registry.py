@@ -25,10 +25,10 @@ from common.errors import UserError
 from common.records import Registration, StoredCopies, StoredCopy
 from components.publish.options import PublishOptions
 from components.publish.publish import publish
-from components.registry import catalogue
-from components.registry import stage as registry_stage
-from components.registry.options import RegistryOptions, option_problems
-from components.registry.stage import TOKEN_ENV, register
+from components.register import catalogue
+from components.register import stage as registry_stage
+from components.register.options import RegistryOptions, option_problems
+from components.register.stage import TOKEN_ENV, register
 from components.run_form.checks import problems
 
 TOKEN = "CANARY-registry-token-5e1f"
@@ -153,7 +153,7 @@ def test_the_step_leaves_no_token_in_its_output_or_files(tmp_path):
     stored_run(tmp_path)
     with FakeModelRegistry(token=TOKEN) as fake:
         result = run_module(
-            "components.registry.stage", "--workspace-root", tmp_path, "--run-id", "run-1", "--model-name", "smol-ft",
+            "components.register.stage", "--workspace-root", tmp_path, "--run-id", "run-1", "--model-name", "smol-ft",
             "--s3-secret", "aws-connection-models", "--url", fake.url,
             env={**os.environ, TOKEN_ENV: TOKEN},
         )  # fmt: skip
@@ -406,7 +406,7 @@ def test_the_serve_step_records_its_endpoint_under_the_same_rule(tmp_path, monke
     """The serve step writes the endpoint to the same registry with the same connection (``connection``): no
     token over plain http to another host, and no service-account token unless asked for."""
     from common.records import Served
-    from components.serving.stage import _record_in_registry
+    from components.serve.stage import _record_in_registry
 
     registered = Registration("http://registry", "3", "7", {"smol-ft-s3": "9"}, created=True)
     Registration.write(tmp_path / "runs" / "run-1" / "register" / "registered.json", registered)
@@ -445,7 +445,7 @@ def test_a_version_uploaded_to_the_hub_gets_an_hf_artifact_read_from_the_publish
     """registry.stage.artifact_specs reads the workspace's publish record (components.champion.record): the Hub
     artifact only when the record names this run's upload."""
     from components.champion.record import PublishedRecord, write_record
-    from components.registry.stage import artifact_specs
+    from components.register.stage import artifact_specs
 
     stored_run(tmp_path)
     upload = tmp_path / "runs" / "run-1" / "publish" / "upload"

@@ -19,9 +19,9 @@ from importlib import resources
 import pytest
 from conftest import REPO_ROOT, all_rows, read_rejects
 
-from components.dataprep.options import PrepareOptions
-from components.dataprep.prepare import prepare
-from components.dataprep.stage import resolve_dataset_uri
+from components.data.options import PrepareOptions
+from components.data.prepare import prepare
+from components.data.stage import resolve_dataset_uri
 from components.sample_data import SAMPLE_FILE, bundled_dataset_path
 
 TOPICS = {
@@ -147,4 +147,4 @@ def test_the_built_wheel_ships_the_dataset(tmp_path):
     assert shipped == bundled_dataset_path().read_bytes()
     assert top_level == packages
     # The templates the evaluation report and the model card are rendered from are package data too.
-    assert {"components/evaluation/report.html.j2", "components/publish/model_card.md.j2"} <= templates
+    assert {"components/evaluate/report.html.j2", "components/publish/model_card.md.j2"} <= templates

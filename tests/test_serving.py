@@ -42,18 +42,18 @@ from common.kube import API_RETRIES
 from common.records import Served, StoredCopies, StoredCopy
 from components.champion.record import completed_at
 from components.local_model import bundled_gguf
-from components.registry.options import RegistryOptions
-from components.registry.stage import TOKEN_ENV, register
-from components.serving import deploy
-from components.serving.manifest import (
+from components.register.options import RegistryOptions
+from components.register.stage import TOKEN_ENV, register
+from components.serve import deploy
+from components.serve.manifest import (
     MANAGED_BY_LABEL,
     MODEL_LABEL,
     SPEC_ANNOTATION,
     render_inference_service,
     service_name,
 )
-from components.serving.options import ServingOptions, option_problems
-from components.serving.stage import serve
+from components.serve.options import ServingOptions, option_problems
+from components.serve.stage import serve
 
 ISVC_CRD = "serving.kserve.io_inferenceservices.yaml"
 S3_SECRET = "aws-connection-models"
@@ -404,7 +404,7 @@ def test_a_version_that_does_not_answer_the_question_gives_the_service_its_previ
 
 def test_an_interrupted_rollout_gives_the_service_its_previous_spec_back(tmp_path, cluster, chat_server, monkeypatch):
     """Any exception after the apply, not only the step's own errors: it goes on unchanged once the spec is back."""
-    from components.serving import stage
+    from components.serve import stage
 
     stored_run(tmp_path)
     second_run(tmp_path, "sha256:" + "d" * 64)
@@ -434,7 +434,7 @@ def test_the_retry_of_a_killed_rollout_puts_back_the_spec_before_the_run_not_the
     with play_kserve(cluster, chat_server, starts=lambda service: new_digest not in json.dumps(service["spec"])):
         serve(str(tmp_path), "run-1", "smol-ft", ServingOptions(deploy=True), S3_SECRET, RegistryOptions())
         before = copy.deepcopy(cluster.objects["inferenceservices"][NAME])
-        command = [sys.executable, "-m", "components.serving.stage", "--workspace-root", str(tmp_path)]
+        command = [sys.executable, "-m", "components.serve.stage", "--workspace-root", str(tmp_path)]
         command += ["--run-id", "run-2", "--model-name", "smol-ft", "--deploy"]
         killed = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
@@ -461,7 +461,7 @@ def test_the_retry_of_a_killed_try_that_created_the_service_leaves_it_in_place(t
     finds the service carrying this run's spec, has nothing to put back and leaves it in place, saying so."""
     stored_run(tmp_path)
     killed = subprocess.Popen(
-        [sys.executable, "-m", "components.serving.stage", "--workspace-root", str(tmp_path), "--run-id", "run-1",
+        [sys.executable, "-m", "components.serve.stage", "--workspace-root", str(tmp_path), "--run-id", "run-1",
          "--model-name", "smol-ft", "--deploy"],
         cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
@@ -538,10 +538,10 @@ def test_the_deployed_image_is_the_manifest_the_store_step_pushed_and_pulls_with
     reads it back with the pull Secret's credential alone (the push credentials are gone from its environment),
     then deploys it by the digest of the manifest pushed, which is the manifest the registry serves for the tag
     and for that digest, with the pull Secret as the service's only pull secret."""
-    from components.serving.pull_check import PULL_AUTH_FILE_ENV
-    from components.storage.oci_target import AUTH_FILE_ENV, MANIFEST_FILE
-    from components.storage.options import StorageOptions
-    from components.storage.stage import store
+    from components.serve.pull_check import PULL_AUTH_FILE_ENV
+    from components.store.oci_target import AUTH_FILE_ENV, MANIFEST_FILE
+    from components.store.options import StorageOptions
+    from components.store.stage import store
     from tests.oci_registry import PULL_PASSWORD, PULL_USER, require
 
     monkeypatch.setenv(AUTH_FILE_ENV, str(oci_registry.auth_file))
@@ -604,8 +604,8 @@ def test_a_pull_the_registry_would_refuse_stops_the_deploy_before_anything_is_ap
     be, even where the step has the push credentials and a pull credential at hand; a pull Secret is read with its
     own credential. A refusal is one paragraph naming model_oci_pull_secret and the fix, and the InferenceService is
     never sent to the API server."""
-    from components.serving.pull_check import PULL_AUTH_FILE_ENV
-    from components.storage.oci_target import AUTH_FILE_ENV
+    from components.serve.pull_check import PULL_AUTH_FILE_ENV
+    from components.store.oci_target import AUTH_FILE_ENV
     from tests.oci_registry import PULL_PASSWORD, PULL_USER
 
     stored_on(tmp_path, oci_registry.host)
@@ -690,7 +690,7 @@ def test_a_registry_that_hands_out_tokens_is_asked_for_a_pull_token(
     the manifest with it; an anonymous client gets a token too, which may read nothing here."""
     import io
 
-    from components.serving.pull_check import PULL_AUTH_FILE_ENV, check_pull
+    from components.serve.pull_check import PULL_AUTH_FILE_ENV, check_pull
     from tests.oci_registry import write_auth_file
 
     pull_file = write_auth_file(tmp_path / "pull.json", token_registry, "puller", password or "pull-pw")
@@ -712,7 +712,7 @@ def test_a_registry_this_pod_cannot_reach_is_a_warning_not_a_refusal(tmp_path, m
     use) may still serve the kubelet, so the check warns and the deploy goes on."""
     import io
 
-    from components.serving.pull_check import PULL_AUTH_FILE_ENV, check_pull
+    from components.serve.pull_check import PULL_AUTH_FILE_ENV, check_pull
     from tests.oci_registry import write_auth_file
 
     monkeypatch.setenv(PULL_AUTH_FILE_ENV, str(write_auth_file(tmp_path / "pull.json", NOWHERE, "puller", "pw")))

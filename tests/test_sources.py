@@ -26,8 +26,8 @@ from huggingface_hub import constants
 from local_server import LocalServer
 
 from common.errors import UserError
-from components.dataprep.prepare import prepare
-from components.dataprep.stage import resolve_dataset_uri
+from components.data.prepare import prepare
+from components.data.stage import resolve_dataset_uri
 from components.sample_data import bundled_dataset_path
 
 SAMPLE = bundled_dataset_path().read_bytes()

@@ -17,9 +17,9 @@ import pytest
 import xxhash
 from conftest import all_rows, qa, read_split, read_stats, run_cli, snapshot, write_jsonl
 
-from components.dataprep.options import PrepareOptions
-from components.dataprep.prepare import prepare
-from components.dataprep.schema import OUTPUT_SCHEMA
+from components.data.options import PrepareOptions
+from components.data.prepare import prepare
+from components.data.schema import OUTPUT_SCHEMA
 
 TOPICS = ("knots", "first aid", "photography")
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from common.errors import UserError
-from components.storage.modelcar_base import BUSYBOX_ENV
-from components.storage.oci_target import (
+from components.store.modelcar_base import BUSYBOX_ENV
+from components.store.oci_target import (
     AUTH_FILE_ENV,
     MANIFEST_FILE,
     image_uri,
@@ -26,8 +26,8 @@ from components.storage.oci_target import (
     pinned_uri,
     push_version,
 )
-from components.storage.options import StorageOptions, option_problems
-from components.storage.registry_auth import registry_scheme
+from components.store.options import StorageOptions, option_problems
+from components.store.registry_auth import registry_scheme
 from tests.oci_registry import require
 
 HINT = "in the cluster the step reads them from the Secret 'oci-connection-models' (model_oci_secret)"
@@ -279,7 +279,7 @@ def test_no_credential_reaches_an_output_of_the_store_step(oci_registry, s3_serv
     wrong = oci_registry.auth_file_with(tmp_path, USER, "CANARY-wrong-password")
     for auth_file, expected_rc, canaries in ((oci_registry.auth_file, 0, secrets), (wrong, 2, ["CANARY-wrong"])):
         result = run_module(
-            "components.storage.stage", "--workspace-root", workspace, "--run-id", "run-1", "--model-name", "smol",
+            "components.store.stage", "--workspace-root", workspace, "--run-id", "run-1", "--model-name", "smol",
             "--s3-uri", "s3://canary/models", "--oci-uri", f"oci://{oci_registry.host}/models/canary",
             env={**env, AUTH_FILE_ENV: str(auth_file)}, timeout=300,
         )  # fmt: skip
@@ -325,7 +325,7 @@ def stalling_registry():
 def test_a_registry_that_stops_answering_ends_the_push_with_the_fix(stalling_registry, tmp_path, monkeypatch):
     import time
 
-    from components.storage import oci_target
+    from components.store import oci_target
 
     monkeypatch.delenv(AUTH_FILE_ENV, raising=False)
     monkeypatch.setattr(oci_target, "PUSH_TIMEOUT", (5.0, 1.0))

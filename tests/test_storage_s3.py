@@ -20,11 +20,11 @@ import pytest
 from botocore.exceptions import EndpointConnectionError
 from fake_run import training_summary
 
-import components.storage.s3_target as s3_target
+import components.store.s3_target as s3_target
 from common.errors import UserError
 from common.s3 import client_from_environment, keys_under
-from components.storage.options import StorageOptions, option_problems
-from components.storage.s3_target import COMPLETE_MARKER, upload_version, version_uri
+from components.store.options import StorageOptions, option_problems
+from components.store.s3_target import COMPLETE_MARKER, upload_version, version_uri
 
 BUCKET = "models"
 HINT = "the step reads them from the Secret named by model_s3_secret"
@@ -253,7 +253,7 @@ def test_the_store_step_copies_the_published_folder_under_the_models_name(bucket
     export's model name, or the base model's name followed by -ft."""
     from common.run_layout import UPLOAD, stage_dir
     from components.champion.record import DeliveryRecord
-    from components.storage.stage import run_step
+    from components.store.stage import run_step
 
     folder, files = model
     workspace = tmp_path / "workspace"
@@ -274,7 +274,7 @@ def test_the_store_step_copies_the_published_folder_under_the_models_name(bucket
 
 
 def test_the_store_step_without_a_published_version_says_what_to_run(tmp_path, capsys):
-    from components.storage.stage import run_step
+    from components.store.stage import run_step
 
     inputs = {"workspace_root": str(tmp_path), "run_id": "run-5", "train_dir": str(tmp_path), "model_name": "m"}
     with pytest.raises(SystemExit) as exited:
@@ -292,7 +292,7 @@ def test_a_store_that_fails_is_left_to_finish_and_one_that_completed_is_not_repe
     import common.s3
     from common.run_layout import UPLOAD, stage_dir
     from components.champion.record import DELIVERY_STEPS, DeliveryRecord
-    from components.storage.stage import run_step
+    from components.store.stage import run_step
 
     folder, files = model
     workspace = tmp_path / "workspace"

@@ -24,7 +24,7 @@ from transformers import AutoTokenizer
 import components.tokenise.build as build_module
 from common.errors import UserError
 from common.run_layout import EVAL_CONVERSATIONS, EVAL_ROWS, TOKENS_MANIFEST, TRAIN_ROWS
-from components.dataprep.schema import OUTPUT_SCHEMA
+from components.data.schema import OUTPUT_SCHEMA
 from components.tokenise.build import (
     STALE_BUILD_SECONDS,
     build,
@@ -101,8 +101,8 @@ def test_rows_are_what_trl_prepared_from_todays_tokenisation(
 
 def test_the_same_inputs_reuse_the_entry_and_each_key_input_makes_a_new_one(tiny_model_dir, tmp_path, monkeypatch):
     """Everything that changes the rows is in the key; a copy of the same tokenizer elsewhere is not a change."""
-    from components.dataprep.options import PrepareOptions
-    from components.dataprep.prepare import prepare
+    from components.data.options import PrepareOptions
+    from components.data.prepare import prepare
     from components.sample_data import bundled_dataset_path
 
     source = tmp_path / "sample.jsonl"

@@ -30,13 +30,13 @@ from train_jobs import JOB_OWNER, LAUNCHER_POD, RUN_ID, WORKFLOW, example_spec, 
 from common.errors import UserError
 from common.run_layout import TRAINING_FAILURE
 from components.local_model import CLUSTER_BASE_MODEL
-from components.training.api_server import connect
-from components.training.follow import run_job
-from components.training.kinds import PYTORCHJOB, TRAINJOB, JobKind
-from components.training.manifests import render_pytorchjob, render_trainjob
-from components.training.owner import POD_NAME_ENV
-from components.training.reports import TrainingFailed
-from components.training.stage import SUMMARY_METRICS, run_in_pipeline
+from components.train.api_server import connect
+from components.train.follow import run_job
+from components.train.kinds import PYTORCHJOB, TRAINJOB, JobKind
+from components.train.manifests import render_pytorchjob, render_trainjob
+from components.train.owner import POD_NAME_ENV
+from components.train.reports import TrainingFailed
+from components.train.stage import SUMMARY_METRICS, run_in_pipeline
 
 pytestmark = pytest.mark.usefixtures("no_hub")
 
@@ -518,7 +518,7 @@ LAUNCHER = """
 import sys
 sys.path[:0] = [{repo!r}, {tests!r}]
 from train_jobs import stand_in_artifacts
-from components.training.stage import run_in_pipeline
+from components.train.stage import run_in_pipeline
 run_in_pipeline(**{arguments!r}, **stand_in_artifacts(__import__("pathlib").Path({artifacts!r})))
 """
 

@@ -16,7 +16,7 @@ import yaml
 from conftest import run_module
 
 from common.errors import UserError
-from components.training.fit import GIB, GPU_OVERHEAD_BYTES, NF4_BYTES, ModelShape, check_fit, estimate
+from components.train.fit import GIB, GPU_OVERHEAD_BYTES, NF4_BYTES, ModelShape, check_fit, estimate
 from pipelines.training_job import render
 from trainer.config import TrainConfig
 

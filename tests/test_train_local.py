@@ -21,8 +21,8 @@ from common.errors import UserError
 from components.default_base_model import resolve_base_model
 from components.local_model import CLUSTER_BASE_MODEL, LOCAL_MODEL_NAME
 from components.pipeline_steps.train_step import train_model
-from components.training.options import LaunchOptions, parse_node_selector, parse_tolerations
-from components.training.stage import run_in_pipeline
+from components.train.options import LaunchOptions, parse_node_selector, parse_tolerations
+from components.train.stage import run_in_pipeline
 from trainer.config import TrainConfig
 
 pytestmark = pytest.mark.usefixtures("no_hub")
@@ -209,7 +209,7 @@ def test_the_step_takes_every_option_and_passes_each_on(monkeypatch):
     those values come from), and the body must hand each one on: each input
     gets a value of its own here, and each must arrive in its group.
     """
-    import components.training.stage as stage
+    import components.train.stage as stage
 
     parameters = inspect.signature(train_model.python_func).parameters
     fields = [spec for spec in dataclasses.fields(LaunchOptions)] + [

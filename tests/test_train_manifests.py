@@ -13,8 +13,8 @@ from train_jobs import GPU_TOLERATION, RUN_ID
 from train_jobs import example_spec as spec
 
 from components.hub_auth import READ_SECRET_NAME, WRITE_SECRET_NAME
-from components.training.manifests import JobSpec, job_name, label_value, render_pytorchjob, render_trainjob, to_yaml
-from components.training.options import TORCHRUN_EXIT_SECONDS, LaunchOptions
+from components.train.manifests import JobSpec, job_name, label_value, render_pytorchjob, render_trainjob, to_yaml
+from components.train.options import TORCHRUN_EXIT_SECONDS, LaunchOptions
 from trainer.config import parse_config
 
 RANK_FLAGS = (

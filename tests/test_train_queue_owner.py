@@ -18,9 +18,9 @@ from fake_kube import SERVED
 from train_jobs import JOB_OWNER, LAUNCHER_POD, WORKFLOW
 
 from common.errors import UserError
-from components.training.api_server import connect
-from components.training.kueue import require_local_queue
-from components.training.owner import POD_NAME_ENV, run_owner
+from components.train.api_server import connect
+from components.train.kueue import require_local_queue
+from components.train.owner import POD_NAME_ENV, run_owner
 
 WITHOUT_KUEUE = {group: kinds for group, kinds in SERVED.items() if not group.startswith("kueue.x-k8s.io/")}
 

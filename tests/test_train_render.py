@@ -20,9 +20,9 @@ from train_jobs import JOB_OWNER, LAUNCHER_POD, RUN_ID, WORKFLOW
 
 from common.errors import UserError
 from common.run_layout import CLUSTER_WORKSPACE, TOKEN_CACHE
-from components.training.kinds import PRIORITY_LABEL, PYTORCHJOB, QUEUE_LABEL
-from components.training.owner import POD_NAME_ENV
-from components.training.stage import run_in_pipeline
+from components.train.kinds import PRIORITY_LABEL, PYTORCHJOB, QUEUE_LABEL
+from components.train.owner import POD_NAME_ENV
+from components.train.stage import run_in_pipeline
 from pipelines.training_job import CREATED_PVC, TOKENS_KEY, render
 
 pytestmark = pytest.mark.usefixtures("no_hub")

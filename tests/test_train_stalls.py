@@ -16,9 +16,9 @@ from test_train_cluster import launch, manifest_for, start_replicas, succeed
 from train_jobs import replica_pods
 
 from common.errors import UserError
-from components.training import kueue, stalls
-from components.training.kinds import PYTORCHJOB, TRAINJOB
-from components.training.reports import TrainingFailed
+from components.train import kueue, stalls
+from components.train.kinds import PYTORCHJOB, TRAINJOB
+from components.train.reports import TrainingFailed
 
 QUEUE = "gpu-queue"
 QUEUED = {QUEUE_LABEL: QUEUE}

@@ -196,8 +196,8 @@ def test_packed_conversations_do_not_attend_to_each_other(tiny_tokenizer, tiny_m
 
 def test_an_empty_eval_split_loads_as_zero_conversations(tmp_path):
     """eval_fraction 0 gives an eval.parquet with no rows; the trainer must then train without evaluating, not crash."""
-    from components.dataprep.options import PrepareOptions
-    from components.dataprep.prepare import prepare
+    from components.data.options import PrepareOptions
+    from components.data.prepare import prepare
     from components.sample_data import bundled_dataset_path
 
     prepare(str(bundled_dataset_path()), tmp_path, PrepareOptions(eval_fraction=0.0))

@@ -324,8 +324,8 @@ def test_more_ranks_than_eval_rows_finish_and_count_each_eval_row_once(tiny_mode
     import pyarrow.parquet as pq
     from conftest import qa, write_jsonl
 
-    from components.dataprep.options import PrepareOptions
-    from components.dataprep.prepare import prepare
+    from components.data.options import PrepareOptions
+    from components.data.prepare import prepare
 
     data, output = tmp_path / "data", tmp_path / "out"
     prepare(str(write_jsonl(tmp_path / "qa.jsonl", [qa(i) for i in range(records)])), data, PrepareOptions(0.04))

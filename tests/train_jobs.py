@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from components.training.kinds import PYTORCHJOB, JobKind
-from components.training.manifests import DEADLINE_BACKSTOP_SECONDS, JobSpec, job_name, run_labels
-from components.training.options import LaunchOptions
+from components.train.kinds import PYTORCHJOB, JobKind
+from components.train.manifests import DEADLINE_BACKSTOP_SECONDS, JobSpec, job_name, run_labels
+from components.train.options import LaunchOptions
 from trainer.config import TrainConfig
 
 RUN_ID = "0f6c8a3e-5b1d-4c2a-9e7f-1a2b3c4d5e6f"

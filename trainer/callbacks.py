@@ -40,7 +40,7 @@ class PreemptionSave(TrainerCallback):
     The kubelet sends SIGTERM to the container's torchrun, which forwards it to
     every worker and kills them ``--shutdown-timeout`` seconds later; the
     kubelet kills what is left after ``terminationGracePeriodSeconds`` (the
-    launcher sets both, see ``components.training.manifests``). So the save must
+    launcher sets both, see ``components.train.manifests``). So the save must
     start at once: the flag is checked after every micro-batch, not only at the
     end of an optimizer step, which with gradient accumulation can be minutes
     away. Stopping between micro-batches drops the partly accumulated gradients;

@@ -31,7 +31,7 @@ def load_split(data_dir: Path, split: str) -> Dataset:
     if not path.is_file():
         raise UserError(
             f"{path} does not exist. --data-dir must be the output directory of the data preparation stage "
-            "(python -m components.dataprep.stage), which holds train.parquet and eval.parquet."
+            "(python -m components.data.stage), which holds train.parquet and eval.parquet."
         )
     # Read with pyarrow: datasets' Parquet builder fails on a file with no rows,
     # which is what the data stage writes for eval when eval_fraction is 0.

@@ -11,5 +11,5 @@ Modules: ``card`` (what a model card records for the next run: data fingerprint,
 settings, apart from the Hub client), ``record`` (the publish and delivery records on the workspace),
 ``published`` (where the last published model is: the Hub or the record), ``version`` (the version a run
 publishes: its stage folders and what the stages left in them). Loading the published model to score it is the
-evaluation's (``components.evaluation.champion``).
+evaluation's (``components.evaluate.champion``).
 """

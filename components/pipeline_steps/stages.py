@@ -36,7 +36,7 @@ def prepare_dataset(
     inputs = dict(locals())  # every input by name, taken before anything else is bound here
     from collections import namedtuple
 
-    from components.dataprep.stage import run_step
+    from components.data.stage import run_step
 
     fields = ["fingerprint", "data_dir"]
     return namedtuple("PrepareOutputs", fields)(*run_step(inputs))
@@ -150,7 +150,7 @@ def evaluate_model(
     inputs = dict(locals())  # every input by name, taken before anything else is bound here
     from collections import namedtuple
 
-    from components.evaluation.stage import run_step
+    from components.evaluate.stage import run_step
 
     fields = ["gate_passed", "gate_reason"]
     return namedtuple("EvaluateOutputs", fields)(*run_step(inputs))
@@ -233,7 +233,7 @@ def store_model(
     first copy's URI, empty when no target is set.
     """
     inputs = dict(locals())  # every input by name, taken before anything else is bound here
-    from components.storage.stage import run_step
+    from components.store.stage import run_step
 
     return run_step(inputs)
 
@@ -259,7 +259,7 @@ def register_model(
     plain http only to loopback or with ``allow_http``. Returns the version's id, empty when no registry is set.
     """
     inputs = dict(locals())  # every input by name, taken before anything else is bound here
-    from components.registry.stage import run_step
+    from components.register.stage import run_step
 
     return run_step(inputs)
 
@@ -289,6 +289,6 @@ def serve_model(
     endpoint and answer (run summary, Model Registry). Returns the endpoint, empty when not deployed.
     """
     inputs = dict(locals())  # every input by name, taken before anything else is bound here
-    from components.serving.stage import run_step
+    from components.serve.stage import run_step
 
     return run_step(inputs)

@@ -91,7 +91,7 @@ def train_model(
     inputs = dict(locals())  # every input by name, taken before anything else is bound here
     from collections import namedtuple
 
-    from components.training.stage import run_step
+    from components.train.stage import run_step
 
     fields = ["train_dir", "base_model"]
     return namedtuple("TrainOutputs", fields)(*run_step(inputs))

@@ -26,7 +26,7 @@ from common.records import EvaluationResult, GateVerdict, TrainingSummary
 from common.run_layout import LORA_MARKER, MODELFILE
 from components.champion.card import FINGERPRINT_KEY, HISTORY_KEY
 from components.champion.version import MERGED_CONFIG, RunOutputs
-from components.dataprep.sources import describe_uri, hub_dataset_id
+from components.data.sources import describe_uri, hub_dataset_id
 from components.evaluation_tables import benchmark_note, benchmark_rows, change_headers, columns
 from components.local_model import LOCAL_MODEL_NAME
 from components.publish.options import PublishOptions

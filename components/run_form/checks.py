@@ -24,20 +24,20 @@ from typing import Any, Callable, Mapping
 
 from common.cli_options import default_of
 from common.errors import UserError, exit_on_user_error
-from components.dataprep.sources import (
+from components.data.sources import (
     SECRET_URI,
     URL_ENV,
     credential_problem,
     secret_reference_problem,
     secret_url_problem,
 )
-from components.evaluation.options import task_entries
+from components.evaluate.options import task_entries
 from components.hub_auth import missing_secrets, missing_secrets_problem
 from components.publish.options import PublishOptions
 from components.run_form.options import RunInputs
 from components.run_form.table import RUN_FORM, RUN_PARAMETERS, run_parameters_of
-from components.serving.options import pull_secret_problem
-from components.training.options import parse_node_selector, parse_tolerations, sharding_problem
+from components.serve.options import pull_secret_problem
+from components.train.options import parse_node_selector, parse_tolerations, sharding_problem
 from trainer.config import packages_needed
 
 
@@ -197,7 +197,7 @@ def _benchmark_rules(values: dict[str, Any]) -> dict[str, str]:
     local task directory is checked by the evaluate step, which mounts the workspace it lives on."""
     if "benchmark_tasks" not in values:
         return {}
-    from components.evaluation.benchmarks import is_local, registry_problem
+    from components.evaluate.benchmarks import is_local, registry_problem
 
     named = [entry for entry in task_entries(values["benchmark_tasks"]) if not is_local(entry)]
     problem = registry_problem(named)

@@ -15,16 +15,16 @@ from dataclasses import dataclass
 from typing import Any, Callable, List
 
 from common.cli_options import default_of, run_form_names
-from components.dataprep.options import PrepareOptions
-from components.dataprep.options import option_problems as prepare_problems
-from components.evaluation.options import EvaluateOptions
-from components.evaluation.options import option_problems as evaluate_problems
+from components.data.options import PrepareOptions
+from components.data.options import option_problems as prepare_problems
+from components.evaluate.options import EvaluateOptions
+from components.evaluate.options import option_problems as evaluate_problems
 from components.export.options import ExportStageOptions
 from components.export.options import option_problems as export_problems
 from components.publish.options import PublishOptions
 from components.publish.options import option_problems as publish_problems
-from components.registry.options import RegistryOptions
-from components.registry.options import option_problems as registry_problems
+from components.register.options import RegistryOptions
+from components.register.options import option_problems as registry_problems
 from components.run_form.options import (
     RunInputs,
     StepResources,
@@ -33,13 +33,13 @@ from components.run_form.options import (
     resources_problems,
     workspace_problems,
 )
-from components.serving.options import ServingOptions
-from components.serving.options import option_problems as serving_problems
-from components.storage.options import StorageOptions
-from components.storage.options import option_problems as storage_problems
+from components.serve.options import ServingOptions
+from components.serve.options import option_problems as serving_problems
+from components.store.options import StorageOptions
+from components.store.options import option_problems as storage_problems
 from components.tokenise.options import TokeniseOptions
 from components.tokenise.options import option_problems as tokenise_problems
-from components.training.options import LaunchOptions, launch_problems
+from components.train.options import LaunchOptions, launch_problems
 from trainer.config import TrainConfig
 from trainer.config import option_problems as training_problems
 

@@ -340,7 +340,7 @@ def build(
         if not path.is_file():
             raise UserError(
                 f"{path} does not exist. --data-dir must be the output directory of the data preparation stage "
-                "(python -m components.dataprep.stage), which holds train.parquet and eval.parquet."
+                "(python -m components.data.stage), which holds train.parquet and eval.parquet."
             )
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     if tokenizer.chat_template is None:

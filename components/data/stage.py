@@ -1,0 +1,134 @@
+"""Data preparation stage: the CLI, and what its KFP component runs.
+
+    python -m components.data.stage --input 'data/*.jsonl' --output-dir out/
+    python -m components.data.stage --input s3://bucket/qa/ --output-dir out/
+
+A URL input (https://, s3://, hf://datasets/owner/name) is first fetched into
+``out/source/`` (see ``components.data.sources``).
+
+In a pipeline the stage writes the Parquet files to the run's directory on the
+shared workspace (where the training pods read them) and also returns them as
+KFP Dataset artifacts, so they appear with lineage in the pipelines UI.
+"""
+
+import argparse
+import shutil
+from pathlib import Path
+from typing import Any, Mapping
+
+from common.cli_options import add_options, options_from, options_from_inputs
+from common.errors import exit_on_user_error
+from common.run_layout import stage_dir
+from components.data import sources
+from components.data.options import PrepareOptions
+from components.data.prepare import PrepareResult, prepare
+from components.sample_data import bundled_dataset_path
+
+SOURCE_DIR = "source"  # where a dataset given by URL is fetched to, inside the output directory
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m components.data.stage",
+        description="Validate and normalise JSONL question/answer data into train/eval Parquet.",
+    )
+    parser.add_argument(
+        "--input",
+        required=True,
+        help=(
+            "a .jsonl or .jsonl.gz file, a directory of them, a quoted glob, or a URL: "
+            "https://..., s3://bucket/key-or-prefix, hf://datasets/owner/name"
+        ),
+    )
+    parser.add_argument(
+        "--output-dir",
+        required=True,
+        type=Path,
+        help="where train.parquet, eval.parquet, rejects.jsonl and stats.json go",
+    )
+    add_options(parser, PrepareOptions)
+    return parser
+
+
+def summary(result: PrepareResult) -> str:
+    stats = result.stats
+    return "\n".join(
+        [
+            f"records {stats['records']}: train {stats['rows']['train']}, eval {stats['rows']['eval']}, "
+            f"rejected {stats['rejected']}, duplicates {stats['duplicates']}",
+            f"fingerprint {stats['fingerprint']}",
+            f"train   -> {result.train_path}",
+            f"eval    -> {result.eval_path}",
+            f"rejects -> {result.rejects_path}",
+            f"stats   -> {result.stats_path}",
+        ]
+    )
+
+
+@exit_on_user_error
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    options = options_from(args, PrepareOptions)
+    inputs = resolve_dataset_uri(args.input, args.output_dir / SOURCE_DIR)
+    print(summary(prepare(inputs, args.output_dir, options)), flush=True)
+
+
+def resolve_dataset_uri(dataset_uri: str, download_dir: Path | None = None) -> str:
+    """The input to read: the bundled sample data when ``dataset_uri`` is empty, a path or glob
+    as is, and for a URL (https://, s3://, hf://datasets/...) the files fetched into ``download_dir``."""
+    dataset_uri = dataset_uri.strip()
+    if not dataset_uri:
+        return str(bundled_dataset_path())
+    if sources.is_remote(dataset_uri):
+        if download_dir is None:
+            raise ValueError("a URL dataset_uri needs a download_dir to fetch into")
+        return sources.fetch(dataset_uri, download_dir)
+    return dataset_uri
+
+
+@exit_on_user_error
+def run_in_pipeline(
+    dataset_uri: str,
+    data_dir: str,
+    options: PrepareOptions,
+    train_artifact,
+    eval_artifact,
+    rejects_artifact,
+    metrics,
+) -> tuple[str, str]:
+    """What the KFP component does, kept here so it is plain, testable Python."""
+    result = prepare(resolve_dataset_uri(dataset_uri, Path(data_dir) / SOURCE_DIR), Path(data_dir), options)
+    print(summary(result), flush=True)
+    stats = result.stats
+    for artifact, path, rows in (
+        (train_artifact, result.train_path, stats["rows"]["train"]),
+        (eval_artifact, result.eval_path, stats["rows"]["eval"]),
+        (rejects_artifact, result.rejects_path, stats["rejected"]),
+    ):
+        Path(artifact.path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, artifact.path)
+        artifact.metadata.update({"rows": rows, "fingerprint": stats["fingerprint"], "workspace_path": str(path)})
+    metrics.log_metric("rows", stats["rows"]["train"] + stats["rows"]["eval"])
+    metrics.log_metric("train_rows", stats["rows"]["train"])
+    metrics.log_metric("eval_rows", stats["rows"]["eval"])
+    metrics.log_metric("rejected", stats["rejected"])
+    metrics.log_metric("duplicates", stats["duplicates"])
+    return stats["fingerprint"], str(result.output_dir)
+
+
+@exit_on_user_error
+def run_step(inputs: Mapping[str, Any]) -> tuple[str, str]:
+    """What the ``prepare_dataset`` component calls with every input by name; returns (fingerprint, data_dir)."""
+    return run_in_pipeline(
+        inputs["dataset_uri"],
+        str(stage_dir(inputs["workspace_root"], inputs["run_id"], "data")),
+        options_from_inputs(PrepareOptions, inputs),
+        inputs["train_data"],
+        inputs["eval_data"],
+        inputs["rejects"],
+        inputs["metrics"],
+    )
+
+
+if __name__ == "__main__":
+    main()
