@@ -45,7 +45,9 @@ def _record(value: dict[str, Any], kind: type, path: Path, what: str, fix: str) 
     """The JSON object ``value`` as a ``kind`` record, refused with the fields it lacks (``what`` names it)."""
     specs = dataclasses.fields(kind)
     required = {spec.name for spec in specs if dataclasses.MISSING is spec.default is spec.default_factory}
-    missing = sorted(required - value.keys())
+    # a null where the field cannot be None is as good as missing (its annotation is a string: postponed)
+    null = {spec.name for spec in specs if value.get(spec.name, "") is None and "None" not in str(spec.type)}
+    missing = sorted((required - value.keys()) | (null & required))
     if missing:
         raise UserError(f"{path}: {what} has no {', '.join(missing)}. {fix}")
     return kind(**{spec.name: value[spec.name] for spec in specs if spec.name in value})
@@ -53,7 +55,7 @@ def _record(value: dict[str, Any], kind: type, path: Path, what: str, fix: str) 
 
 def _entries(value: Any, kind: type, path: Path, what: str, fix: str) -> tuple[Any, ...]:
     """``value`` (a list of JSON objects) as ``kind`` records, refused with the fields an entry lacks."""
-    if not isinstance(value, list) or not all(isinstance(entry, dict) for entry in value):
+    if not isinstance(value, (list, tuple)) or not all(isinstance(entry, dict) for entry in value):
         raise UserError(f"{path}: its {what} are not a list of objects. {fix}")
     return tuple(
         _record(entry, kind, path, f"entry {number} of its {what}", fix) for number, entry in enumerate(value, 1)
@@ -191,8 +193,9 @@ class RankFacts:
     device: str
     tokens: int  # the non-padding tokens this rank trained on
     weights_sha256: str | None  # of the trainable weights; equal on every rank under DDP, None under FSDP
-    local_parameter_fraction: float | None  # the share of the parameters this rank holds (FSDP: about 1/world)
-    peak_memory_mb: float
+    # Since 2026-11-24 (None in an older summary):
+    local_parameter_fraction: float | None = None  # the share of the parameters this rank holds (FSDP: about 1/world)
+    peak_memory_mb: float | None = None
 
 
 @dataclass(frozen=True)
@@ -202,26 +205,22 @@ class TrainingSummary:
     Written by the trainer (``python -m trainer``); read by the training step (its KFP metrics), evaluation
     (the base's commit, ``max_length``, the tokenised data, the report's facts), publish (the model card and the
     bundle, which uploads it) and register (the version's provenance). A published one is read again by the next
-    runs' champion gate, to load the adapter's base at its commit. The JSON keys are this record's field names,
-    beside ``format_version``.
+    runs' champion gate, to load the adapter's base at its commit, and a run on unchanged data registers an
+    earlier run's version from its summary: so the fields added after the trainer's first release default to
+    None, and a summary from before them is read as it was written. The JSON keys are the field names, beside
+    ``format_version``.
     """
 
     config: dict[str, Any]  # the trainer's resolved options (trainer.config.TrainConfig, as JSON)
-    base_model_commit: str | None  # the Hub commit of the base; None for a local checkpoint
     world_size: int
     devices: tuple[str, ...]  # one per rank
-    sharding: str  # fsdp or none
     precision: str  # bf16, fp16 or fp32
-    gradient_checkpointing: bool  # resolved: auto follows the method
-    trained_weights_dtype: str
     learning_rate: float  # the peak learning rate the run used (scaled by the world size under scale_lr)
     resumed_from: str | None  # the checkpoint this attempt resumed from
     global_step: int
     epochs: float
     train_examples: int  # conversations
     eval_examples: int
-    train_rows: int  # packed rows
-    tokens_dir: str  # the token cache the run read
     tokens_seen: int
     train_runtime_s: float
     non_padding_tokens_per_s: float | None
@@ -229,10 +228,17 @@ class TrainingSummary:
     mean_train_loss: float | None
     final_eval_loss: float | None
     ranks: tuple[RankFacts, ...]
-    attention: str  # the attention kernel the model trained with
-    compiled_blocks: bool
-    compile: dict[str, Any] | None  # the compiled path's counts (graphs, recompiles); None when blocks stayed eager
-    speed_fallback: str | None  # why the run fell back to the proven path; None when it did not
+    # Added later (None in a summary from before them):
+    base_model_commit: str | None = None  # the Hub commit of the base; None for a local checkpoint (2026-11-23)
+    trained_weights_dtype: str | None = None  # 2026-11-23
+    sharding: str | None = None  # fsdp or none (2026-11-24)
+    attention: str | None = None  # the attention kernel the model trained with (2026-11-24)
+    train_rows: int | None = None  # packed rows (2026-11-26)
+    tokens_dir: str | None = None  # the token cache the run read (2026-11-26)
+    compiled_blocks: bool | None = None  # 2026-11-27
+    compile: dict[str, Any] | None = None  # the compiled path's counts (graphs, recompiles); None when eager
+    speed_fallback: str | None = None  # why the run fell back to the proven path; None when it did not
+    gradient_checkpointing: bool | None = None  # resolved: auto follows the method (2026-11-28)
 
     VERSION: ClassVar[int] = 1
     WHAT: ClassVar[str] = "training summary"
@@ -260,13 +266,13 @@ class TrainingSummary:
         return {FORMAT_VERSION: self.VERSION, **dataclasses.asdict(self)}
 
     def write(self, path: Path) -> None:
-        write_text_atomic(path, json.dumps(self.as_json(), indent=1) + "\n")
+        write_text_atomic(path, json.dumps(self.as_json(), indent=2) + "\n")
 
     @classmethod
     def read(cls, path: Path, fix: str = FIX) -> TrainingSummary | None:
         """The summary at ``path``; None when the trainer has not written one. A file from before the format version
-        (2026-11-28) holds the same keys: read as such when it has all of them. ``fix`` ends a refusal: what to do
-        (a published summary is not retrained)."""
+        (2026-11-28) holds the same keys: read as such when it has the first release's. ``fix`` ends a refusal: what
+        to do (a published summary is not retrained)."""
         if not path.is_file():
             return None
         value = _json_of(path, cls.WHAT, fix)
@@ -275,6 +281,8 @@ class TrainingSummary:
         if not isinstance(value.get("config"), dict) or "model" not in value["config"]:
             raise UserError(f"{path}: its {cls.WHAT} has no config.model (the base model it trained). {fix}")
         summary = _record(value, cls, path, f"its {cls.WHAT}", fix)
+        if not isinstance(summary.devices, list):
+            raise UserError(f"{path}: its {cls.WHAT}'s devices are not a list. {fix}")
         ranks = _entries(summary.ranks, RankFacts, path, "ranks", fix)
         return dataclasses.replace(summary, devices=tuple(summary.devices), ranks=ranks)
 
@@ -306,10 +314,11 @@ class GateVerdict:
     passed: bool
     min_eval_loss_improvement: float
     reason: str
-    forced: bool  # force was set: published whatever the comparisons said
-    max_benchmark_drop: float
-    comparisons: tuple[GateComparison, ...]
+    # Added later (the defaults in an evaluation from before them):
+    forced: bool = False  # force was set: published whatever the comparisons said (2026-11-24)
+    comparisons: tuple[GateComparison, ...] = ()  # 2026-11-24
     min_improvement_over_published: float | None = None  # set when a published model was compared
+    max_benchmark_drop: float | None = None  # 2026-11-26
 
 
 # Optional entries that evaluation.json leaves out when they are None, as it did before the record.
@@ -343,20 +352,23 @@ class EvaluationResult:
     """``evaluate/evaluation.json``: base, published and new model compared, the benchmarks, and the gate.
 
     Written by the evaluation step; read by publish (the gate, the comparison it must match, the model card),
-    register (provenance, and no version that failed the gate) and the run summary. The reports render it
-    as a JSON document (``as_json``); the keys are the field names, beside ``format_version``.
+    register (provenance, and no version that failed the gate) and the run summary. A run on unchanged data
+    registers an earlier run's version from its evaluation, so the fields added after the first release have
+    defaults. The reports render it as a JSON document (``as_json``); the keys are the field names, beside
+    ``format_version``.
     """
 
     base_model: str
-    base_model_commit: str | None
     fine_tuned_model: str
     base: ModelScores
     fine_tuned: ModelScores
     deltas: dict[str, float]  # fine_tuned - base, per compared number
     scored_rows: int  # held-out rows answered and scored with ROUGE-L
-    held_out: dict[str, int]  # conversations the loss covers, tokenised, in the split, and eval_max_rows
-    benchmarks: dict[str, Any]  # the tasks, settings and each model's scores, or {"skipped": why}
     gate: GateVerdict
+    # Added later (None in an evaluation from before them, as when there was nothing to record):
+    base_model_commit: str | None = None  # 2026-11-23
+    held_out: dict[str, int] | None = None  # the conversations the loss covers, of those tokenised (2026-11-26)
+    benchmarks: dict[str, Any] | None = None  # tasks, settings, each model's scores, or {"skipped": why} (11-26)
     published_search: dict[str, Any] | None = None  # where the published model was looked for
     published_model: dict[str, Any] | None = None  # the one found (PublishedModel.entry), and a problem if any
     published: ModelScores | None = None  # its numbers, when it was compared
@@ -375,7 +387,7 @@ class EvaluationResult:
     @classmethod
     def read(cls, path: Path) -> EvaluationResult | None:
         """The evaluation at ``path``; None when the step has not written one. A file from before the format version
-        (2026-11-28) holds the same keys: read as such when it has all of them."""
+        (2026-11-28) holds the same keys: read as such when it has the first release's."""
         if not path.is_file():
             return None
         value = _json_of(path, cls.WHAT, cls.FIX)

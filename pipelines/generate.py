@@ -3,7 +3,8 @@
 KFP reads a pipeline's parameters and a step's inputs from Python signatures,
 and ships a step's source to its pod as written, so those signatures cannot be
 built at run time. They are generated here from ``RUN_PARAMETERS`` (the options'
-``run_option`` fields) into checked-in modules, each headed by a line saying so,
+``run_option`` fields) and, for the steps, ``pipelines/step_signatures.py`` (what
+each step takes besides) into checked-in modules, each headed by a line saying so,
 with the table of the run-parameter guide (``docs/guides/run-parameters.md``);
 ``tests/test_run_parameters.py`` fails when one is stale. After adding or
 changing a run parameter, run this, then ``python -m pipelines.compile``.

@@ -1,7 +1,7 @@
 """What each pipeline step takes and returns: ``python -m pipelines.generate`` writes its component from this.
 
 A step's inputs are its own (where it works, what an earlier step returned), then the run parameters of its
-stage's options under their field names (the DAG passes ``arguments_for(options, run)``), then those of another
+stage's options under their field names (the DAG passes ``run_arguments(step, run)``), then those of another
 stage's options it reads too, then its output artifacts. No input has a default: the pod runs the component's
 source as written, so a default could only be a literal copied from the options, and the pipeline passes every
 value. Every body has one shape: take the inputs by name, hand them to the stage's ``run_step``, return what it

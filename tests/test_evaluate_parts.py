@@ -427,5 +427,5 @@ def test_the_base_of_a_published_adapter_is_read_from_its_training_summary(tmp_p
     with pytest.raises(ChampionUnavailable) as unavailable:
         adapter_base(tmp_path)
     message = str(unavailable.value)
-    assert "its training summary has no " in message and "restore the file the publish step uploaded" in message
+    assert "its training summary has no " in message and "restore the file from the repository's history" in message
     assert "force=true" in message

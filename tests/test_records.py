@@ -105,6 +105,16 @@ def test_a_training_summary_round_trips_and_reads_the_format_before_versions(tmp
     del written[FORMAT_VERSION]  # as the trainer wrote it before the format version, with the same keys
     path.write_text(json.dumps(written))
     assert TrainingSummary.read(path) == summary
+    # as the trainer's first release wrote it (2026-11-22): the fields added since are None
+    later = ("base_model_commit", "sharding", "attention", "compiled_blocks", "compile", "speed_fallback")
+    first = {key: value for key, value in written.items() if key not in later}
+    first["ranks"] = [
+        {key: rank[key] for key in ("rank", "device", "tokens", "weights_sha256")} for rank in first["ranks"]
+    ]
+    path.write_text(json.dumps(first))
+    old = TrainingSummary.read(path)
+    assert (old.base_model_commit, old.attention, old.compiled_blocks, old.ranks[0].peak_memory_mb) == (None,) * 4
+    assert old.tokens_seen == summary.tokens_seen and old.base_model == "org/base-model"
 
 
 @pytest.mark.parametrize(
@@ -113,9 +123,11 @@ def test_a_training_summary_round_trips_and_reads_the_format_before_versions(tmp
         (lambda value: value.pop("tokens_seen"), "its training summary has no tokens_seen"),
         (lambda value: value["config"].pop("model"), "its training summary has no config.model"),
         (lambda value: value["ranks"][1].pop("device"), "entry 2 of its ranks has no device"),
+        (lambda value: value.update({"global_step": None}), "its training summary has no global_step"),
+        (lambda value: value.update({"devices": None}), "its training summary has no devices"),
         (lambda value: value.update({FORMAT_VERSION: 2}), "format 2, and this version of the pipeline reads format 1"),
     ],
-    ids=["missing-field", "no-base-model", "rank-missing-field", "newer"],
+    ids=["missing-field", "no-base-model", "rank-missing-field", "null", "null-devices", "newer"],
 )
 def test_a_training_summary_missing_a_field_is_refused_naming_it(tmp_path, change, says):
     from fake_run import training_summary
@@ -150,18 +162,26 @@ def test_an_evaluation_round_trips_leaving_out_what_was_not_compared(tmp_path):
     del written[FORMAT_VERSION]  # as the step wrote it before the format version
     path.write_text(json.dumps(written))
     assert EvaluationResult.read(path) == record
+    # as the first release wrote it (2026-11-23): no benchmarks, held-out counts or gate comparisons yet
+    first = {key: value for key, value in written.items() if key not in ("base_model_commit", "held_out", "benchmarks")}
+    first["gate"] = {key: written["gate"][key] for key in ("passed", "min_eval_loss_improvement", "reason")}
+    path.write_text(json.dumps(first))
+    old = EvaluationResult.read(path)
+    assert (old.benchmarks, old.held_out, old.gate.comparisons, old.gate.forced) == (None, None, (), False)
+    assert old.gate.passed and old.fine_tuned == record.fine_tuned
 
 
 @pytest.mark.parametrize(
     ("change", "says"),
     [
         (lambda value: value.pop("gate"), "its evaluation has no gate"),
+        (lambda value: value.update({"gate": None}), "its evaluation has no gate"),
         (lambda value: value["gate"].pop("reason"), "its gate has no reason"),
         (lambda value: value["fine_tuned"].pop("eval_loss"), "its fine-tuned model's scores has no eval_loss"),
         (lambda value: value["gate"]["comparisons"][0].pop("passed"), "entry 1 of its gate's comparisons has no"),
         (lambda value: value.update({FORMAT_VERSION: 3}), "format 3, and this version of the pipeline reads format 1"),
     ],
-    ids=["no-gate", "gate-field", "scores-field", "comparison-field", "newer"],
+    ids=["no-gate", "null-gate", "gate-field", "scores-field", "comparison-field", "newer"],
 )
 def test_an_evaluation_missing_a_field_is_refused_naming_it(tmp_path, change, says):
     from fake_run import evaluation

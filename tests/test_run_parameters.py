@@ -90,7 +90,7 @@ def test_the_pipeline_signature_is_the_table():
 
 @pytest.mark.parametrize(("step", "options"), STEP_OPTIONS, ids=lambda value: getattr(value, "__name__", ""))
 def test_each_step_takes_its_options_by_field_name_and_type(step, options):
-    """The DAG passes ``arguments_for(options, run)``; the step's literal inputs must be exactly those fields."""
+    """The DAG passes ``run_arguments(step, run)``; the step's literal inputs must hold those fields, typed."""
     signature = inspect.signature(step.python_func).parameters
     for parameter in (parameter for parameter in RUN_PARAMETERS if parameter.options is options):
         assert parameter.field in signature, (step.name, parameter.field)

@@ -83,15 +83,16 @@ def local_copy(model: str, revision: str, topology: Topology) -> Path:
 
 
 def check_unquantised(source: Path, model: str, method: str) -> None:
-    """Refuse a base stored quantised (its config.json's ``quantization_config``: bitsandbytes, GPTQ, AWQ, ...) for
-    lora and full, whose result is merged into the base's own weights. Their ranks also run without bitsandbytes
-    (trainer/unused_packages.py), so without this check such a base would fail in transformers with a misleading
-    "install bitsandbytes"."""
-    quantisation = json.loads((source / "config.json").read_text()).get("quantization_config")
-    if method != "qlora" and quantisation:
-        scheme = quantisation.get("quant_method", "a quantization_config")
+    """Refuse a base stored in bitsandbytes' 4 or 8 bits (its config.json's ``quantization_config``) for lora and
+    full: their ranks run without bitsandbytes (trainer/unused_packages.py), so transformers would fail to load it
+    with a misleading "install bitsandbytes", and their result is merged into the base's own weights. Other
+    schemes are left to transformers, as before."""
+    config = source / "config.json"
+    settings = json.loads(config.read_text()) if config.is_file() else {}  # none: from_pretrained says so
+    quantisation = settings.get("quantization_config") or {}
+    if method != "qlora" and quantisation.get("quant_method") == "bitsandbytes":
         raise UserError(
-            f"The base model {model!r} is stored quantised ({scheme}, in its config.json), and method {method} "
+            f"The base model {model!r} is stored quantised (bitsandbytes, in its config.json), and method {method} "
             "trains and merges unquantised weights. Choose the model's unquantised release as base_model (method "
             "qlora holds an unquantised base in 4-bit NF4 itself)."
         )

@@ -38,7 +38,7 @@ FORCE_FIX = "Or set force=true for this run to publish the new model without com
 # A published training summary the pipeline cannot read names the base the adapter needs only unreliably.
 PUBLISHED_SUMMARY_FIX = (
     "It names the base model the published adapter was trained on, so the published model cannot be loaded to compare "
-    "the new one with it: restore the file the publish step uploaded. " + FORCE_FIX
+    "the new one with it: restore the file from the repository's history. " + FORCE_FIX
 )
 
 

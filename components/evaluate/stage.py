@@ -452,7 +452,7 @@ def metrics_to_log(evaluation: EvaluationResult) -> dict[str, float]:
         values[f"{key}_delta"] = evaluation.deltas[key]
         if evaluation.published and evaluation.deltas_vs_published:
             values[f"{key}_delta_vs_published"] = evaluation.deltas_vs_published[key]
-    for role, tasks in evaluation.benchmarks.get("scores", {}).items():
+    for role, tasks in (evaluation.benchmarks or {}).get("scores", {}).items():
         for task, entry in tasks.items():
             values[f"{role}_{task}_{entry['metric'].split(' ', 1)[0]}"] = entry["value"]
     values["gate_passed"] = 1 if evaluation.gate.passed else 0

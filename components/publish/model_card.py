@@ -257,6 +257,8 @@ def _training_rows(summary: TrainingSummary) -> list[tuple[str, str]]:
 
 def _speed_path_rows(summary: TrainingSummary) -> list[tuple[str, str]]:
     """The kernels the model trained with, and the fallback when the fast ones failed (a run slower than asked)."""
+    if summary.attention is None:  # a summary from before the trainer recorded them
+        return []
     blocks = "compiled" if summary.compiled_blocks else "eager"
     rows = [("attention / transformer blocks", f"{summary.attention} / {blocks}")]
     if summary.speed_fallback:

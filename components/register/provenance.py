@@ -54,7 +54,7 @@ def version_properties(dirs: RunDirs, run_id: str) -> dict[str, Property]:
         "gguf_files": ", ".join(path.name for path in outputs.ggufs),
     }
     # The new model's standard benchmark scores (benchmark_arc_easy_acc_norm), what the gate checked it kept.
-    scores = evaluation.benchmarks.get("scores", {}).get("fine_tuned", {})
+    scores = (evaluation.benchmarks or {}).get("scores", {}).get("fine_tuned", {})
     properties |= {
         f"benchmark_{task}_{entry['metric'].split(' ', 1)[0]}": entry["value"] for task, entry in scores.items()
     }
