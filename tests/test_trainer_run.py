@@ -27,7 +27,8 @@ pytestmark = pytest.mark.slow
 
 # Logs every file a rank opens for writing (and every rename/mkdir/remove) to
 # $AUDIT_WRITES_DIR/rank<N>.log, through Python's audit hooks: how a test can see
-# which rank wrote what without changing the trainer. At exit it also notes whether bitsandbytes was loaded.
+# which rank wrote what without changing the trainer. At exit it also notes whether bitsandbytes was loaded and
+# whether the rank was still in its process group.
 AUDIT_SITECUSTOMIZE = """
 import os, sys
 _directory = os.environ.get("AUDIT_WRITES_DIR")
@@ -47,6 +48,11 @@ if _directory and "RANK" in os.environ:
     sys.addaudithook(_hook)
     import atexit
     atexit.register(lambda: sys.modules.get("bitsandbytes") and _log.write("loaded bitsandbytes\\n"))
+    def _group_left():
+        distributed = sys.modules.get("torch.distributed")
+        if distributed is not None and distributed.is_available() and distributed.is_initialized():
+            _log.write("process group alive at exit\\n")
+    atexit.register(_group_left)
 """
 
 
@@ -181,6 +187,8 @@ def test_two_ranks_split_the_data_agree_on_weights_and_only_rank_0_writes(tiny_m
     assert any(line.endswith(f"-> {output / 'merged'}") for line in (audit / "rank0.log").read_text().splitlines())
     # trainer/unused_packages.py: only qlora's ranks import bitsandbytes (PEFT would, whenever it is installed)
     assert not [log for log in audit.glob("rank*.log") if "loaded bitsandbytes" in log.read_text()]
+    # trainer/distributed.finish: each rank leaves the process group before it exits (not in C++ teardown)
+    assert not [log for log in audit.glob("rank*.log") if "process group alive at exit" in log.read_text()]
 
     model = AutoModelForCausalLM.from_pretrained(output / "merged")
     tokenizer = AutoTokenizer.from_pretrained(output / "merged")

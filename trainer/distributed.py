@@ -72,6 +72,20 @@ def barrier() -> None:
         dist.barrier()
 
 
+def finish() -> None:
+    """Wait for every rank, then leave the process group (every group this process joined).
+
+    torch asks for ``destroy_process_group`` before a process exits: a rank that exits without it may abort in
+    the group's C++ teardown (SIGABRT, "terminate called without an active exception"), which fails a job whose
+    training finished. Seen once here, on rank 1 of a 2-rank gloo relaunch after it wrote its outputs.
+    """
+    global _host_group
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+        _host_group = None
+
+
 # A gloo group beside an NCCL one, for the small host-side values ranks share during training (the pre-emption
 # flag, token counts): over NCCL each would be a GPU tensor whose .item() waits for every kernel queued before it.
 _host_group: dist.ProcessGroup | None = None

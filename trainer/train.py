@@ -537,5 +537,5 @@ def run_checked(config: TrainConfig, topology: Topology) -> int:
             [{"rank": rank["rank"], "epochs": rank["epochs"]} for rank in ranks],
         )
         log.info("wrote %s", config.output_dir)
-    distributed.barrier()
+    distributed.finish()
     return 0
