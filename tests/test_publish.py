@@ -260,3 +260,15 @@ def test_upload_folder_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
     assert sorted(p.relative_to(upload) for p in upload.rglob("*")) == before
     # No staging folder left behind; the delivery record is the earlier publishes'.
     assert sorted(p.name for p in upload.parent.iterdir()) == ["delivery.json", "upload"]
+
+
+@pytest.mark.parametrize(
+    ("stage", "name", "says"),
+    [("train", "training_summary.json", "the training stage"), ("evaluate", "evaluation.json", "the evaluation stage")],
+)
+def test_a_stage_that_has_not_run_is_named_with_its_file(tmp_path, stage, name, says):
+    """components/champion/version.read_run_outputs: publish reads the typed records, and names the missing one."""
+    run_dir = make_run(tmp_path)
+    (run_dir / stage / name).unlink()
+    with pytest.raises(UserError, match=f"{name} does not exist: {says} has not run for this run"):
+        build_upload(str(tmp_path), "run-1", "", PublishOptions(repo_id="me/skills"), None)

@@ -95,33 +95,28 @@ def read_stage_json(path: Path, stage: str) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise UserError(
-            f"{path} does not exist: {stage} has not run for this run (or wrote elsewhere). Run it first."
-        ) from None
+        raise not_written(path, stage) from None
     except json.JSONDecodeError as error:
         raise UserError(f"{path} is not valid JSON ({error}); run {stage} again to rewrite it.") from None
 
 
+def not_written(path: Path, stage: str) -> UserError:
+    """The error for a file ``stage`` has not written (yet) for this run."""
+    return UserError(f"{path} does not exist: {stage} has not run for this run (or wrote elsewhere). Run it first.")
+
+
 def read_training_summary(train_dir: Path) -> TrainingSummary:
     """The trainer's summary of the run in ``train_dir``; a clear error when training has not finished there."""
-    summary = TrainingSummary.read(train_dir / TRAINING_SUMMARY)
-    if summary is None:
-        raise UserError(
-            f"{train_dir / TRAINING_SUMMARY} does not exist: the training stage has not finished this run (or wrote "
-            "elsewhere). Run it first."
-        )
-    return summary
+    if summary := TrainingSummary.read(train_dir / TRAINING_SUMMARY):
+        return summary
+    raise not_written(train_dir / TRAINING_SUMMARY, "the training stage")
 
 
 def read_evaluation(evaluate_dir: Path) -> EvaluationResult:
     """The evaluation of the run in ``evaluate_dir``; a clear error when the evaluation step has not finished there."""
-    evaluation = EvaluationResult.read(evaluate_dir / EVALUATION)
-    if evaluation is None:
-        raise UserError(
-            f"{evaluate_dir / EVALUATION} does not exist: the evaluation stage has not run for this run (or wrote "
-            "elsewhere). Run it first."
-        )
-    return evaluation
+    if evaluation := EvaluationResult.read(evaluate_dir / EVALUATION):
+        return evaluation
+    raise not_written(evaluate_dir / EVALUATION, "the evaluation stage")
 
 
 def trained_from(train_dir: Path) -> str:
