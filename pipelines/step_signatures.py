@@ -18,7 +18,7 @@ from components.evaluate.options import EvaluateOptions
 from components.export.options import ExportStageOptions
 from components.publish.options import PublishOptions
 from components.register.options import RegistryOptions
-from components.run_form.table import arguments_for, run_parameters_of
+from components.run_form.table import RunParameter, run_parameters_of
 from components.serve.options import ServingOptions
 from components.store.options import StorageOptions
 from components.tokenise.options import TokeniseOptions
@@ -53,27 +53,21 @@ class StepSignature:
     returns: str = "str"  # the type of what run_step returns, when it is not a tuple
     returns_tuple: tuple[str, tuple[tuple[str, str], ...]] | None = None  # NamedTuple name and fields
 
+    def run_parameters(self) -> list[RunParameter]:
+        """The run parameters this step takes under their field names: its options', then the shared ones."""
+        shared = [p for each in self.shared for p in run_parameters_of(each.options) if p.field in each.fields]
+        return [p for options in self.options for p in run_parameters_of(options)] + shared
+
     def inputs(self) -> list[tuple[str, str]]:
         """Every input and output, as (name, annotation), in the order of the ``def``."""
-        run = [(p.field, ANNOTATIONS[p.type]) for options in self.options for p in run_parameters_of(options)]
-        shared = [
-            (p.field, ANNOTATIONS[p.type])
-            for each in self.shared
-            for p in run_parameters_of(each.options)
-            if p.field in each.fields
-        ]
+        run = [(p.field, ANNOTATIONS[p.type]) for p in self.run_parameters()]
         outputs = [(name, f"dsl.Output[dsl.{kind}]") for name, kind in self.outputs]
-        return [*self.own_inputs, *run, *shared, *outputs]
+        return [*self.own_inputs, *run, *outputs]
 
     def run_arguments(self, run: dict[str, Any]) -> dict[str, Any]:
         """The run parameters this step takes, from ``run`` (name -> value), keyed by field name: what the DAG
         passes beside the step's own inputs."""
-        arguments = {name: value for options in self.options for name, value in arguments_for(options, run).items()}
-        for each in self.shared:
-            arguments |= {
-                name: value for name, value in arguments_for(each.options, run).items() if name in each.fields
-            }
-        return arguments
+        return {p.field: run[p.name] for p in self.run_parameters()}
 
 
 STEPS = (
@@ -248,6 +242,11 @@ def {name}(
 {body}'''
 
 
+def def_inputs(names_and_annotations: list[tuple[str, str]]) -> str:
+    """Inputs, one per line, as they stand in a ``def``."""
+    return "".join(f"{INDENT}{name}: {annotation},\n" for name, annotation in names_and_annotations)
+
+
 def run_arguments(step: str, run: dict[str, Any]) -> dict[str, Any]:
     """The run parameters the step named ``step`` takes, from ``run``, keyed by field name."""
     return next(signature for signature in STEPS if signature.name == step).run_arguments(run)
@@ -277,7 +276,7 @@ def _body(step: StepSignature) -> str:
 
 def component(step: StepSignature) -> str:
     """The source of ``step``'s ``@dsl.component``."""
-    inputs = "".join(f"{INDENT}{name}: {annotation},\n" for name, annotation in step.inputs())
+    inputs = def_inputs(step.inputs())
     doc = step.doc.replace("\n", f"\n{INDENT}").replace(f"\n{INDENT}\n", "\n\n")
     doc += f"\n{INDENT}" if "\n" in step.doc else ""  # a docstring of several lines closes on a line of its own
     return COMPONENT.format(name=step.name, inputs=inputs, returns=_annotation(step), doc=doc, body=_body(step))
