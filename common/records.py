@@ -185,6 +185,32 @@ class Served(OneOrNone):
     FIX = "Rerun the serve step of that run: it checks the InferenceService again and rewrites the record."
 
 
+class VersionedFile:
+    """A file holding one record as a JSON object: its fields' names as keys, beside ``format_version``. Before the
+    format version (2026-11-28) the file was the same object without it. A subclass is a frozen dataclass that sets
+    the class attributes below."""
+
+    VERSION: ClassVar[int]
+    WHAT: ClassVar[str]  # what the record is, for a refusal
+    FIX: ClassVar[str]  # what to do about a file that cannot be read
+
+    def as_json(self) -> dict[str, Any]:
+        return {FORMAT_VERSION: self.VERSION, **dataclasses.asdict(self)}
+
+    def write(self, path: Path) -> None:
+        write_text_atomic(path, json.dumps(self.as_json(), indent=2) + "\n")
+
+    @classmethod
+    def _fields_at(cls, path: Path, fix: str) -> dict[str, Any] | None:
+        """The object in ``path``, None when there is no file; refused unless it is this format or unversioned."""
+        if not path.is_file():
+            return None
+        value = _json_of(path, cls.WHAT, fix)
+        if not isinstance(value, dict) or FORMAT_VERSION in value:
+            value = _versioned(value, path, cls.WHAT, cls.VERSION, fix)
+        return value
+
+
 @dataclass(frozen=True)
 class RankFacts:
     """What one rank of a training run reports: its device, its share of the tokens, its memory peak."""
@@ -199,7 +225,7 @@ class RankFacts:
 
 
 @dataclass(frozen=True)
-class TrainingSummary:
+class TrainingSummary(VersionedFile):
     """``train/training_summary.json``: what a training run did, written by rank 0 last, after ``merged/``.
 
     Written by the trainer (``python -m trainer``); read by the training step (its KFP metrics), evaluation
@@ -262,22 +288,14 @@ class TrainingSummary:
         """The tokens a training row was cut or packed to."""
         return int(self.config["max_length"])
 
-    def as_json(self) -> dict[str, Any]:
-        return {FORMAT_VERSION: self.VERSION, **dataclasses.asdict(self)}
-
-    def write(self, path: Path) -> None:
-        write_text_atomic(path, json.dumps(self.as_json(), indent=2) + "\n")
-
     @classmethod
     def read(cls, path: Path, fix: str = FIX) -> TrainingSummary | None:
         """The summary at ``path``; None when the trainer has not written one. A file from before the format version
         (2026-11-28) holds the same keys: read as such when it has the first release's. ``fix`` ends a refusal: what
         to do (a published summary is not retrained)."""
-        if not path.is_file():
+        value = cls._fields_at(path, fix)
+        if value is None:
             return None
-        value = _json_of(path, cls.WHAT, fix)
-        if not isinstance(value, dict) or FORMAT_VERSION in value:
-            value = _versioned(value, path, cls.WHAT, cls.VERSION, fix)
         if not isinstance(value.get("config"), dict) or "model" not in value["config"]:
             raise UserError(f"{path}: its {cls.WHAT} has no config.model (the base model it trained). {fix}")
         summary = _record(value, cls, path, f"its {cls.WHAT}", fix)
@@ -348,7 +366,7 @@ def _without_absent(value: Any) -> Any:
 
 
 @dataclass(frozen=True)
-class EvaluationResult:
+class EvaluationResult(VersionedFile):
     """``evaluate/evaluation.json``: base, published and new model compared, the benchmarks, and the gate.
 
     Written by the evaluation step; read by publish (the gate, the comparison it must match, the model card),
@@ -381,18 +399,13 @@ class EvaluationResult:
     def as_json(self) -> dict[str, Any]:
         return {FORMAT_VERSION: self.VERSION, **_without_absent(dataclasses.asdict(self))}
 
-    def write(self, path: Path) -> None:
-        write_text_atomic(path, json.dumps(self.as_json(), indent=2) + "\n")
-
     @classmethod
     def read(cls, path: Path) -> EvaluationResult | None:
         """The evaluation at ``path``; None when the step has not written one. A file from before the format version
         (2026-11-28) holds the same keys: read as such when it has the first release's."""
-        if not path.is_file():
+        value = cls._fields_at(path, cls.FIX)
+        if value is None:
             return None
-        value = _json_of(path, cls.WHAT, cls.FIX)
-        if not isinstance(value, dict) or FORMAT_VERSION in value:
-            value = _versioned(value, path, cls.WHAT, cls.VERSION, cls.FIX)
         result = _record(value, cls, path, f"its {cls.WHAT}", cls.FIX)
         gate = _entry(result.gate, GateVerdict, path, "gate", cls.FIX)
         return dataclasses.replace(
