@@ -185,10 +185,10 @@ def _run_ours(input_path: Path, out_dir: Path) -> tuple[int, float]:
     start = time.perf_counter()
     result = prepare(str(input_path), out_dir / "prepared")
     seconds = time.perf_counter() - start
-    rows = result.stats["rows"]["train"] + result.stats["rows"]["eval"]
-    if rows != result.stats["records"]:
-        print(f"note: ours read {result.stats['records']} records but wrote {rows} rows", file=sys.stderr)
-    return result.stats["records"], seconds
+    rows = result.stats.train_rows + result.stats.eval_rows
+    if rows != result.stats.records:
+        print(f"note: ours read {result.stats.records} records but wrote {rows} rows", file=sys.stderr)
+    return result.stats.records, seconds
 
 
 def _run_datasets(input_path: Path, out_dir: Path) -> tuple[int, float]:

@@ -77,8 +77,40 @@ class StoredCopy:
         return self.uri.split("://", 1)[0]
 
 
+class ListFile:
+    """A file holding a list of records: ``{"format_version": V, KEY: [...]}``, each entry without the optional fields
+    that are None. Before the format version (2026-11-28) the file was the bare list, with the same fields: read as
+    such, since a run on unchanged data finishes an earlier run's version, whose steps may have run before an
+    upgrade. A subclass is a frozen dataclass whose one field, named KEY, is the tuple of entries (none by default),
+    and sets the class attributes below."""
+
+    KEY: ClassVar[str]
+    ENTRY: ClassVar[type]  # the entries' record class
+    WHAT: ClassVar[str]  # what the entries are, for a refusal
+    VERSION: ClassVar[int]
+    FIX: ClassVar[str]  # what to do about a file that cannot be read
+
+    def write(self, path: Path) -> None:
+        entries = [
+            {key: value for key, value in dataclasses.asdict(entry).items() if value is not None}
+            for entry in getattr(self, self.KEY)
+        ]
+        record = {FORMAT_VERSION: self.VERSION, self.KEY: entries}
+        write_text_atomic(path, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+
+    @classmethod
+    def read(cls, path: Path) -> Self:
+        """The entries at ``path``; none when the step has not written the file."""
+        if not path.is_file():
+            return cls()
+        value = _json_of(path, cls.WHAT, cls.FIX)
+        if not isinstance(value, list):
+            value = _versioned(value, path, cls.WHAT, cls.VERSION, cls.FIX).get(cls.KEY)
+        return cls(_entries(value, cls.ENTRY, path, cls.KEY, cls.FIX))
+
+
 @dataclass(frozen=True)
-class StoredCopies:
+class StoredCopies(ListFile):
     """``store/stored.json``: every copy the store step made of a run's version (none: no target was set).
 
     Written by the store step; read by register (an artifact per copy), serve (the copy KServe loads) and
@@ -87,27 +119,41 @@ class StoredCopies:
 
     copies: tuple[StoredCopy, ...] = ()
 
+    KEY = "copies"
+    ENTRY = StoredCopy
+    WHAT = "stored copies"
     VERSION = 1
     FIX = (
         "Rerun the store step of that run (it copies the version again and rewrites the record), or delete the file "
         "to have the version stored again by the next run on the same data."
     )
 
-    def write(self, path: Path) -> None:
-        record = {FORMAT_VERSION: self.VERSION, "copies": [dataclasses.asdict(copy) for copy in self.copies]}
-        write_text_atomic(path, json.dumps(record, indent=1) + "\n")
 
-    @classmethod
-    def read(cls, path: Path) -> StoredCopies:
-        """The record at ``path``; no copies when the store step has not written one. Before the format version
-        (2026-11-28) the file was the bare list of copies, with the same fields: read as such, since a run on
-        unchanged data finishes an earlier run's version, whose store step may have run before an upgrade."""
-        if not path.is_file():
-            return cls()
-        value = _json_of(path, "stored copies", cls.FIX)
-        if not isinstance(value, list):
-            value = _versioned(value, path, "stored copies", cls.VERSION, cls.FIX).get("copies")
-        return cls(_entries(value, StoredCopy, path, "copies", cls.FIX))
+@dataclass(frozen=True)
+class SampleAnswer:
+    """One held-out question and each compared model's greedy answer to it."""
+
+    question: str
+    base: str
+    fine_tuned: str
+    published: str | None = None  # when a published model was compared
+
+
+@dataclass(frozen=True)
+class SampleAnswers(ListFile):
+    """``evaluate/demo_outputs/sample_responses.json``: the evaluation's sample questions and each model's answers.
+
+    Written by the evaluation step (before ``evaluation.json``); read by publish (the model card, and uploaded) and
+    serve (the question it asks the endpoint).
+    """
+
+    answers: tuple[SampleAnswer, ...] = ()
+
+    KEY = "answers"
+    ENTRY = SampleAnswer
+    WHAT = "sample answers"
+    VERSION = 1
+    FIX = "Rerun the evaluation step of that run: it answers the sample questions again and rewrites the file."
 
 
 def _entry(value: Any, kind: type, path: Path, what: str, fix: str) -> Any:
@@ -198,7 +244,7 @@ class VersionedFile:
         return {FORMAT_VERSION: self.VERSION, **dataclasses.asdict(self)}
 
     def write(self, path: Path) -> None:
-        write_text_atomic(path, json.dumps(self.as_json(), indent=2) + "\n")
+        write_text_atomic(path, json.dumps(self.as_json(), indent=2, ensure_ascii=False) + "\n")
 
     @classmethod
     def _fields_at(cls, path: Path, fix: str) -> dict[str, Any] | None:
@@ -209,6 +255,109 @@ class VersionedFile:
         if not isinstance(value, dict) or FORMAT_VERSION in value:
             value = _versioned(value, path, cls.WHAT, cls.VERSION, fix)
         return value
+
+    @classmethod
+    def _record_at(cls, path: Path) -> Any:
+        """The record in ``path`` as written (its nested records still JSON), None when there is no file; refused
+        with the fields it lacks."""
+        value = cls._fields_at(path, cls.FIX)
+        return None if value is None else _record(value, cls, path, f"its {cls.WHAT}", cls.FIX)
+
+
+@dataclass(frozen=True)
+class DataStats(VersionedFile):
+    """``data/stats.json``: what the data step read, kept and rejected, and the fingerprint of what it wrote.
+
+    Written by the data step after both splits and the rejects (it is the step's completion marker); read by the
+    data step's KFP metrics, the change check (is the data the published model's?), publish (the fingerprint in
+    the publish record), register (the version's provenance) and the run summary. Every field was in the first
+    release (2026-11-22), so a file from before the format version is read as written.
+    """
+
+    inputs: tuple[str, ...]  # the JSONL files read, after resolving dataset_uri
+    options: dict[str, Any]  # the data step's options (PrepareOptions as JSON), part of the fingerprint
+    records: int  # the non-blank lines read
+    blank_lines: int
+    rejected: int  # records not written, each listed with its reason in rejects.jsonl
+    rejected_by_reason: dict[str, int]
+    reject_fraction: float  # rejected / records, checked against max_reject_fraction
+    duplicates: int  # records dropped as repeats of an earlier one
+    rows: dict[str, int]  # the conversations written to each split: {"train": n, "eval": n}
+    shapes: dict[str, int]  # records per input shape, by its name in components.data.shapes
+    length_chars: dict[str, Any]  # percentiles of the conversations' and the responses' lengths in characters
+    fingerprint: str  # "sha256:..." of the options and both splits: what "the data changed" compares
+
+    VERSION: ClassVar[int] = 1
+    WHAT: ClassVar[str] = "data statistics"
+    FIX: ClassVar[str] = "Rerun the data step of that run: it prepares the data again and rewrites the file."
+
+    @property
+    def train_rows(self) -> int:
+        return self.rows["train"]
+
+    @property
+    def eval_rows(self) -> int:
+        return self.rows["eval"]
+
+    @classmethod
+    def read(cls, path: Path) -> DataStats | None:
+        """The statistics at ``path``; None when the data step has not written them."""
+        stats = cls._record_at(path)
+        if stats is None:
+            return None
+        rows = stats.rows
+        if not isinstance(rows, dict) or not all(isinstance(rows.get(split), int) for split in ("train", "eval")):
+            raise UserError(f"{path}: its {cls.WHAT}' rows are not a count per split (train and eval). {cls.FIX}")
+        return dataclasses.replace(stats, inputs=tuple(stats.inputs))
+
+
+@dataclass(frozen=True)
+class VerifiedGguf:
+    """One GGUF file's verification in llama.cpp against transformers: each check, and the numbers measured."""
+
+    gguf: str  # the file's path
+    outtype: str  # q8_0, f16, ... or lora
+    passed: bool
+    checks: tuple[dict[str, Any], ...]  # {"name", "passed", "detail"}
+    metrics: dict[str, Any]  # top1_agreement, nmse, positions, the chat reply, ...
+
+
+@dataclass(frozen=True)
+class GgufVerification(VersionedFile):
+    """``export/verification.json``: every GGUF the export step wrote, verified, and how it was converted.
+
+    Written by the export step last, after the GGUFs, the Modelfile and ``verification.md`` (its completion
+    marker), and by ``python -m gguf_export --verify --report``; read by the export step's KFP metrics, register
+    (the version's provenance) and the run summary, and uploaded by publish. Every field was in the first release
+    (2026-11-22); the command line's report has no Modelfile.
+    """
+
+    passed: bool  # every file passed every check
+    files: tuple[VerifiedGguf, ...]
+    conversions: tuple[dict[str, Any], ...]  # the converter's result per file (kind, path, outtype, architecture...)
+    thresholds: dict[str, Any]  # the limits the checks applied (gguf_export.options.Thresholds)
+    modelfile: str | None = None  # the Modelfile beside the files, by name; None from the command line
+
+    VERSION: ClassVar[int] = 1
+    WHAT: ClassVar[str] = "GGUF verification"
+    FIX: ClassVar[str] = "Rerun the export step of that run: it converts and verifies again and rewrites the file."
+
+    @classmethod
+    def read(cls, path: Path) -> GgufVerification | None:
+        """The verification at ``path``; None when the export step has not written one."""
+        verification = cls._record_at(path)
+        if verification is None:
+            return None
+        if not isinstance(verification.conversions, list) or not all(
+            isinstance(conversion, dict) for conversion in verification.conversions
+        ):
+            raise UserError(f"{path}: its conversions are not a list of objects. {cls.FIX}")
+        files = _entries(verification.files, VerifiedGguf, path, "files", cls.FIX)
+        return dataclasses.replace(
+            verification,
+            files=tuple(dataclasses.replace(file, checks=tuple(file.checks)) for file in files),
+            conversions=tuple(verification.conversions),
+        )
 
 
 @dataclass(frozen=True)
@@ -403,10 +552,9 @@ class EvaluationResult(VersionedFile):
     def read(cls, path: Path) -> EvaluationResult | None:
         """The evaluation at ``path``; None when the step has not written one. A file from before the format version
         (2026-11-28) holds the same keys: read as such when it has the first release's."""
-        value = cls._fields_at(path, cls.FIX)
-        if value is None:
+        result = cls._record_at(path)
+        if result is None:
             return None
-        result = _record(value, cls, path, f"its {cls.WHAT}", cls.FIX)
         gate = _entry(result.gate, GateVerdict, path, "gate", cls.FIX)
         return dataclasses.replace(
             result,

@@ -39,7 +39,7 @@ def run(options: ExportOptions, thresholds: Thresholds) -> None:
         print(f"wrote {adapter.path} (LoRA adapter, {adapter.tensor_count} tensors)", flush=True)
     if not options.verify:
         return
-    from gguf_export.verification_report import markdown, report_json
+    from gguf_export.verification_report import markdown, verification_record
     from gguf_export.verify import TransformersReference, verify_adapter, verify_conversion
 
     reference = TransformersReference(options.model_dir, thresholds.min_positions)
@@ -48,7 +48,8 @@ def run(options: ExportOptions, thresholds: Thresholds) -> None:
         reports.append(verify_adapter(adapter.path, result.path, None, reference, thresholds.lora_max_nmse))
     print(markdown(reports), flush=True)
     if options.report is not None:
-        write_text_atomic(options.report, report_json(reports))
+        conversions = [result] if adapter is None else [result, adapter]
+        verification_record(reports, conversions, thresholds).write(options.report)
         write_text_atomic(options.report.with_suffix(".md"), markdown(reports))
     failures = [failure for report in reports for failure in report.failures()]
     if failures:

@@ -2,15 +2,20 @@
 
 ``verify`` fills the reports; this module turns them into the Markdown the
 pipeline shows (and ``verification.md``) and the JSON it keeps
-(``verification.json``), without importing torch or llama.cpp.
+(the ``verification.json`` record), without importing torch or llama.cpp.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
+
+from common.records import GgufVerification, VerifiedGguf
+
+if TYPE_CHECKING:
+    from gguf_export.convert import ConversionResult
+    from gguf_export.options import Thresholds
 
 
 @dataclass
@@ -87,10 +92,17 @@ def markdown(reports: Sequence[VerificationReport]) -> str:
     return "\n".join(lines)
 
 
-def report_json(reports: Sequence[VerificationReport], extra: dict[str, Any] | None = None) -> str:
-    body = {
-        "passed": all(report.passed for report in reports),
-        "files": [report.as_json() for report in reports],
-        **(extra or {}),
-    }
-    return json.dumps(body, indent=2, ensure_ascii=False) + "\n"
+def verification_record(
+    reports: Sequence[VerificationReport],
+    conversions: Sequence[ConversionResult],
+    thresholds: Thresholds,
+    modelfile: str | None = None,
+) -> GgufVerification:
+    """The reports as the record ``verification.json`` holds, with how each file was converted."""
+    return GgufVerification(
+        passed=all(report.passed for report in reports),
+        files=tuple(VerifiedGguf(**report.as_json()) for report in reports),
+        conversions=tuple(conversion.as_json() for conversion in conversions),
+        thresholds=dict(vars(thresholds)),
+        modelfile=modelfile,
+    )

@@ -6,12 +6,10 @@ data had not changed, or the quality gate failed) is said to have not run, with 
 
 from __future__ import annotations
 
-import json
 import shlex
 from pathlib import Path
-from typing import Any
 
-from common.records import EvaluationResult, Registration, Served
+from common.records import DataStats, EvaluationResult, GgufVerification, Registration, Served
 from common.run_layout import (
     DATA,
     DATA_STATS,
@@ -19,8 +17,8 @@ from common.run_layout import (
     EVALUATION,
     EVALUATION_HTML,
     EXPORT,
+    MODELFILE,
     PUBLISH,
-    PUBLISHED,
     REGISTER,
     REGISTERED,
     SERVE,
@@ -31,31 +29,24 @@ from common.run_layout import (
     VERIFICATION_JSON,
 )
 from components.champion.card import CARD_NAME
+from components.champion.record import PublishedRecord, published_records
 from components.champion.version import stored_copies
 from components.evaluate.report import benchmark_verdicts
 
 
-def _read(path: Path) -> dict[str, Any] | None:
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
-
-
-def _publish_record(run_dir: Path) -> dict[str, Any] | None:
-    """The publish record this run wrote (``<workspace>/published/*.json``), if any."""
-    for path in sorted((run_dir.parent.parent / PUBLISHED).glob("*.json")):
-        record = _read(path)
-        if record and record.get("run_id") == run_dir.name:
-            return record
-    return None
+def _publish_record(run_dir: Path) -> PublishedRecord | None:
+    """The workspace's publish record of this run, if one still names it (a later publish replaces it)."""
+    named = [record for record in published_records(run_dir.parent.parent) if record.run_id == run_dir.name]
+    return named[0] if named else None
 
 
 def summary_lines(run_dir: Path) -> list[str]:
     """The run's results, one fact per line, then the next commands."""
     lines = [f"run {run_dir.name} ({run_dir})"]
-    stats = _read(run_dir / DATA / DATA_STATS)
-    if stats:
+    if stats := DataStats.read(run_dir / DATA / DATA_STATS):
         lines.append(
-            f"  data:       {stats['rows']['train']} train / {stats['rows']['eval']} eval conversations, "
-            f"{stats['rejected']} rejected, {stats['duplicates']} duplicates"
+            f"  data:       {stats.train_rows} train / {stats.eval_rows} eval conversations, "
+            f"{stats.rejected} rejected, {stats.duplicates} duplicates"
         )
     evaluation = EvaluationResult.read(run_dir / EVALUATE / EVALUATION)
     if not (run_dir / TRAIN).is_dir():
@@ -74,20 +65,19 @@ def summary_lines(run_dir: Path) -> list[str]:
     lines += [f"  {line}" for line in benchmark_verdicts(evaluation.as_json())]
     lines.append(f"  gate:       {'passed' if gate.passed else 'FAILED'}: {gate.reason}")
     lines.append(f"  report:     {run_dir / EVALUATE / EVALUATION_HTML}")
-    verification = _read(run_dir / EXPORT / VERIFICATION_JSON)
+    verification = GgufVerification.read(run_dir / EXPORT / VERIFICATION_JSON)
     if not verification:
         lines.append("  export:     not run" + ("" if gate.passed else ": the quality gate failed"))
         return lines
-    ggufs = [Path(conversion["gguf"]) for conversion in verification["files"]]
+    ggufs = [Path(verified.gguf) for verified in verification.files]
     lines.append(f"  GGUF:       {', '.join(map(str, ggufs))}")
-    lines.append(f"  llama.cpp:  verification {'passed' if verification['passed'] else 'FAILED'}")
-    lines.append(f"  Modelfile:  {run_dir / EXPORT / verification['modelfile']}")
+    lines.append(f"  llama.cpp:  verification {'passed' if verification.passed else 'FAILED'}")
+    modelfile = run_dir / EXPORT / (verification.modelfile or MODELFILE)
+    lines.append(f"  Modelfile:  {modelfile}")
     card = run_dir / PUBLISH / UPLOAD / CARD_NAME
     if card.is_file():
         record = _publish_record(run_dir)
-        where = (
-            f"uploaded to {record['repo_id']}" if record and record["uploaded"] else "a dry run: set repo_id to publish"
-        )
+        where = f"uploaded to {record.repo_id}" if record and record.uploaded else "a dry run: set repo_id to publish"
         lines.append(f"  model card: {card} ({where})")
     for copy in stored_copies(run_dir.parent.parent, run_dir.name):
         lines.append(f"  stored:     {copy.uri} ({copy.files} files, complete)")
@@ -105,7 +95,7 @@ def summary_lines(run_dir: Path) -> list[str]:
         "",
         "next:",
         f"  python -m gguf_export.chat {shlex.quote(str(ggufs[0]))}",
-        f"  ollama create my-model -f {shlex.quote(str(run_dir / EXPORT / verification['modelfile']))}",
+        f"  ollama create my-model -f {shlex.quote(str(modelfile))}",
         f"  open {shlex.quote(str(run_dir / EVALUATE / EVALUATION_HTML))} in a browser",
     ]
     return lines

@@ -11,8 +11,20 @@ import dataclasses
 import json
 from pathlib import Path
 
-from common.records import EvaluationResult, GateComparison, GateVerdict, ModelScores, RankFacts, TrainingSummary
-from common.run_layout import EVALUATION, TRAINING_SUMMARY, stage_dir
+from common.records import (
+    DataStats,
+    EvaluationResult,
+    GateComparison,
+    GateVerdict,
+    GgufVerification,
+    ModelScores,
+    RankFacts,
+    SampleAnswer,
+    SampleAnswers,
+    TrainingSummary,
+    VerifiedGguf,
+)
+from common.run_layout import DATA_STATS, EVALUATION, TRAINING_SUMMARY, VERIFICATION_JSON, stage_dir
 
 FINGERPRINT = "sha256:" + "ab" * 32
 GGUF = "practical-skills-q8_0.gguf"
@@ -145,6 +157,43 @@ def evaluation(
     )
 
 
+def data_stats(fingerprint: str = FINGERPRINT, **changes) -> DataStats:
+    """The data step's statistics of 300 records of practical-skills Q&A, none rejected."""
+    stats = DataStats(
+        inputs=("components/sample_data/practical_skills.jsonl",),
+        options={"eval_fraction": 0.1, "seed": 42},
+        records=300,
+        blank_lines=0,
+        rejected=0,
+        rejected_by_reason={},
+        reject_fraction=0.0,
+        duplicates=0,
+        rows={"train": 270, "eval": 30},
+        shapes={"messages": 300},
+        length_chars={"conversation": {"p50": 400}, "response": {"p50": 250}},
+        fingerprint=fingerprint,
+    )
+    return dataclasses.replace(stats, **changes)
+
+
+def gguf_verification(export: Path) -> GgufVerification:
+    """A passed verification of the run's q8_0 GGUF and its LoRA adapter, as the export step writes it."""
+    files = ((GGUF, "q8_0"), (LORA_GGUF, "lora"))
+    return GgufVerification(
+        passed=True,
+        files=tuple(
+            VerifiedGguf(str(export / name), outtype, True, ({"name": "loads", "passed": True, "detail": ""},), {})
+            for name, outtype in files
+        ),
+        conversions=tuple(
+            {"kind": "lora" if outtype == "lora" else "model", "path": str(export / name), "outtype": outtype}
+            for name, outtype in files
+        ),
+        thresholds={"float_min_top1": 0.99},
+        modelfile="Modelfile",
+    )
+
+
 def make_run(
     workspace: Path,
     run_id: str = "run-1",
@@ -160,7 +209,8 @@ def make_run(
     data, train, evaluate, export = (
         stage_dir(str(workspace), run_id, stage) for stage in ("data", "train", "evaluate", "export")
     )
-    _json(data / "stats.json", {"fingerprint": fingerprint, "rows": {"train": 270, "eval": 30}})
+    data.mkdir(parents=True, exist_ok=True)
+    data_stats(fingerprint).write(data / DATA_STATS)
     training_summary(model).write(train / TRAINING_SUMMARY)
     _json(train / "merged" / "config.json", {"architectures": ["LlamaForCausalLM"], "model_type": "llama"})
     _bytes(train / "merged" / "model.safetensors", 4096, 1)
@@ -171,12 +221,15 @@ def make_run(
     (train / "adapter" / "README.md").write_text("PEFT's own card\n")
     _bytes(train / "loss_curve.png", 512, 3)
     evaluation(model, str(train / "merged"), gate_passed, published_model).write(evaluate / EVALUATION)
-    _json(evaluate / "demo_outputs" / "sample_responses.json", SAMPLES)
+    (evaluate / "demo_outputs").mkdir(parents=True)
+    SampleAnswers(tuple(SampleAnswer(**sample) for sample in SAMPLES)).write(
+        evaluate / "demo_outputs" / "sample_responses.json"
+    )
     (evaluate / "report.md").write_text("# Evaluation\n\n![loss](loss_curve.png)\n")
     _bytes(evaluate / "loss_curve.png", 512, 3)
     _bytes(export / GGUF, 8192, 4)
     _bytes(export / LORA_GGUF, 1024, 5)
     (export / "Modelfile").write_text(f"FROM ./{GGUF}\nPARAMETER temperature 0.7\n")
-    _json(export / "verification.json", {"passed": True})
+    gguf_verification(export).write(export / VERIFICATION_JSON)
     (export / "verification.md").write_text("# Verification\n\npassed\n")
     return workspace / "runs" / run_id

@@ -25,6 +25,7 @@ from conftest import REPO_ROOT, run_module, tokenised
 from fake_hub import FakeHub
 from huggingface_hub import ModelCard
 
+from common.records import SampleAnswers
 from common.run_layout import PUBLISHED, stage_dir
 from components.data.options import PrepareOptions
 from components.data.prepare import prepare
@@ -237,8 +238,8 @@ def test_the_report_shows_base_published_and_new_side_by_side(history):
     assert "**Published**" in markdown and "**New**" in markdown
     html = (evaluate_dir / "report.html").read_text()
     assert "<th>Base</th><th>Published</th><th>New</th>" in html
-    samples = json.loads((evaluate_dir / "demo_outputs" / "sample_responses.json").read_text())
-    assert all(set(sample) == {"question", "base", "published", "fine_tuned"} for sample in samples)
+    samples = SampleAnswers.read(evaluate_dir / "demo_outputs" / "sample_responses.json").answers
+    assert samples and all(sample.published is not None for sample in samples)  # each question: three answers
     stdout = history["better_evaluation"].stdout
     assert "published   eval loss" in stdout or "published  eval loss" in stdout
 

@@ -26,6 +26,7 @@ from conftest import REPO_ROOT, run_module, tokenised
 from kfp import dsl
 from markupsafe import escape as escape_html
 
+from common.records import SampleAnswers
 from components.data.options import PrepareOptions
 from components.data.prepare import prepare
 from components.evaluate.options import DEFAULT_QUESTIONS
@@ -208,25 +209,26 @@ def test_passing_gate_is_recorded_with_its_numbers(cli_run):
 
 def test_every_question_has_two_answers_in_the_samples_and_both_reports(cli_run):
     output_dir, _ = cli_run
-    samples = read_json(output_dir / "demo_outputs" / "sample_responses.json")
-    assert [sample["question"] for sample in samples] == QUESTIONS
-    assert all(sample["base"].strip() and sample["fine_tuned"].strip() for sample in samples), samples
+    samples = SampleAnswers.read(output_dir / "demo_outputs" / "sample_responses.json").answers
+    assert [sample.question for sample in samples] == QUESTIONS
+    assert all(sample.base.strip() and sample.fine_tuned.strip() for sample in samples), samples
+    assert all(sample.published is None for sample in samples)  # nothing published was compared
     assert all(
         "<|im_end|>" not in answer and "<|im_start|>" not in answer
         for sample in samples
-        for answer in (sample["base"], sample["fine_tuned"])
+        for answer in (sample.base, sample.fine_tuned)
     )
 
     markdown = (output_dir / "report.md").read_text(encoding="utf-8")
     html = (output_dir / "report.html").read_text(encoding="utf-8")
     for sample in samples:
-        section = markdown.split(f". {escape(sample['question'], quote=False)}\n", 1)[1].split("\n### ", 1)[0]
+        section = markdown.split(f". {escape(sample.question, quote=False)}\n", 1)[1].split("\n### ", 1)[0]
         base_part, tuned_part = section.split("**Fine-tuned**")
-        assert escape(sample["base"], quote=False).splitlines()[0] in base_part
-        assert escape(sample["fine_tuned"], quote=False).splitlines()[0] in tuned_part
+        assert escape(sample.base, quote=False).splitlines()[0] in base_part
+        assert escape(sample.fine_tuned, quote=False).splitlines()[0] in tuned_part
         # report.html is rendered with Jinja's autoescape, which is markupsafe's escape (&#39; for ', &#34; for ").
-        row = html.split(f". {escape_html(sample['question'])}</th></tr>", 1)[1].split("</tr>", 1)[0]
-        assert row == f"<tr><td>{escape_html(sample['base'])}</td><td>{escape_html(sample['fine_tuned'])}</td>"
+        row = html.split(f". {escape_html(sample.question)}</th></tr>", 1)[1].split("</tr>", 1)[0]
+        assert row == f"<tr><td>{escape_html(sample.base)}</td><td>{escape_html(sample.fine_tuned)}</td>"
     assert "Quality gate passed" in markdown and "Quality gate passed" in html
 
 
@@ -314,9 +316,8 @@ def test_failed_gate_is_a_result_not_an_error_and_fills_the_kfp_artifacts(
     assert "Quality gate failed" in markdown_text and "](data:image/png;base64," in markdown_text
     for text in (html_text, markdown_text):
         assert "No standard benchmarks: benchmark_tasks is empty" in text
-    assert [sample["question"] for sample in read_json(eval_dir / "demo_outputs" / "sample_responses.json")] == list(
-        DEFAULT_QUESTIONS
-    )
+    samples = SampleAnswers.read(eval_dir / "demo_outputs" / "sample_responses.json").answers
+    assert [sample.question for sample in samples] == list(DEFAULT_QUESTIONS)
     assert html.metadata["workspace_path"] == str(eval_dir / "report.html")
 
 

@@ -19,6 +19,7 @@ import pytest
 from conftest import REPO_ROOT
 from fake_run import training_summary
 
+from common.records import GgufVerification
 from components.export.options import ExportStageOptions
 from components.export.stage import run_in_pipeline
 from gguf_export.reader import read_gguf
@@ -88,12 +89,17 @@ def test_export_stage_writes_verified_files(train_dir, tmp_path):
         "verification.json",
         "verification.md",
     ]
-    body = json.loads((export_dir / "verification.json").read_text())
-    assert body["passed"] is True
-    assert [f["outtype"] for f in body["files"]] == ["q8_0", "f16", "lora"]
-    lora_report = body["files"][2]
-    assert {c["name"] for c in lora_report["checks"]} == {"adapter_loads", "adapter_matches_merged"}
-    assert lora_report["metrics"]["nmse_vs_merged"] < 1e-2
+    verification = GgufVerification.read(export_dir / "verification.json")
+    assert verification.passed is True and verification.modelfile == "Modelfile"
+    assert [f.outtype for f in verification.files] == ["q8_0", "f16", "lora"]
+    assert [Path(c["path"]).name for c in verification.conversions] == [
+        "tiny-mistral-q8_0.gguf",
+        "tiny-mistral-f16.gguf",
+        "tiny-mistral-lora-q8_0.gguf",
+    ]
+    lora_report = verification.files[2]
+    assert {c["name"] for c in lora_report.checks} == {"adapter_loads", "adapter_matches_merged"}
+    assert lora_report.metrics["nmse_vs_merged"] < 1e-2
     assert "FROM ./tiny-mistral-q8_0.gguf" in (export_dir / "Modelfile").read_text()
     assert read_gguf(export_dir / "tiny-mistral-lora-q8_0.gguf").metadata["general.type"] == "adapter"
 

@@ -6,17 +6,17 @@ same token ids; nothing is mocked.
 
 from __future__ import annotations
 
-import json
 import shutil
 
 import numpy as np
 import pytest
 
+from common.records import GgufVerification
 from gguf_export.convert import convert
 from gguf_export.metadata import MetadataOptions
 from gguf_export.options import Thresholds
 from gguf_export.reader import read_gguf
-from gguf_export.verification_report import markdown, report_json
+from gguf_export.verification_report import markdown, verification_record
 from gguf_export.verify import TransformersReference, verify
 from tests.conftest import GGUF_COMPARED_TYPES
 
@@ -76,7 +76,9 @@ def test_corrupted_weights_fail_verification(gguf_models, our_ggufs, tmp_path):
     failed = {line.split(":")[0] for line in report.failures()}
     assert "nmse" in failed
     assert "nmse" in markdown([report]) and "**FAIL**" in markdown([report])
-    assert json.loads(report_json([report]))["passed"] is False
+    verification_record([report], [], Thresholds()).write(tmp_path / "verification.json")
+    written = GgufVerification.read(tmp_path / "verification.json")
+    assert written.passed is False and any(not check["passed"] for check in written.files[0].checks)
 
 
 def test_a_file_without_architecture_or_tokens_fails_verification_naming_them(gguf_models, our_ggufs, tmp_path):

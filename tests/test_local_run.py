@@ -33,7 +33,7 @@ from conftest import REPO_ROOT, read_split, read_stats, run_module, write_jsonl
 from fake_model_registry import FakeModelRegistry
 from shared_builds import build_once
 
-from common.records import StoredCopies
+from common.records import SampleAnswers, StoredCopies
 from common.run_layout import PUBLISHED
 from components.champion.record import DRY_RUN_NAME
 from pipelines.run import LOCAL_DEFAULTS
@@ -251,9 +251,9 @@ def test_evaluation_compares_both_models_on_every_question(runs):
     succeeded(result)
     evaluation = json.loads((run_dir / "evaluate" / "evaluation.json").read_text())
     assert evaluation["gate"]["passed"] is True and evaluation["scored_rows"] == 2
-    samples = json.loads((run_dir / "evaluate" / "demo_outputs" / "sample_responses.json").read_text())
-    assert len(samples) == 6 and samples[-1]["question"] == "What is a bowline?"
-    assert all(sample["base"].strip() and sample["fine_tuned"].strip() for sample in samples)
+    samples = SampleAnswers.read(run_dir / "evaluate" / "demo_outputs" / "sample_responses.json").answers
+    assert len(samples) == 6 and samples[-1].question == "What is a bowline?"
+    assert all(sample.base.strip() and sample.fine_tuned.strip() for sample in samples)
     first_run_html = sorted((output_dir / "artifacts").glob("*/evaluate-model/report_html"))[
         0
     ]  # artifact dirs are named by start time

@@ -446,7 +446,7 @@ def test_duplicates_do_not_count_as_rejects(tmp_path):
     """A heavily duplicated file is not broken data; it must not trip --max-reject-fraction."""
     src = write_jsonl(tmp_path / "in.jsonl", [qa(1)] * 10 + [qa(2)])
     result = prepare(str(src), tmp_path / "out", PrepareOptions(eval_fraction=0.0))
-    assert (result.stats["duplicates"], result.stats["rejected"], result.stats["reject_fraction"]) == (9, 0, 0.0)
+    assert (result.stats.duplicates, result.stats.rejected, result.stats.reject_fraction) == (9, 0, 0.0)
 
 
 # --- stats.json ----------------------------------------------------------------------------

@@ -168,7 +168,7 @@ def test_unknown_keys_are_ignored(tmp_path):
         ],
     )
     result = prepare(str(src), tmp_path / "out", NO_EVAL)
-    assert result.stats["rejected"] == 0
+    assert result.stats.rejected == 0
     assert conversations(tmp_path / "out") == [[user("q"), assistant("a")], [user("hi"), assistant("hey")]]
 
 
@@ -221,7 +221,7 @@ def test_directory_input(tmp_path):
     write_jsonl(data / "two.jsonl.gz", [qa(2)])
     (data / "readme.md").write_text("# not data\n")
     result = prepare(str(data), tmp_path / "out", NO_EVAL)
-    assert result.stats["records"] == 2
+    assert result.stats.records == 2
     assert len(all_rows(tmp_path / "out")) == 2
 
 
@@ -239,7 +239,7 @@ def test_question_answer_needs_no_topic(tmp_path):
         [user("What is 2 + 2?"), assistant("4.")],
         [user("Capital of France?"), assistant("Paris.")],
     ]
-    assert result.stats["shapes"] == {"question_answer": 2} and result.stats["rejected"] == 0
+    assert result.stats.shapes == {"question_answer": 2} and result.stats.rejected == 0
 
 
 def test_dolly_context_joins_the_instruction_when_not_empty(tmp_path):
@@ -256,7 +256,7 @@ def test_dolly_context_joins_the_instruction_when_not_empty(tmp_path):
         [user("Summarise.\n\nA long text."), assistant("Short.")],
         [user("Name a knot."), assistant("Bowline.")],
     ]
-    assert result.stats["shapes"] == {"instruction_context_response": 2}
+    assert result.stats.shapes == {"instruction_context_response": 2}
 
 
 def test_sharegpt_speakers_become_roles(tmp_path):
@@ -280,7 +280,7 @@ def test_sharegpt_speakers_become_roles(tmp_path):
     assert conversations(tmp_path / "out") == [
         [system("Be brief."), user("Hi"), assistant("Hello."), user("Bye"), assistant("Goodbye.")]
     ]
-    assert result.stats["shapes"] == {"sharegpt": 1}
+    assert result.stats.shapes == {"sharegpt": 1}
 
 
 def test_trl_conversational_prompt_completion_is_one_conversation(tmp_path):
@@ -297,7 +297,7 @@ def test_trl_conversational_prompt_completion_is_one_conversation(tmp_path):
         [system("Be brief."), user("Ping?"), assistant("Pong.")],
         [user("Colour of the sky?"), assistant("Blue.")],
     ]
-    assert result.stats["shapes"] == {"prompt_completion_messages": 2}
+    assert result.stats.shapes == {"prompt_completion_messages": 2}
 
 
 def test_openai_messages_with_names_and_extra_keys(tmp_path):

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from conftest import REPO_ROOT, run_module
 from fake_hub import FakeHub
-from fake_run import FINGERPRINT, GGUF, make_run
+from fake_run import FINGERPRINT, GGUF, data_stats, make_run
 from first_step_run import paragraph, run_first_step
 from huggingface_hub import ModelCard
 
@@ -163,7 +163,7 @@ def test_no_step_looks_for_the_published_model_elsewhere_without_a_token(hub, tm
 
     make_run(tmp_path / "ws")
     stats = tmp_path / "stats.json"
-    stats.write_text(json.dumps({"fingerprint": FINGERPRINT}))
+    data_stats(FINGERPRINT).write(stats)
     for force in ((), ("--force",)):
         result = run_module(
             "components.publish.change_check",

@@ -11,8 +11,12 @@ import pytest
 from common.errors import UserError
 from common.records import (
     FORMAT_VERSION,
+    DataStats,
     EvaluationResult,
+    GgufVerification,
     Registration,
+    SampleAnswer,
+    SampleAnswers,
     Served,
     StoredCopies,
     StoredCopy,
@@ -194,3 +198,108 @@ def test_an_evaluation_missing_a_field_is_refused_naming_it(tmp_path, change, sa
         EvaluationResult.read(path)
     message = str(refused.value)
     assert str(path) in message and says in message and "Rerun the evaluation step" in message
+
+
+def test_data_stats_round_trip_and_read_the_format_before_versions(tmp_path):
+    from fake_run import data_stats
+
+    path, stats = tmp_path / "data" / "stats.json", data_stats()
+    assert DataStats.read(path) is None  # the data step has not run
+    stats.write(path)
+    written = json.loads(path.read_text())
+    assert written[FORMAT_VERSION] == DataStats.VERSION and written["rows"] == {"train": 270, "eval": 30}
+    assert DataStats.read(path) == stats and (stats.train_rows, stats.eval_rows) == (270, 30)
+    del written[FORMAT_VERSION]  # as the data step wrote it before the format version, with the same keys
+    path.write_text(json.dumps(written))
+    assert DataStats.read(path) == stats
+
+
+def test_a_gguf_verification_round_trips_and_reads_the_format_before_versions(tmp_path):
+    from fake_run import gguf_verification
+
+    path, verification = tmp_path / "export" / "verification.json", gguf_verification(tmp_path / "export")
+    assert GgufVerification.read(path) is None  # the export step has not run
+    verification.write(path)
+    written = json.loads(path.read_text())
+    assert written[FORMAT_VERSION] == GgufVerification.VERSION and written["modelfile"] == "Modelfile"
+    assert [entry["outtype"] for entry in written["files"]] == ["q8_0", "lora"]
+    assert GgufVerification.read(path) == verification
+    del written[FORMAT_VERSION]  # as the export step wrote it before the format version
+    path.write_text(json.dumps(written))
+    assert GgufVerification.read(path) == verification
+
+
+def _data_stats(directory):
+    from fake_run import data_stats
+
+    return data_stats()
+
+
+def _gguf_verification(directory):
+    from fake_run import gguf_verification
+
+    return gguf_verification(directory)
+
+
+@pytest.mark.parametrize(
+    ("record", "change", "says"),
+    [
+        (_data_stats, lambda value: value.pop("fingerprint"), "its data statistics has no fingerprint"),
+        (_data_stats, lambda value: value.update({"records": None}), "its data statistics has no records"),
+        (
+            _data_stats,
+            lambda value: value["rows"].pop("eval"),
+            "rows are not a count per split (train and eval)",
+        ),
+        (_gguf_verification, lambda value: value.pop("passed"), "its GGUF verification has no passed"),
+        (_gguf_verification, lambda value: value["files"][1].pop("gguf"), "entry 2 of its files has no gguf"),
+        (
+            _gguf_verification,
+            lambda value: value.update({"conversions": {"path": "x"}}),
+            "its conversions are not a list of objects",
+        ),
+    ]
+    + [
+        (
+            record,
+            lambda value: value.update({FORMAT_VERSION: 2}),
+            "format 2, and this version of the pipeline reads format 1",
+        )
+        for record in (_data_stats, _gguf_verification)
+    ],
+    ids=[
+        "stats-missing-field",
+        "stats-null",
+        "stats-rows-without-eval",
+        "verification-missing-field",
+        "verification-file-missing-field",
+        "verification-conversions-not-a-list",
+        "stats-newer",
+        "verification-newer",
+    ],
+)
+def test_data_stats_and_a_gguf_verification_missing_a_field_are_refused_naming_it(tmp_path, record, change, says):
+    path, written = tmp_path / "record.json", record(tmp_path)
+    value = written.as_json()
+    change(value)
+    path.write_text(json.dumps(value))
+    with pytest.raises(UserError) as refused:
+        type(written).read(path)
+    message = str(refused.value)
+    assert str(path) in message and says in message and written.FIX in message and "\n" not in message
+
+
+def test_sample_answers_round_trip_and_read_the_bare_list_before_versions(tmp_path):
+    path = tmp_path / "evaluate" / "demo_outputs" / "sample_responses.json"
+    assert SampleAnswers.read(path) == SampleAnswers()  # the evaluation step has not run
+    answers = SampleAnswers((SampleAnswer("Q?", "b", "f"), SampleAnswer("R?", "b2", "f2", published="p2")))
+    answers.write(path)
+    written = json.loads(path.read_text())
+    assert written[FORMAT_VERSION] == SampleAnswers.VERSION
+    assert written["answers"][0] == {"question": "Q?", "base": "b", "fine_tuned": "f"}  # published only when compared
+    assert SampleAnswers.read(path) == answers
+    path.write_text(json.dumps(written["answers"]))  # as the step wrote it before the format version
+    assert SampleAnswers.read(path) == answers
+    path.write_text(json.dumps([{"question": "Q?", "base": "b"}]))
+    with pytest.raises(UserError, match="entry 1 of its answers has no fine_tuned. Rerun the evaluation step"):
+        SampleAnswers.read(path)

@@ -19,6 +19,7 @@ from importlib import resources
 import pytest
 from conftest import REPO_ROOT, all_rows, read_rejects
 
+from common.records import DataStats
 from components.data.options import PrepareOptions
 from components.data.prepare import prepare
 from components.data.stage import resolve_dataset_uri
@@ -91,12 +92,13 @@ def test_preparing_it_yields_no_rejects_and_no_duplicates(tmp_path, records):
     """The default run must pass the data stage cleanly: every record becomes exactly one row."""
     result = prepare(str(bundled_dataset_path()), tmp_path / "out", PrepareOptions())
     stats = result.stats
-    assert stats["records"] == len(records)
-    assert stats["rejected"] == 0 and stats["duplicates"] == 0 and stats["blank_lines"] == 0
+    assert DataStats.read(tmp_path / "out" / "stats.json") == stats  # what the later steps read
+    assert stats.records == len(records)
+    assert stats.rejected == 0 and stats.duplicates == 0 and stats.blank_lines == 0
     assert read_rejects(tmp_path / "out") == []
-    assert stats["shapes"] == {"question_answer": len(records)}
-    assert stats["rows"]["train"] + stats["rows"]["eval"] == len(records) == len(all_rows(tmp_path / "out"))
-    assert stats["rows"]["eval"] >= 15
+    assert stats.shapes == {"question_answer": len(records)}
+    assert stats.train_rows + stats.eval_rows == len(records) == len(all_rows(tmp_path / "out"))
+    assert stats.eval_rows >= 15
 
 
 def test_it_is_a_package_resource():

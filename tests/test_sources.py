@@ -74,7 +74,7 @@ def test_http_file_prepares_like_the_local_file(web, tmp_path, prepared_data_dir
     inputs = resolve_dataset_uri(f"{web.url}/data/practical_skills.jsonl", tmp_path / "out" / "source")
     assert inputs == str(tmp_path / "out" / "source" / "practical_skills.jsonl")
     result = prepare(inputs, tmp_path / "out")
-    assert result.stats["fingerprint"] == read_stats(prepared_data_dir)["fingerprint"]
+    assert result.stats.fingerprint == read_stats(prepared_data_dir)["fingerprint"]
     assert read_split(tmp_path / "out", "train") == read_split(prepared_data_dir, "train")
 
 
@@ -82,7 +82,7 @@ def test_http_gzip_without_a_file_name_is_recognised(web, tmp_path, capsys):
     web.routes["/download"] = [(200, gzip.compress(LINES))]
     inputs = resolve_dataset_uri(f"{web.url}/download?X-Amz-Signature=s3cr3t", tmp_path / "source")
     assert inputs.endswith("dataset.jsonl.gz")
-    assert prepare(inputs, tmp_path / "out").stats["records"] == 3
+    assert prepare(inputs, tmp_path / "out").stats.records == 3
     assert "s3cr3t" not in capsys.readouterr().out  # a presigned URL's query is never printed
 
 
@@ -147,7 +147,7 @@ def test_s3_prefix_fetches_every_jsonl_object_below_it(s3, tmp_path):
         if p.is_file()
     )
     assert fetched == ["a.jsonl", "more/b.jsonl.gz"]
-    assert prepare(inputs, tmp_path / "out").stats["records"] == 3
+    assert prepare(inputs, tmp_path / "out").stats.records == 3
 
 
 def test_s3_single_object(s3, tmp_path):
@@ -213,13 +213,13 @@ def test_hub_dataset_fetches_only_its_jsonl_files(hub, tmp_path):
         p.relative_to(tmp_path / "out" / "source").as_posix() for p in (tmp_path / "out" / "source").glob("data/*")
     )
     assert files == ["data/more.jsonl.gz", "data/train.jsonl"]
-    assert prepare(inputs, tmp_path / "out").stats["records"] == 6
+    assert prepare(inputs, tmp_path / "out").stats.records == 6
 
 
 def test_hub_dataset_path_selects_one_file(hub, tmp_path):
     hub.add_repo("dataset", "me/qa", {"data/train.jsonl": LINES, "data/other.jsonl": b"{}\n"})
     inputs = resolve_dataset_uri("hf://datasets/me/qa/data/train.jsonl", tmp_path / "source")
-    assert prepare(inputs, tmp_path / "out").stats["records"] == 3
+    assert prepare(inputs, tmp_path / "out").stats.records == 3
 
 
 def test_private_hub_dataset_uses_hf_token(hub, tmp_path, monkeypatch):
@@ -230,9 +230,7 @@ def test_private_hub_dataset_uses_hf_token(hub, tmp_path, monkeypatch):
         resolve_dataset_uri("hf://datasets/me/private-qa", tmp_path / "source")
     monkeypatch.setenv("HF_TOKEN", HUB_TOKEN)
     assert (
-        prepare(resolve_dataset_uri("hf://datasets/me/private-qa", tmp_path / "source"), tmp_path / "out").stats[
-            "records"
-        ]
+        prepare(resolve_dataset_uri("hf://datasets/me/private-qa", tmp_path / "source"), tmp_path / "out").stats.records
         == 3
     )
 

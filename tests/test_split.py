@@ -137,7 +137,7 @@ def test_eval_share_is_close_to_eval_fraction(tmp_path, eval_fraction):
     train, evals = read_split(tmp_path / "out", "train"), read_split(tmp_path / "out", "eval")
     assert len(train) + len(evals) == 5000
     assert abs(len(evals) / 5000 - eval_fraction) < 0.02
-    assert result.stats["rows"] == {"train": len(train), "eval": len(evals)}
+    assert result.stats.rows == {"train": len(train), "eval": len(evals)}
 
 
 def test_eval_fraction_zero_writes_an_empty_eval_file_with_the_schema(tmp_path):
@@ -165,7 +165,7 @@ def test_train_and_eval_are_disjoint_even_with_duplicates_in_the_input(tmp_path)
     assert {content(r) for r in train}.isdisjoint(content(r) for r in evals)
     assert {r["id"] for r in train}.isdisjoint(r["id"] for r in evals)
     assert len(train) + len(evals) == 800
-    assert result.stats["duplicates"] == len(lines) - 800
+    assert result.stats.duplicates == len(lines) - 800
 
 
 def test_id_is_the_seeded_xxh3_content_hash_and_decides_the_split(tmp_path):

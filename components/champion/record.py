@@ -67,13 +67,22 @@ def write_record(workspace_root: str, record: PublishedRecord) -> Path:
 
 def read_record(workspace_root: str, repo_id: str) -> PublishedRecord | None:
     """The record for ``repo_id`` (or the dry run), or None when there is none or it is unreadable."""
-    path = record_path(workspace_root, repo_id)
+    return _record_at(record_path(workspace_root, repo_id), "; training will run")
+
+
+def published_records(workspace_root: str | Path) -> list[PublishedRecord]:
+    """Every publish record on the workspace, one per repository and the dry run's; unreadable ones are left out."""
+    records = (_record_at(path) for path in sorted((Path(workspace_root) / PUBLISHED).glob("*.json")))
+    return [record for record in records if record is not None]
+
+
+def _record_at(path: Path, consequence: str = "") -> PublishedRecord | None:
     try:
         return PublishedRecord(**_of_this_format(json.loads(path.read_text(encoding="utf-8"))))
     except FileNotFoundError:
         return None
     except (json.JSONDecodeError, TypeError, ValueError) as error:
-        print(f"ignoring the unreadable publish record {path} ({error}); training will run", flush=True)
+        print(f"ignoring the unreadable publish record {path} ({error}){consequence}", flush=True)
         return None
 
 

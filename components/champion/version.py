@@ -6,13 +6,19 @@ store step recorded.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
 
 from common.errors import UserError
-from common.records import EvaluationResult, StoredCopies, StoredCopy, TrainingSummary
+from common.records import (
+    DataStats,
+    EvaluationResult,
+    SampleAnswer,
+    SampleAnswers,
+    StoredCopies,
+    StoredCopy,
+    TrainingSummary,
+)
 from common.run_layout import (
     DATA_STATS,
     EVALUATION,
@@ -54,12 +60,17 @@ class RunDirs:
 class RunOutputs:
     """The earlier stages' results that the model card and the upload need, read once."""
 
-    fingerprint: str
+    stats: DataStats
     summary: TrainingSummary
     evaluation: EvaluationResult
-    samples: list[dict[str, str]]
+    samples: tuple[SampleAnswer, ...]
     ggufs: list[Path]
     lora_ggufs: list[Path]
+
+    @property
+    def fingerprint(self) -> str:
+        """The prepared data's, as the data step wrote it."""
+        return self.stats.fingerprint
 
     @property
     def gate_passed(self) -> bool:
@@ -68,7 +79,7 @@ class RunOutputs:
 
 def read_run_outputs(dirs: RunDirs) -> RunOutputs:
     """Read what data, train, evaluate and export left; a missing piece is a clear error."""
-    stats = read_stage_json(dirs.data / DATA_STATS, "the data stage")
+    stats = read_data_stats(dirs.data)
     ggufs = sorted(dirs.export.glob("*.gguf")) if dirs.export.is_dir() else []
     models = [path for path in ggufs if LORA_MARKER not in path.name]
     if not models:
@@ -80,29 +91,26 @@ def read_run_outputs(dirs: RunDirs) -> RunOutputs:
         raise UserError(
             f"The export stage left no {MODELFILE} in {dirs.export}; run the export step for this run again."
         )
-    samples_path = dirs.evaluate / SAMPLE_RESPONSES
     return RunOutputs(
-        fingerprint=stats["fingerprint"],
+        stats=stats,
         summary=read_training_summary(dirs.train),
         evaluation=read_evaluation(dirs.evaluate),
-        samples=read_stage_json(samples_path, "the evaluation stage") if samples_path.exists() else [],
+        samples=SampleAnswers.read(dirs.evaluate / SAMPLE_RESPONSES).answers,
         ggufs=models,
         lora_ggufs=[path for path in ggufs if LORA_MARKER in path.name],
     )
 
 
-def read_stage_json(path: Path, stage: str) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise not_written(path, stage) from None
-    except json.JSONDecodeError as error:
-        raise UserError(f"{path} is not valid JSON ({error}); run {stage} again to rewrite it.") from None
-
-
 def not_written(path: Path, stage: str) -> UserError:
     """The error for a file ``stage`` has not written (yet) for this run."""
     return UserError(f"{path} does not exist: {stage} has not run for this run (or wrote elsewhere). Run it first.")
+
+
+def read_data_stats(data_dir: Path) -> DataStats:
+    """The data step's statistics of the run in ``data_dir``; a clear error when the step has not finished there."""
+    if stats := DataStats.read(data_dir / DATA_STATS):
+        return stats
+    raise not_written(data_dir / DATA_STATS, "the data stage")
 
 
 def read_training_summary(train_dir: Path) -> TrainingSummary:

@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from common.atomic import staging_dir
 from common.errors import UserError
+from common.records import DataStats
 from common.run_layout import DATA_STATS, EVAL_SPLIT, REJECTS, TRAIN_SPLIT
 from components.data.chunks import Chunk, read_chunks, resolve_inputs
 from components.data.dedup import SeenHashes, content_hashes, eval_mask
@@ -41,7 +42,7 @@ PERCENTILES = (50, 90, 99)
 @dataclass
 class PrepareResult:
     output_dir: Path
-    stats: dict
+    stats: DataStats
 
     @property
     def train_path(self) -> Path:
@@ -114,7 +115,7 @@ def prepare(inputs: str, output_dir: Path, options: PrepareOptions = PrepareOpti
         stats = _stats(files, options, tally, digests)
         _check_mapped_columns(files, fields, tally)
         _check_usable(files, stats, options, tally, stage)
-        (stage.file(DATA_STATS)).write_text(json.dumps(stats, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        stats.write(stage.file(DATA_STATS))
         (output_dir / FAILED_REJECTS_FILE).unlink(missing_ok=True)
         stage.publish(TRAIN_SPLIT, EVAL_SPLIT, REJECTS, DATA_STATS)
     return PrepareResult(output_dir, stats)
@@ -192,29 +193,29 @@ def _update_digest(digest, keys: pa.StringArray) -> None:
     digest.update(memoryview(keys.buffers()[2])[offsets[0] : offsets[-1]])
 
 
-def _stats(files: list[Path], options: PrepareOptions, tally: _Tally, digests) -> dict:
+def _stats(files: list[Path], options: PrepareOptions, tally: _Tally, digests) -> DataStats:
     fingerprint = hashlib.sha256()
     fingerprint.update(json.dumps(asdict(options), sort_keys=True).encode())
     for name in (TRAIN_SPLIT, EVAL_SPLIT):
         fingerprint.update(digests[name].digest())
     rejected = sum(tally.rejects.values())
-    return {
-        "inputs": [str(path) for path in files],
-        "options": asdict(options),
-        "records": tally.records,
-        "blank_lines": tally.blank_lines,
-        "rejected": rejected,
-        "rejected_by_reason": dict(sorted(tally.rejects.items())),
-        "reject_fraction": round(rejected / tally.records, 6) if tally.records else 0.0,
-        "duplicates": tally.duplicates,
-        "rows": {"train": tally.rows[TRAIN_SPLIT], "eval": tally.rows[EVAL_SPLIT]},
-        "shapes": dict(sorted(tally.shapes.items())),
-        "length_chars": {
+    return DataStats(
+        inputs=tuple(str(path) for path in files),
+        options=asdict(options),
+        records=tally.records,
+        blank_lines=tally.blank_lines,
+        rejected=rejected,
+        rejected_by_reason=dict(sorted(tally.rejects.items())),
+        reject_fraction=round(rejected / tally.records, 6) if tally.records else 0.0,
+        duplicates=tally.duplicates,
+        rows={"train": tally.rows[TRAIN_SPLIT], "eval": tally.rows[EVAL_SPLIT]},
+        shapes=dict(sorted(tally.shapes.items())),
+        length_chars={
             "conversation": tally.conversation_chars.summary(PERCENTILES),
             "response": tally.response_chars.summary(PERCENTILES),
         },
-        "fingerprint": "sha256:" + fingerprint.hexdigest(),
-    }
+        fingerprint="sha256:" + fingerprint.hexdigest(),
+    )
 
 
 def _check_mapped_columns(files: list[Path], fields: FieldMap, tally: _Tally) -> None:
@@ -230,27 +231,27 @@ def _check_mapped_columns(files: list[Path], fields: FieldMap, tally: _Tally) ->
         )
 
 
-def _check_usable(files, stats: dict, options: PrepareOptions, tally: _Tally, stage) -> None:
+def _check_usable(files, stats: DataStats, options: PrepareOptions, tally: _Tally, stage) -> None:
     """Refuse to publish outputs that would mislead the next stage."""
     names = ", ".join(str(path) for path in files)
-    if stats["records"] == 0:
+    if stats.records == 0:
         raise UserError(
             f"The input {names} holds no records (it is empty or has only blank lines). "
             "Point the input at a JSONL file with one record per line."
         )
     first = tally.first_reject
     first_text = f" The first rejected record is {first.source} line {first.line}: {first.detail}." if first else ""
-    if stats["rows"]["train"] + stats["rows"]["eval"] == 0:
+    if stats.train_rows + stats.eval_rows == 0:
         _publish_failed_rejects(stage)
         raise UserError(
-            f"No valid records remain in {names}: {stats['rejected']} of {stats['records']} were rejected and "
-            f"{stats['duplicates']} were duplicates.{first_text} Every reject and its reason is listed in "
+            f"No valid records remain in {names}: {stats.rejected} of {stats.records} were rejected and "
+            f"{stats.duplicates} were duplicates.{first_text} Every reject and its reason is listed in "
             f"{stage.target / FAILED_REJECTS_FILE}."
         )
-    if stats["reject_fraction"] > options.max_reject_fraction:
+    if stats.reject_fraction > options.max_reject_fraction:
         _publish_failed_rejects(stage)
         raise UserError(
-            f"{stats['rejected']} of {stats['records']} records ({stats['reject_fraction']:.1%}) in {names} were "
+            f"{stats.rejected} of {stats.records} records ({stats.reject_fraction:.1%}) in {names} were "
             f"rejected, more than the allowed {options.max_reject_fraction:.1%} (--max-reject-fraction / "
             f"max_reject_fraction).{first_text} Every reject and its reason is listed in "
             f"{stage.target / FAILED_REJECTS_FILE}. Fix those records, or raise the limit if losing them is "

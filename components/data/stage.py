@@ -54,9 +54,9 @@ def summary(result: PrepareResult) -> str:
     stats = result.stats
     return "\n".join(
         [
-            f"records {stats['records']}: train {stats['rows']['train']}, eval {stats['rows']['eval']}, "
-            f"rejected {stats['rejected']}, duplicates {stats['duplicates']}",
-            f"fingerprint {stats['fingerprint']}",
+            f"records {stats.records}: train {stats.train_rows}, eval {stats.eval_rows}, "
+            f"rejected {stats.rejected}, duplicates {stats.duplicates}",
+            f"fingerprint {stats.fingerprint}",
             f"train   -> {result.train_path}",
             f"eval    -> {result.eval_path}",
             f"rejects -> {result.rejects_path}",
@@ -101,19 +101,19 @@ def run_in_pipeline(
     print(summary(result), flush=True)
     stats = result.stats
     for artifact, path, rows in (
-        (train_artifact, result.train_path, stats["rows"]["train"]),
-        (eval_artifact, result.eval_path, stats["rows"]["eval"]),
-        (rejects_artifact, result.rejects_path, stats["rejected"]),
+        (train_artifact, result.train_path, stats.train_rows),
+        (eval_artifact, result.eval_path, stats.eval_rows),
+        (rejects_artifact, result.rejects_path, stats.rejected),
     ):
         Path(artifact.path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, artifact.path)
-        artifact.metadata.update({"rows": rows, "fingerprint": stats["fingerprint"], "workspace_path": str(path)})
-    metrics.log_metric("rows", stats["rows"]["train"] + stats["rows"]["eval"])
-    metrics.log_metric("train_rows", stats["rows"]["train"])
-    metrics.log_metric("eval_rows", stats["rows"]["eval"])
-    metrics.log_metric("rejected", stats["rejected"])
-    metrics.log_metric("duplicates", stats["duplicates"])
-    return stats["fingerprint"], str(result.output_dir)
+        artifact.metadata.update({"rows": rows, "fingerprint": stats.fingerprint, "workspace_path": str(path)})
+    metrics.log_metric("rows", stats.train_rows + stats.eval_rows)
+    metrics.log_metric("train_rows", stats.train_rows)
+    metrics.log_metric("eval_rows", stats.eval_rows)
+    metrics.log_metric("rejected", stats.rejected)
+    metrics.log_metric("duplicates", stats.duplicates)
+    return stats.fingerprint, str(result.output_dir)
 
 
 @exit_on_user_error

@@ -18,7 +18,6 @@ succeeds and says why.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +28,15 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from common.atomic import link_or_copy, staging_dir
 from common.cli_options import options_from, options_from_inputs
 from common.errors import UserError, exit_on_user_error
-from common.records import EvaluationResult, GateComparison, GateVerdict, ModelScores, TrainingSummary
+from common.records import (
+    EvaluationResult,
+    GateComparison,
+    GateVerdict,
+    ModelScores,
+    SampleAnswer,
+    SampleAnswers,
+    TrainingSummary,
+)
 from common.run_layout import (
     EVALUATION,
     EVALUATION_HTML,
@@ -395,8 +402,8 @@ def write_outputs(evaluated: Evaluated) -> None:
     (target / SAMPLE_RESPONSES).parent.mkdir(parents=True, exist_ok=True)
     with staging_dir(target) as staging:
         staging.file(SAMPLE_RESPONSES).parent.mkdir()
-        staging.file(SAMPLE_RESPONSES).write_text(
-            json.dumps(evaluated.samples, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        SampleAnswers(tuple(SampleAnswer(**sample) for sample in evaluated.samples)).write(
+            staging.file(SAMPLE_RESPONSES)
         )
         names = [SAMPLE_RESPONSES]
         if evaluated.loss_curve_png:

@@ -25,6 +25,7 @@ from typing import Any, Mapping
 from common.atomic import link_or_copy, write_text_atomic
 from common.cli_options import options_from_inputs
 from common.errors import UserError, exit_on_user_error
+from common.records import GgufVerification
 from common.run_layout import ADAPTER, MERGED, MODELFILE, VERIFICATION_JSON, VERIFICATION_MARKDOWN, stage_dir
 from components.champion.version import trained_from
 from components.export.options import ExportStageOptions, model_name_of, parse_outtypes
@@ -61,11 +62,11 @@ def export_stage(
     model_name: str,
     gguf_lora_adapter: bool,
     thresholds: Thresholds,
-) -> tuple[dict[str, Any], str]:
-    """Convert, verify, write the Modelfile and the reports; returns the report body and its Markdown.
+) -> tuple[GgufVerification, str]:
+    """Convert, verify, write the Modelfile and the reports; returns the verification and its Markdown.
     Raises on failure.
     """
-    from gguf_export.verification_report import markdown, report_json
+    from gguf_export.verification_report import markdown, verification_record
     from gguf_export.verify import TransformersReference, verify_adapter, verify_conversion
 
     merged = train_dir / MERGED
@@ -118,14 +119,11 @@ def export_stage(
             read_config(merged)["max_position_embeddings"],
         ),
     )
-    body_json = report_json(
-        reports,
-        {"conversions": [r.as_json() for r in results], "modelfile": MODELFILE, "thresholds": thresholds.__dict__},
-    )
+    verification = verification_record(reports, results, thresholds, MODELFILE)
     markdown_text = markdown(reports)
     write_text_atomic(export_dir / VERIFICATION_MARKDOWN, markdown_text)
-    write_text_atomic(export_dir / VERIFICATION_JSON, body_json)
-    return json.loads(body_json), markdown_text
+    verification.write(export_dir / VERIFICATION_JSON)
+    return verification, markdown_text
 
 
 @exit_on_user_error
@@ -137,29 +135,28 @@ def run_in_pipeline(
     base_model = trained_from(Path(train_dir))
     name = model_name_of(options.model_name, base_model)
     limits = Thresholds.from_mapping(options.thresholds)
-    body, markdown_text = export_stage(
+    verification, markdown_text = export_stage(
         Path(train_dir), base_model, Path(export_dir), outtypes, name, options.gguf_lora_adapter, limits
     )
     Path(report_markdown.path).parent.mkdir(parents=True, exist_ok=True)
     Path(report_markdown.path).write_text(markdown_text, encoding="utf-8")
     print(markdown_text, flush=True)
 
-    for file_report in body["files"]:
-        kind = file_report["outtype"]
+    for file_report in verification.files:
         for key in ("top1_agreement", "nmse", "positions", "nmse_vs_merged"):
-            if key in file_report["metrics"]:
-                metrics.log_metric(f"{kind}_{key}", file_report["metrics"][key])
-    for conversion in body["conversions"]:
+            if key in file_report.metrics:
+                metrics.log_metric(f"{file_report.outtype}_{key}", file_report.metrics[key])
+    for conversion in verification.conversions:
         label = "lora" if conversion["kind"] == "lora" else conversion["outtype"]
         metrics.log_metric(f"{label}_size_mb", round(conversion["size_bytes"] / 2**20, 2))
-    metrics.log_metric("verification_passed", float(body["passed"]))
+    metrics.log_metric("verification_passed", float(verification.passed))
 
-    primary = Path(body["conversions"][0]["path"])
-    if not body["passed"]:
+    primary = Path(verification.conversions[0]["path"])
+    if not verification.passed:
         failed = [
-            f"{Path(r['gguf']).name}: " + "; ".join(c["name"] for c in r["checks"] if not c["passed"])
-            for r in body["files"]
-            if not r["passed"]
+            f"{Path(r.gguf).name}: " + "; ".join(c["name"] for c in r.checks if not c["passed"])
+            for r in verification.files
+            if not r.passed
         ]
         raise UserError(
             f"GGUF verification failed ({' | '.join(failed)}); see {Path(export_dir) / VERIFICATION_MARKDOWN}. "
@@ -171,12 +168,12 @@ def run_in_pipeline(
             "outtype": outtypes[0],
             "workspace_path": str(primary),
             "size_bytes": primary.stat().st_size,
-            "architecture": body["conversions"][0]["architecture"],
+            "architecture": verification.conversions[0]["architecture"],
             "verification_passed": True,
-            "top1_agreement": body["files"][0]["metrics"].get("top1_agreement"),
-            "nmse": body["files"][0]["metrics"].get("nmse"),
+            "top1_agreement": verification.files[0].metrics.get("top1_agreement"),
+            "nmse": verification.files[0].metrics.get("nmse"),
             "modelfile": str(Path(export_dir) / MODELFILE),
-            "files": [Path(c["path"]).name for c in body["conversions"]],
+            "files": [Path(c["path"]).name for c in verification.conversions],
         }
     )
     return str(primary)

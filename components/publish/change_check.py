@@ -11,11 +11,11 @@ is given without ``HF_TOKEN`` (with ``--force`` too: the run would publish to it
 """
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any, Mapping
 
 from common.errors import UserError, exit_on_user_error
+from common.records import DataStats
 from common.run_layout import TRAIN, stage_dir
 from components.hub_auth import require_token
 from components.publish.changes import DataChange, compare_with_published, listed
@@ -44,12 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _fingerprint(stats_path: Path) -> str:
-    try:
-        return json.loads(stats_path.read_text(encoding="utf-8"))["fingerprint"]
-    except (OSError, ValueError, KeyError) as error:
-        raise UserError(
-            f"Cannot read the fingerprint from {stats_path} ({error}); pass the data stage's stats.json."
-        ) from None
+    if stats := DataStats.read(stats_path):
+        return stats.fingerprint
+    raise UserError(f"{stats_path} does not exist; pass the data stage's stats.json (it holds the fingerprint).")
 
 
 def describe(change: DataChange) -> str:

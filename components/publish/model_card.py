@@ -74,9 +74,9 @@ def render_model_card(outputs: RunOutputs, options: PublishOptions, context: Car
         gate_reason=outputs.evaluation.gate.reason,
         samples=[
             {
-                "question": " ".join(str(s["question"]).split()),
-                "base": _quote(s["base"]),
-                "fine_tuned": _quote(s["fine_tuned"]),
+                "question": " ".join(s.question.split()),
+                "base": _quote(s.base),
+                "fine_tuned": _quote(s.fine_tuned),
             }
             for s in outputs.samples
         ],

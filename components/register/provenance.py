@@ -12,8 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from common.errors import UserError
-from common.run_layout import DATA_STATS, VERIFICATION_JSON
-from components.champion.version import RunDirs, read_run_outputs, read_stage_json
+from common.records import GgufVerification
+from common.run_layout import VERIFICATION_JSON
+from components.champion.version import RunDirs, not_written, read_run_outputs
 
 Property = str | int | float | bool
 
@@ -26,17 +27,18 @@ def version_properties(dirs: RunDirs, run_id: str) -> dict[str, Property]:
         raise UserError(
             f"Run {run_id} failed the quality gate ({gate.reason}): a version that failed the gate is not registered."
         )
-    stats = read_stage_json(dirs.data / DATA_STATS, "the data stage")
-    verification = read_stage_json(dirs.export / VERIFICATION_JSON, "the export stage")
-    summary, evaluation = outputs.summary, outputs.evaluation
+    verification = GgufVerification.read(dirs.export / VERIFICATION_JSON)
+    if verification is None:
+        raise not_written(dirs.export / VERIFICATION_JSON, "the export stage")
+    stats, summary, evaluation = outputs.stats, outputs.summary, outputs.evaluation
     properties: dict[str, Any] = {
         "pipeline_run_id": run_id,
         "base_model": summary.base_model,
         "base_model_commit": summary.base_model_commit,
         "data_fingerprint": outputs.fingerprint,
-        "data_records": stats.get("records"),
-        "data_rejected": stats.get("rejected"),
-        "data_duplicates": stats.get("duplicates"),
+        "data_records": stats.records,
+        "data_rejected": stats.rejected,
+        "data_duplicates": stats.duplicates,
         "train_conversations": summary.train_examples,
         "eval_conversations": summary.eval_examples,
         "method": summary.method,
@@ -50,7 +52,7 @@ def version_properties(dirs: RunDirs, run_id: str) -> dict[str, Property]:
         "gate_passed": True,
         "gate_forced": gate.forced,
         "gate_reason": gate.reason,
-        "gguf_verified": bool(verification.get("passed")),
+        "gguf_verified": verification.passed,
         "gguf_files": ", ".join(path.name for path in outputs.ggufs),
     }
     # The new model's standard benchmark scores (benchmark_arc_easy_acc_norm), what the gate checked it kept.

@@ -14,7 +14,6 @@ the version was registered, the Model Registry.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -24,7 +23,7 @@ from common.atomic import write_text_atomic
 from common.cli_options import add_options, options_from, options_from_inputs
 from common.errors import UserError, exit_on_user_error
 from common.kube import API_RETRIES, SERVICE_ACCOUNT_NAMESPACE, connect, default_namespace
-from common.records import Registration, Served, StoredCopy
+from common.records import Registration, SampleAnswers, Served, StoredCopy
 from common.run_layout import (
     EVALUATE,
     PUBLISH,
@@ -106,9 +105,8 @@ def _namespace() -> str:
 
 def _question(workspace_root: str, run_id: str) -> str:
     """The evaluation's first sample question: one the model was tuned to answer."""
-    samples = stage_dir(workspace_root, run_id, EVALUATE) / SAMPLE_RESPONSES
-    questions = [s.get("question") for s in json.loads(samples.read_text())] if samples.is_file() else []
-    return next((q for q in questions if q), DEFAULT_QUESTION)
+    samples = SampleAnswers.read(stage_dir(workspace_root, run_id, EVALUATE) / SAMPLE_RESPONSES)
+    return next((sample.question for sample in samples.answers if sample.question), DEFAULT_QUESTION)
 
 
 def _record_in_registry(workspace_root: str, run_id: str, served: Served, registry: RegistryOptions) -> None:
