@@ -25,6 +25,7 @@ from huggingface_hub.errors import (
 from common.errors import UserError, one_line
 from trainer import distributed
 from trainer.distributed import Topology
+from trainer.methods import Method
 
 # What from_pretrained needs of a Hub model: configs, safetensors weights, tokenizer files. Not the duplicates many
 # repositories also hold (pytorch_model.bin, original/consolidated.pth, GGUF files).
@@ -82,7 +83,7 @@ def local_copy(model: str, revision: str, topology: Topology) -> Path:
     return Path(distributed.from_main(path, DOWNLOAD_WAIT_MINUTES))
 
 
-def check_unquantised(source: Path, model: str, method: str) -> None:
+def check_unquantised(source: Path, model: str, method: Method) -> None:
     """Refuse a base stored in bitsandbytes' 4 or 8 bits (its config.json's ``quantization_config``) for lora and
     full: their ranks run without bitsandbytes (trainer/unused_packages.py), so transformers would fail to load it
     with a misleading "install bitsandbytes", and their result is merged into the base's own weights. Other
@@ -90,11 +91,11 @@ def check_unquantised(source: Path, model: str, method: str) -> None:
     config = source / "config.json"
     settings = json.loads(config.read_text()) if config.is_file() else {}  # none: from_pretrained says so
     quantisation = settings.get("quantization_config") or {}
-    if method != "qlora" and quantisation.get("quant_method") == "bitsandbytes":
+    if not method.quantised_base and quantisation.get("quant_method") == "bitsandbytes":
         raise UserError(
-            f"The base model {model!r} is stored quantised (bitsandbytes, in its config.json), and method {method} "
-            "trains and merges unquantised weights. Choose the model's unquantised release as base_model (method "
-            "qlora holds an unquantised base in 4-bit NF4 itself)."
+            f"The base model {model!r} is stored quantised (bitsandbytes, in its config.json), and method "
+            f"{method.name} trains and merges unquantised weights. Choose the model's unquantised release as "
+            "base_model (method qlora holds an unquantised base in 4-bit NF4 itself)."
         )
 
 

@@ -16,19 +16,12 @@ from typing import Any, NamedTuple, Sequence
 
 from common.cli_options import add_options, choice_problems, flag, option, options_from, run_option
 from common.run_layout import ADAPTER, CHECKPOINTS, MERGED
+from trainer.methods import METHODS, Method, method_named
 
-METHODS = ("lora", "full", "qlora")
-# The peak learning rate when none is given: LoRA's usual 2e-4 (the LoRA and QLoRA papers, TRL's PEFT
-# examples) is about ten times what full fine-tuning uses (TRL SFTConfig's own default, torchtune's full
-# fine-tuning recipes: 2e-5); updating every weight at a LoRA rate destroys what the model knew.
-METHOD_LEARNING_RATES = {"lora": 2e-4, "qlora": 2e-4, "full": 2e-5}
 LOSS_ON = ("assistant", "all")
 SHARDINGS = ("none", "fsdp")
 ATTENTIONS = ("auto", "flex_attention", "sdpa", "flash_attention_2", "eager")
 CHECKPOINTING_CHOICES = ("auto", "true", "false")
-# gradient_checkpointing auto: the methods that recompute activations unless told otherwise. QLoRA is chosen to
-# save memory; its paper and TRL's and Answer.AI's QLoRA recipes all train with gradient checkpointing on.
-CHECKPOINTING_BY_DEFAULT = ("qlora",)
 
 
 class Needs(NamedTuple):
@@ -75,7 +68,7 @@ class TrainConfig:
         "lora (default), full fine-tuning, or qlora (LoRA on a base whose blocks' linear weights bitsandbytes holds in "
         "4-bit NF4, a quarter of their bf16 memory; runs on CPUs too, slowly; merged into the unquantised base at "
         "the end).",
-        choices=METHODS,
+        choices=tuple(METHODS),
     )
     sharding: str = run_option(
         "none",
@@ -199,11 +192,15 @@ class TrainConfig:
     expected_world_size: int = option(0, "Fail at start unless exactly this many processes take part (0: no check).")
 
     @property
+    def training_method(self) -> Method:
+        """What ``method`` implies (trainer.methods)."""
+        return method_named(self.method)
+
+    @property
     def recomputes_activations(self) -> bool:
-        """Whether gradient checkpointing is on: ``gradient_checkpointing`` resolved (auto: on for the methods in
-        CHECKPOINTING_BY_DEFAULT)."""
+        """Whether gradient checkpointing is on: ``gradient_checkpointing`` resolved (auto: the method's default)."""
         if self.gradient_checkpointing == "auto":
-            return self.method in CHECKPOINTING_BY_DEFAULT
+            return self.training_method.checkpointing_by_default
         return self.gradient_checkpointing == "true"
 
     @property
@@ -324,4 +321,4 @@ def checkpointing_words(config: TrainConfig) -> str:
 
 def peak_learning_rate(config: TrainConfig) -> float:
     """The learning rate asked for, or the method's usual one when it is 0 (before scale_lr)."""
-    return config.learning_rate or METHOD_LEARNING_RATES[config.method]
+    return config.learning_rate or config.training_method.learning_rate

@@ -67,10 +67,10 @@ def load_model(config: TrainConfig, source: Path, bf16: bool, fp16: bool = False
     in 4-bit NF4, computing in the run's precision.
     """
     kwargs: dict[str, Any] = {
-        "dtype": torch.bfloat16 if bf16 and config.method != "full" else torch.float32,
+        "dtype": torch.bfloat16 if bf16 and config.training_method.trains_adapter else torch.float32,
         "attn_implementation": attention_of(config),
     }
-    if config.method != "qlora":
+    if not config.training_method.quantised_base:
         return AutoModelForCausalLM.from_pretrained(source, **kwargs)
     from importlib.metadata import version
 
@@ -131,7 +131,7 @@ def attention_of(config: TrainConfig) -> str:
 
 
 def lora_config(config: TrainConfig) -> LoraConfig | None:
-    if config.method == "full":
+    if not config.training_method.trains_adapter:
         return None
     modules = config.lora_target_modules
     return LoraConfig(
@@ -338,7 +338,7 @@ def gathered_model(
     base. Full: the weights are assigned to a model built on the meta device, so rank 0's host
     memory holds the weights once.
     """
-    if config.method != "full":
+    if config.training_method.trains_adapter:
         write_adapter(sharded, config, full_weights)
         return merged_from_adapter(config, source, dtype)
     with torch.device("meta"):
@@ -371,10 +371,11 @@ def save_models(
         # Rank 0 must not touch the sharded model again (its parameters are DTensors, and any use is a
         # collective the other ranks have left): rebuild a plain one from the gathered weights.
         model = gathered_model(model, full_weights, config, source, dtype)
-    elif config.method != "full":
+    elif config.training_method.trains_adapter:
         write_adapter(model, config)
         # 4-bit weights cannot merge in place: merge into a fresh base in the merged dtype
-        model = merged_from_adapter(config, source, dtype) if config.method == "qlora" else model.merge_and_unload()
+        quantised = config.training_method.quantised_base
+        model = merged_from_adapter(config, source, dtype) if quantised else model.merge_and_unload()
     model = model.to(dtype)
 
     def write_merged(directory: Path) -> None:
@@ -392,7 +393,7 @@ def lora_inputs_as_they_come(model: torch.nn.Module, config: TrainConfig, mixed_
     Trainer's bf16 (fp16) autocast the adapters' matrix products run in the autocast dtype anyway,
     so the copy buys nothing; their weights, gradients and AdamW state stay fp32 either way.
     """
-    active = config.method != "full" and mixed_precision and not config.lora_cast_inputs
+    active = config.training_method.trains_adapter and mixed_precision and not config.lora_cast_inputs
     return disable_input_dtype_casting(model, active=active)
 
 
@@ -437,7 +438,7 @@ def run_checked(config: TrainConfig, topology: Topology) -> int:
     started = time.monotonic()
     distributed.initialise(topology, config.collective_timeout_minutes)
     source = base_model.local_copy(config.model, config.base_model_revision, topology)
-    base_model.check_unquantised(source, config.model, config.method)
+    base_model.check_unquantised(source, config.model, config.training_method)
 
     tokenizer = AutoTokenizer.from_pretrained(source)
     if tokenizer.chat_template is None:

@@ -31,6 +31,7 @@ from components.evaluation_tables import (
     change_headers,
     columns,
 )
+from trainer.methods import method_named
 
 Sample = dict[str, str]
 
@@ -135,7 +136,7 @@ def training_facts(summary: TrainingSummary | None) -> list[tuple[str, str]]:
         value = getattr(summary, attribute)
         if value is not None:
             facts.append((label, f"{value:.4g}" if isinstance(value, float) else str(value)))
-    if summary.method == "qlora":
+    if method_named(summary.method).quantised_base:
         # the trainer merges a QLoRA adapter into a fresh unquantised base (trainer.train.merged_from_adapter)
         facts.append(
             (

@@ -30,6 +30,7 @@ from components.data.sources import describe_uri, hub_dataset_id
 from components.evaluation_tables import benchmark_note, benchmark_rows, change_headers, columns
 from components.local_model import LOCAL_MODEL_NAME
 from components.publish.options import PublishOptions
+from trainer.methods import method_named
 
 TEMPLATE = Path(__file__).with_name("model_card.md.j2")
 PLACEHOLDER_REPO = "YOUR-NAMESPACE/{name}"
@@ -109,7 +110,7 @@ def card_data(outputs: RunOutputs, options: PublishOptions, context: CardContext
         "llama.cpp",
         "ollama",
         "fine-tuned",
-        *([method] if method in ("lora", "qlora") else []),
+        *([method] if method_named(method).trains_adapter else []),
         "llm-finetune-pipeline",
     ]
     extra: dict[str, Any] = {FINGERPRINT_KEY: outputs.fingerprint, HISTORY_KEY: context.history}
@@ -144,14 +145,16 @@ def base_model_hub_id(options: PublishOptions, summary: TrainingSummary) -> str:
 
 def _intro(outputs: RunOutputs, options: PublishOptions, base_model: str, context: CardContext) -> str:
     config = outputs.summary.config
-    method = outputs.summary.method
+    method = method_named(outputs.summary.method)
     lora = f"r={config.get('lora_r')}, alpha={config.get('lora_alpha')}"
-    how = {
-        "lora": f"LoRA ({lora}), merged into the weights",
+    if method.quantised_base:
         # the trainer merges a QLoRA adapter into a fresh unquantised copy of the base (train.merged_from_adapter)
-        "qlora": f"QLoRA (LoRA {lora} on the base held in 4-bit NF4), merged into the unquantised base's weights, "
-        "not the 4-bit ones",
-    }.get(method, "full fine-tuning")
+        how = (
+            f"QLoRA (LoRA {lora} on the base held in 4-bit NF4), merged into the unquantised base's weights, "
+            "not the 4-bit ones"
+        )
+    else:
+        how = f"LoRA ({lora}), merged into the weights" if method.trains_adapter else "full fine-tuning"
     base = f"[{base_model}](https://huggingface.co/{base_model})" if base_model else f"`{outputs.summary.base_model}`"
     parts = ["GGUF files for llama.cpp and Ollama"]
     if MERGED_CONFIG in context.files:
@@ -227,7 +230,7 @@ def _training_rows(summary: TrainingSummary) -> list[tuple[str, str]]:
         ("method", summary.method),
         ("base checkpoint", f"`{summary.base_model}`"),
     ]
-    if summary.method in ("lora", "qlora"):
+    if method_named(summary.method).trains_adapter:
         rows += [
             (
                 "LoRA rank / alpha / dropout",

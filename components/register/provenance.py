@@ -15,6 +15,7 @@ from common.errors import UserError
 from common.records import GgufVerification
 from common.run_layout import VERIFICATION_JSON
 from components.champion.version import RunDirs, not_written, read_run_outputs
+from trainer.methods import method_named
 
 Property = str | int | float | bool
 
@@ -60,6 +61,6 @@ def version_properties(dirs: RunDirs, run_id: str) -> dict[str, Property]:
     properties |= {
         f"benchmark_{task}_{entry['metric'].split(' ', 1)[0]}": entry["value"] for task, entry in scores.items()
     }
-    if summary.method in ("lora", "qlora"):
+    if method_named(summary.method).trains_adapter:
         properties |= {key: summary.config.get(key) for key in ("lora_r", "lora_alpha", "lora_dropout")}
     return {key: value for key, value in properties.items() if isinstance(value, Property)}

@@ -39,6 +39,7 @@ from components.run_form.table import RUN_FORM, RUN_PARAMETERS, run_parameters_o
 from components.serve.options import pull_secret_problem
 from components.train.options import parse_node_selector, parse_tolerations, sharding_problem
 from trainer.config import packages_needed
+from trainer.methods import METHODS
 
 
 def _held_out_fraction(value: float) -> str | None:
@@ -101,7 +102,7 @@ def _publish_rules(values: dict[str, Any]) -> dict[str, str]:
     """
     if values.get("publish_merged") != "false" or not all(name in values for name in ("method", "publish_adapter")):
         return {}
-    if values["method"] == "full":
+    if values["method"] in METHODS and not METHODS[values["method"]].trains_adapter:
         why = "method is full, whose only weights are the merged checkpoint"
     elif not values["publish_adapter"]:
         why = "publish_adapter is false too"
@@ -126,10 +127,11 @@ def _target_rules(values: dict[str, Any]) -> dict[str, str]:
             "is true, but the version is stored nowhere KServe can read it: set model_oci_uri (a modelcar image) or "
             "model_s3_uri"
         )
-    # publish's own rule for what auto means (only lora and qlora train an adapter); an invalid value is named
-    # by publish's option_problems.
+    # publish's own rule for what auto means (only the methods that train an adapter have one); an invalid value is
+    # named by publish's option_problems.
     publish = SimpleNamespace(publish_merged=values["publish_merged"], publish_adapter=values["publish_adapter"])
-    merged = PublishOptions.publishes_merged(publish, adapter_trained=values["method"] != "full")
+    method = METHODS.get(values["method"])
+    merged = PublishOptions.publishes_merged(publish, adapter_trained=method is None or method.trains_adapter)
     if values["deploy"] and stored and not merged:
         found["deploy"] = (
             f"is true, but with method {values['method']} and publish_merged {values['publish_merged']} the stored "

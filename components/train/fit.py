@@ -55,6 +55,7 @@ from kubernetes.utils import parse_quantity
 
 from common.errors import UserError, one_line
 from trainer.config import TrainConfig, checkpointing_words
+from trainer.methods import LORA, QLORA
 
 GIB = 2**30
 # bitsandbytes' NF4 with double quantisation (transformers' BitsAndBytesConfig, bnb_4bit_use_double_quant): 4 bits a
@@ -201,13 +202,13 @@ def gib(size: float) -> str:
 def estimate(shape: ModelShape, config: TrainConfig, processes: int, on_gpu: bool) -> Estimate:
     """The per-process memory of training ``shape`` with ``config`` on ``processes`` processes (see module doc)."""
     compute = 2 if on_gpu and config.mixed_precision else 4
-    full = config.method == "full"
+    full = not config.training_method.trains_adapter
     shards = processes if config.sharding == "fsdp" else 1
     total = shape.parameters
     trainable = total if full else shape.lora_parameters(config.lora_r)
     frozen = total - trainable
     # QLoRA: the blocks' linear weights in 4-bit, every other base weight (embeddings, norms) in the compute dtype
-    four_bit = shape.linear_parameters if config.method == "qlora" else 0
+    four_bit = shape.linear_parameters if config.training_method.quantised_base else 0
     rest = total - four_bit if four_bit else frozen
     parts = {
         "4-bit base": int(NF4_BYTES * four_bit) // shards,
@@ -238,7 +239,7 @@ def estimate(shape: ModelShape, config: TrainConfig, processes: int, on_gpu: boo
 
 def qlora_load_peak(shape: ModelShape, config: TrainConfig, shards: int, compute: int, on_gpu: bool) -> int:
     """The whole 4-bit base that each rank of a sharded QLoRA job loads before FSDP shards it; 0 for other jobs."""
-    if config.method != "qlora" or shards == 1:
+    if not config.training_method.quantised_base or shards == 1:
         return 0
     four_bit = shape.linear_parameters
     held = int(NF4_BYTES * four_bit) + compute * (shape.parameters - four_bit)
@@ -247,10 +248,12 @@ def qlora_load_peak(shape: ModelShape, config: TrainConfig, shards: int, compute
 
 def activation_bytes(shape: ModelShape, config: TrainConfig, compute: int) -> int:
     """What the forward pass keeps for the backward pass, for one micro-batch."""
-    residual = 2 if config.method != "full" and compute == 2 else 4  # a bf16 LoRA base keeps a bf16 residual stream
+    residual = (
+        2 if config.training_method.trains_adapter and compute == 2 else 4
+    )  # a bf16 LoRA base keeps a bf16 residual stream
     h, kv, i = shape.hidden, shape.kv_width, shape.intermediate
     per_layer = 2 * h * residual + compute * (5 * h + 3 * kv + 4 * i)
-    if config.method != "full" and config.lora_dropout > 0:
+    if config.training_method.trains_adapter and config.lora_dropout > 0:
         per_layer += (6 * h + i) * (compute + 1)
     tokens = config.per_device_batch_size * config.max_length
     checkpointed = checkpointed_layers(shape, config)
@@ -273,12 +276,12 @@ def storage_bytes(shape: ModelShape, config: TrainConfig) -> dict[str, int]:
     Trainer keeps ``save_total_limit`` of them. ``merged/`` and the downloaded base are bf16.
     """
     total = shape.parameters
-    trainable = total if config.method == "full" else shape.lora_parameters(config.lora_r)
+    trainable = shape.lora_parameters(config.lora_r) if config.training_method.trains_adapter else total
     checkpoint = 12 * trainable + (2 * (total - trainable) if config.sharding == "fsdp" else 0)
     return {
         "checkpoints": config.save_total_limit * checkpoint,
         "merged": 2 * total,
-        "adapter": 0 if config.method == "full" else 4 * trainable,
+        "adapter": 4 * trainable if config.training_method.trains_adapter else 0,
         "base model": 2 * total,
     }
 
@@ -386,9 +389,9 @@ def fixes(shape: ModelShape, config: TrainConfig, nodes: int, procs_per_node: in
     if config.sharding == "none" and fits(sharded) and nodes * procs_per_node > 1:
         found.append("sharding fsdp")
     # qlora under fsdp loads its whole 4-bit base on every rank; lora's bf16 base is read by rank 0 alone and sharded
-    if config.method != "lora" and fits(replace(config, method="lora")):
+    if config.training_method is not LORA and fits(replace(config, method=LORA.name)):
         found.append("method lora")
-    elif config.method != "qlora" and fits(replace(config, method="qlora")):
+    elif config.training_method is not QLORA and fits(replace(config, method=QLORA.name)):
         # with gradient_checkpointing auto, qlora also turns checkpointing on: the suggestion says so
         turns_on = config.gradient_checkpointing == "auto" and not config.recomputes_activations
         found.append(
