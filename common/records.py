@@ -41,7 +41,7 @@ def _versioned(value: Any, path: Path, what: str, version: int, fix: str) -> dic
     return value
 
 
-def _record(value: dict[str, Any], kind: type, path: Path, what: str, fix: str) -> Any:
+def record_of(value: dict[str, Any], kind: type, path: Path, what: str, fix: str) -> Any:
     """The JSON object ``value`` as a ``kind`` record, refused with the fields it lacks (``what`` names it)."""
     specs = dataclasses.fields(kind)
     required = {spec.name for spec in specs if dataclasses.MISSING is spec.default is spec.default_factory}
@@ -58,7 +58,7 @@ def _entries(value: Any, kind: type, path: Path, what: str, fix: str) -> tuple[A
     if not isinstance(value, (list, tuple)) or not all(isinstance(entry, dict) for entry in value):
         raise UserError(f"{path}: its {what} are not a list of objects. {fix}")
     return tuple(
-        _record(entry, kind, path, f"entry {number} of its {what}", fix) for number, entry in enumerate(value, 1)
+        record_of(entry, kind, path, f"entry {number} of its {what}", fix) for number, entry in enumerate(value, 1)
     )
 
 
@@ -156,13 +156,13 @@ class SampleAnswers(ListFile):
     FIX = "Rerun the evaluation step of that run: it answers the sample questions again and rewrites the file."
 
 
-def _entry(value: Any, kind: type, path: Path, what: str, fix: str) -> Any:
+def nested_record_of(value: Any, kind: type, path: Path, what: str, fix: str) -> Any:
     """One JSON object (or null) as a ``kind`` record (or None), refused with the fields it lacks."""
     if value is None:
         return None
     if not isinstance(value, dict):
         raise UserError(f"{path}: its {what} is not an object. {fix}")
-    return _record(value, kind, path, f"its {what}", fix)
+    return record_of(value, kind, path, f"its {what}", fix)
 
 
 class OneOrNone:
@@ -188,7 +188,7 @@ class OneOrNone:
         value = _json_of(path, cls.WHAT, cls.FIX)
         if isinstance(value, dict) and FORMAT_VERSION in value or not (value is None or isinstance(value, dict)):
             value = _versioned(value, path, cls.WHAT, cls.VERSION, cls.FIX).get(cls.KEY)
-        return _entry(value, cls, path, cls.WHAT, cls.FIX)
+        return nested_record_of(value, cls, path, cls.WHAT, cls.FIX)
 
 
 @dataclass(frozen=True)
@@ -261,7 +261,7 @@ class VersionedFile:
         """The record in ``path`` as written (its nested records still JSON), None when there is no file; refused
         with the fields it lacks."""
         value = cls._fields_at(path, cls.FIX)
-        return None if value is None else _record(value, cls, path, f"its {cls.WHAT}", cls.FIX)
+        return None if value is None else record_of(value, cls, path, f"its {cls.WHAT}", cls.FIX)
 
 
 @dataclass(frozen=True)
@@ -447,7 +447,7 @@ class TrainingSummary(VersionedFile):
             return None
         if not isinstance(value.get("config"), dict) or "model" not in value["config"]:
             raise UserError(f"{path}: its {cls.WHAT} has no config.model (the base model it trained). {fix}")
-        summary = _record(value, cls, path, f"its {cls.WHAT}", fix)
+        summary = record_of(value, cls, path, f"its {cls.WHAT}", fix)
         if not isinstance(summary.devices, list):
             raise UserError(f"{path}: its {cls.WHAT}'s devices are not a list. {fix}")
         ranks = _entries(summary.ranks, RankFacts, path, "ranks", fix)
@@ -555,12 +555,12 @@ class EvaluationResult(VersionedFile):
         result = cls._record_at(path)
         if result is None:
             return None
-        gate = _entry(result.gate, GateVerdict, path, "gate", cls.FIX)
+        gate = nested_record_of(result.gate, GateVerdict, path, "gate", cls.FIX)
         return dataclasses.replace(
             result,
-            base=_entry(result.base, ModelScores, path, "base model's scores", cls.FIX),
-            fine_tuned=_entry(result.fine_tuned, ModelScores, path, "fine-tuned model's scores", cls.FIX),
-            published=_entry(result.published, ModelScores, path, "published model's scores", cls.FIX),
+            base=nested_record_of(result.base, ModelScores, path, "base model's scores", cls.FIX),
+            fine_tuned=nested_record_of(result.fine_tuned, ModelScores, path, "fine-tuned model's scores", cls.FIX),
+            published=nested_record_of(result.published, ModelScores, path, "published model's scores", cls.FIX),
             gate=dataclasses.replace(
                 gate, comparisons=_entries(gate.comparisons, GateComparison, path, "gate's comparisons", cls.FIX)
             ),

@@ -3,6 +3,7 @@ that changes them, a killed build is never read, and the eval cap is a fixed sam
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pickle
@@ -36,7 +37,7 @@ from components.tokenise.build import (
 from components.tokenise.stage import check_memory
 from trainer import data, token_cache
 from trainer.config import TrainConfig
-from trainer.token_cache import TokenSettings, open_rows
+from trainer.token_cache import TokenManifest, TokenSettings, open_rows
 
 TOPICS = ["knots", "first aid", "cameras", "bread", "bicycles", "tents"]
 
@@ -167,10 +168,10 @@ def test_a_build_killed_mid_write_leaves_nothing_a_later_run_reads(tiny_model_di
     (partial,) = cache.iterdir()
     assert partial.name.startswith(".building-") and not (partial / TOKENS_MANIFEST).exists()
     with pytest.raises(UserError, match="manifest.json is missing"):
-        token_cache.read_manifest(partial)
+        TokenManifest.read(partial)
 
     tokens_dir, built = build(data_dir, tiny_model_dir, TokenSettings(1024, "assistant", True, 1000), cache, workers=1)
-    assert built and token_cache.read_manifest(tokens_dir)["train"]["conversations"] == 12_000
+    assert built and TokenManifest.read(tokens_dir).train.conversations == 12_000
     assert partial.name.startswith(f".building-{tokens_dir.name}-")  # the same key: the command line's defaults
     assert partial.exists()  # still fresh: it could be another run's build in progress
     os.utime(partial, (0, 0))
@@ -211,8 +212,8 @@ def test_the_eval_cap_is_a_fixed_sample_and_the_manifest_says_so(tiny_model_dir,
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     expected = tokenise_split(data.load_split(data_dir, "eval").select(kept), tokenizer, "assistant")
     assert open_rows(first, EVAL_CONVERSATIONS)["input_ids"] == expected["input_ids"]
-    manifest = token_cache.read_manifest(first)["eval"]
-    assert (manifest["conversations"], manifest["split_conversations"], manifest["eval_max_rows"]) == (10, 50, 10)
+    manifest = TokenManifest.read(first).eval
+    assert (manifest.conversations, manifest.split_conversations, manifest.eval_max_rows) == (10, 50, 10)
 
 
 def test_the_trainer_refuses_rows_made_for_other_settings_or_another_tokenizer(tiny_model_dir, tmp_path):
@@ -297,7 +298,7 @@ def test_the_command_line_tokenises_once_then_reuses(tiny_model_dir, tmp_path):
     again = run_module("components.tokenise.stage", *arguments, "--max-length", 256)
     assert again.returncode == 0 and "reused from the cache" in again.stdout
     assert again.stdout.strip().endswith(f"tokens -> {tokens_dir}")
-    assert token_cache.read_manifest(Path(tokens_dir))["settings"]["max_length"] == 256
+    assert TokenManifest.read(Path(tokens_dir)).settings["max_length"] == 256
 
 
 def test_a_missing_data_directory_is_one_paragraph(tiny_model_dir, tmp_path):
@@ -313,3 +314,41 @@ def test_a_missing_data_directory_is_one_paragraph(tiny_model_dir, tmp_path):
     assert result.returncode == 2 and "Traceback" not in result.stderr
     error = " ".join(result.stderr.split())
     assert "nowhere/train.parquet does not exist. --data-dir must be the output directory of the data" in error
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (lambda value: value.update({"format": token_cache.FORMAT_VERSION + 1}), "was written in tokenised format"),
+        (lambda value: value.pop("eval"), "its token cache manifest has no eval"),
+        (lambda value: value["train"].pop("rows"), "its train split has no rows"),
+    ],
+    ids=["other-format", "no-eval", "split-without-rows"],
+)
+def test_a_manifest_of_another_format_or_missing_a_field_is_refused_naming_it(tmp_path, change, says):
+    """The manifest is read through its record: what the trainer and the evaluation read is there, or one
+    paragraph says what is missing and to tokenise again."""
+    counts = token_cache.SplitTokens(3, 300, 120, 140, 2, 0.5, 6.0)
+    manifest = TokenManifest(
+        format=token_cache.FORMAT_VERSION,
+        key="k",
+        data="d",
+        data_dir="data",
+        tokenizer="t",
+        tokenizer_dir="model",
+        settings={"max_length": 256, "loss_on": "assistant", "packing": True, "eval_max_rows": 0},
+        workers=1,
+        train=counts,
+        eval=dataclasses.replace(counts, split_conversations=3, eval_max_rows=0),
+        bytes=1000,
+    )
+    manifest.write(tmp_path / "manifest.json")
+    assert TokenManifest.read(tmp_path) == manifest
+    value = json.loads((tmp_path / "manifest.json").read_text())
+    change(value)
+    (tmp_path / "manifest.json").write_text(json.dumps(value))
+    with pytest.raises(UserError) as refused:
+        TokenManifest.read(tmp_path)
+    message = str(refused.value)
+    assert str(tmp_path) in message and says in message and "tokenise step again" in message
+    assert "\n" not in message

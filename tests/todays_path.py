@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import masking_reference
 from datasets import Dataset
@@ -66,7 +67,8 @@ def main() -> int:
         splits = {
             split: tokenise_split(data.load_split(parquet, split), tokenizer, config.loss_on) for split in data.SPLITS
         }
-        counts = {split: {"conversations": len(rows)} for split, rows in splits.items()}
+        # the token manifest's counts that the trainer reads (trainer.token_cache.TokenManifest)
+        counts = SimpleNamespace(**{split: SimpleNamespace(conversations=len(rows)) for split, rows in splits.items()})
         return counts, splits["train"], splits["eval"]
 
     plain_sft_config = train.sft_config

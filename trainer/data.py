@@ -7,7 +7,6 @@ The ranks never tokenise: they memory-map the rows the tokenise step wrote
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pyarrow.parquet as pq
 from datasets import Dataset
@@ -17,6 +16,7 @@ from common.errors import UserError
 from common.run_layout import EVAL_ROWS, TRAIN_ROWS
 from trainer import token_cache
 from trainer.config import TrainConfig
+from trainer.token_cache import TokenManifest
 
 SPLITS = ("train", "eval")
 
@@ -45,18 +45,16 @@ def load_split(data_dir: Path, split: str) -> Dataset:
 
 def token_rows(
     config: TrainConfig, model_dir: Path, tokenizer: PreTrainedTokenizerBase
-) -> tuple[dict[str, Any], Dataset, Dataset]:
+) -> tuple[TokenManifest, Dataset, Dataset]:
     """The tokenise step's manifest and its train and eval rows, memory-mapped, once they are known to be this
     run's: made with its max_length, loss_on and packing, and its model's tokenizer."""
-    manifest = token_cache.read_manifest(config.tokens_dir)
+    manifest = TokenManifest.read(config.tokens_dir)
     wanted = {name: getattr(config, name) for name in token_cache.TRAINING_SETTINGS}
-    token_cache.check_matches(
-        config.tokens_dir, manifest, wanted, token_cache.tokenizer_fingerprint(model_dir, tokenizer)
-    )
+    manifest.check_matches(config.tokens_dir, wanted, token_cache.tokenizer_fingerprint(model_dir, tokenizer))
     train = token_cache.open_rows(config.tokens_dir, TRAIN_ROWS)
     if not len(train):
         raise UserError(
-            f"{config.tokens_dir} holds no training rows: none of the {manifest['train']['conversations']} train "
+            f"{config.tokens_dir} holds no training rows: none of the {manifest.train.conversations} train "
             f"conversations has an assistant token within its first {config.max_length} tokens. Raise max_length, "
             "or shorten the system and user turns."
         )

@@ -30,9 +30,11 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from common.atomic import write_json
 from common.errors import UserError
+from common.records import nested_record_of, record_of
 from common.run_layout import TOKENS_MANIFEST
 
 if TYPE_CHECKING:  # every command that reads the run form's options imports this module for its constants
@@ -97,39 +99,89 @@ def cache_key(data: str, tokenizer: str, settings: TokenSettings) -> str:
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def read_manifest(tokens_dir: Path) -> dict[str, Any]:
-    """The manifest of a complete tokenised data set, or a clear error naming the step that writes one."""
-    path = tokens_dir / TOKENS_MANIFEST
-    if not path.is_file():
-        raise UserError(
-            f"{tokens_dir} holds no tokenised data set ({TOKENS_MANIFEST} is missing). --tokens-dir must be the "
-            "directory the tokenise step printed (python -m components.tokenise.stage --data-dir DATA --model "
-            "MODEL ...); a directory without a manifest was never completed and is never read."
-        )
-    manifest = json.loads(path.read_text())
-    if manifest.get("format") != FORMAT_VERSION:
-        raise UserError(
-            f"{tokens_dir} was written in tokenised format {manifest.get('format')}, and this trainer reads format "
-            f"{FORMAT_VERSION}; run the tokenise step again with this image (it writes a new cache entry)."
-        )
-    return manifest
+@dataclass(frozen=True)
+class SplitTokens:
+    """What the tokenise step made of one split."""
+
+    conversations: int  # tokenised (the eval split's: those kept under eval_max_rows)
+    tokens: int
+    loss_tokens: int  # the tokens with a label (assistant tokens under loss_on assistant)
+    longest_conversation_tokens: int
+    rows: int  # training rows: packed rows hold several conversations
+    seconds: float
+    conversations_per_second: float | None
+    # The eval split only (None for train): the split's conversations, and the cap that kept some of them
+    split_conversations: int | None = None
+    eval_max_rows: int | None = None
 
 
-def check_matches(tokens_dir: Path, manifest: dict[str, Any], wanted: dict[str, Any], tokenizer: str) -> None:
-    """Refuse a tokenised set made with other settings (those named in ``wanted``) or another tokenizer."""
-    made_with = manifest["settings"]
-    differ = [
-        f"{name} {made_with.get(name)!r} (this run: {value!r})"
-        for name, value in wanted.items()
-        if made_with.get(name) != value
-    ]
-    if manifest["tokenizer"] != tokenizer:
-        differ.append("another tokenizer or chat template than this run's model has")
-    if differ:
-        raise UserError(
-            f"the tokenised data in {tokens_dir} was made with " + "; ".join(differ) + ". Run the tokenise step "
-            "with this run's model and options (the pipeline does), and pass the directory it prints."
+@dataclass(frozen=True)
+class TokenManifest:
+    """``<key>/manifest.json``: what one cache entry was made from and holds; written last, by the tokenise step.
+
+    Read by the training ranks (the settings and the tokenizer their run must match, the conversations for the
+    summary), the evaluation stage (how many eval conversations the held-out loss covers) and the tokenise step
+    (its metrics, a reused entry). Its ``format`` is the rows' format, ``FORMAT_VERSION``, part of the cache key:
+    a manifest of another format is refused before its fields are read.
+    """
+
+    format: int
+    key: str
+    data: str  # the Parquet splits' digest
+    data_dir: str
+    tokenizer: str  # the tokenizer's and chat template's digest
+    tokenizer_dir: str
+    settings: dict[str, Any]  # TokenSettings as JSON
+    workers: int
+    train: SplitTokens
+    eval: SplitTokens
+    bytes: int
+
+    FIX: ClassVar[str] = (
+        "Run the tokenise step again with this image: it writes a new cache entry (the one here can be deleted)."
+    )
+
+    def write(self, path: Path) -> None:
+        write_json(path, dataclasses.asdict(self))
+
+    @classmethod
+    def read(cls, tokens_dir: Path) -> TokenManifest:
+        """The manifest of a complete tokenised data set, or a clear error naming the step that writes one."""
+        path = tokens_dir / TOKENS_MANIFEST
+        if not path.is_file():
+            raise UserError(
+                f"{tokens_dir} holds no tokenised data set ({TOKENS_MANIFEST} is missing). --tokens-dir must be the "
+                "directory the tokenise step printed (python -m components.tokenise.stage --data-dir DATA --model "
+                "MODEL ...); a directory without a manifest was never completed and is never read."
+            )
+        value = json.loads(path.read_text())
+        if not isinstance(value, dict) or value.get("format") != FORMAT_VERSION:
+            found = value.get("format") if isinstance(value, dict) else None
+            raise UserError(
+                f"{tokens_dir} was written in tokenised format {found}, and this trainer reads format "
+                f"{FORMAT_VERSION}; run the tokenise step again with this image (it writes a new cache entry)."
+            )
+        manifest = record_of(value, cls, path, "its token cache manifest", cls.FIX)
+        return dataclasses.replace(
+            manifest,
+            train=nested_record_of(manifest.train, SplitTokens, path, "train split", cls.FIX),
+            eval=nested_record_of(manifest.eval, SplitTokens, path, "eval split", cls.FIX),
         )
+
+    def check_matches(self, tokens_dir: Path, wanted: dict[str, Any], tokenizer: str) -> None:
+        """Refuse a tokenised set made with other settings (those named in ``wanted``) or another tokenizer."""
+        differ = [
+            f"{name} {self.settings.get(name)!r} (this run: {value!r})"
+            for name, value in wanted.items()
+            if self.settings.get(name) != value
+        ]
+        if self.tokenizer != tokenizer:
+            differ.append("another tokenizer or chat template than this run's model has")
+        if differ:
+            raise UserError(
+                f"the tokenised data in {tokens_dir} was made with " + "; ".join(differ) + ". Run the tokenise step "
+                "with this run's model and options (the pipeline does), and pass the directory it prints."
+            )
 
 
 def open_rows(tokens_dir: Path, name: str) -> Dataset:

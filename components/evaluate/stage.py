@@ -99,7 +99,7 @@ from trainer.config import TrainConfig
 from trainer.cuda import check_cuda_usable
 from trainer.data import load_split
 from trainer.masking import Message, TokenisedConversation
-from trainer.token_cache import read_manifest
+from trainer.token_cache import TokenManifest
 
 COMPARED = ("eval_loss", "perplexity", "rouge_l")
 
@@ -363,12 +363,12 @@ def benchmark_record(
 
 def held_out_counts(tokens_dir: Path, usable: int) -> dict[str, int]:
     """How many eval conversations the held-out loss covers, of how many the tokenise step kept and the split has."""
-    kept = read_manifest(tokens_dir)["eval"]
+    kept = TokenManifest.read(tokens_dir).eval
     return {
         "conversations": usable,
-        "tokenised": kept["conversations"],
-        "split_conversations": kept["split_conversations"],
-        "eval_max_rows": kept["eval_max_rows"],
+        "tokenised": kept.conversations,
+        "split_conversations": kept.split_conversations,
+        "eval_max_rows": kept.eval_max_rows,
     }
 
 

@@ -24,7 +24,7 @@ from collections import deque
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -37,13 +37,12 @@ from datasets import Dataset, disable_progress_bars
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from trl.data_utils import pack_dataset
 
-from common.atomic import write_json
 from common.errors import UserError
 from common.run_layout import EVAL_CONVERSATIONS, EVAL_ROWS, TOKENS_MANIFEST, TRAIN_ROWS
 from trainer import token_cache
 from trainer.data import SPLITS, split_path
 from trainer.masking import TemplateError, tokenise_batch
-from trainer.token_cache import TokenSettings
+from trainer.token_cache import SplitTokens, TokenManifest, TokenSettings
 
 log = logging.getLogger(__name__)
 
@@ -75,20 +74,23 @@ class SplitStats:
     longest: int = 0
     rows: int = 0
     seconds: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
+    split_conversations: int | None = None  # the eval split's, of which eval_max_rows were kept
+    eval_max_rows: int | None = None
 
-    def as_json(self) -> dict[str, Any]:
+    def counts(self) -> SplitTokens:
+        """What the manifest records of this split."""
         per_second = self.conversations / self.seconds if self.seconds else None
-        return {
-            "conversations": self.conversations,
-            "tokens": self.tokens,
-            "loss_tokens": self.loss_tokens,
-            "longest_conversation_tokens": self.longest,
-            "rows": self.rows,
-            "seconds": round(self.seconds, 2),
-            "conversations_per_second": round(per_second, 1) if per_second else None,
-            **self.extra,
-        }
+        return SplitTokens(
+            conversations=self.conversations,
+            tokens=self.tokens,
+            loss_tokens=self.loss_tokens,
+            longest_conversation_tokens=self.longest,
+            rows=self.rows,
+            seconds=round(self.seconds, 2),
+            conversations_per_second=round(per_second, 1) if per_second else None,
+            split_conversations=self.split_conversations,
+            eval_max_rows=self.eval_max_rows,
+        )
 
 
 @dataclass(frozen=True)
@@ -366,28 +368,25 @@ def build(
         log.info("tokenising %s and %s with %d worker(s) into %s", paths[0], paths[1], workers, final)
         train = builder.write_split(paths[0], None, TRAIN_ROWS, None, space_check(cache_root, eval_kept))
         evaluation = builder.write_split(paths[1], keep, EVAL_ROWS, EVAL_CONVERSATIONS)
-        evaluation.extra = {"split_conversations": eval_total, "eval_max_rows": settings.eval_max_rows}
+        evaluation.split_conversations, evaluation.eval_max_rows = eval_total, settings.eval_max_rows
     except BaseException:
         builder.close()
         shutil.rmtree(staging, ignore_errors=True)
         raise
     builder.close()
-    write_json(
-        staging / TOKENS_MANIFEST,
-        {
-            "format": token_cache.FORMAT_VERSION,
-            "key": key,
-            "data": data,
-            "data_dir": str(data_dir),
-            "tokenizer": tokenizer_print,
-            "tokenizer_dir": str(tokenizer_dir),
-            "settings": settings.__dict__,
-            "workers": workers,
-            "train": train.as_json(),
-            "eval": evaluation.as_json(),
-            "bytes": sum(path.stat().st_size for path in staging.iterdir()),
-        },
-    )
+    TokenManifest(
+        format=token_cache.FORMAT_VERSION,
+        key=key,
+        data=data,
+        data_dir=str(data_dir),
+        tokenizer=tokenizer_print,
+        tokenizer_dir=str(tokenizer_dir),
+        settings=asdict(settings),
+        workers=workers,
+        train=train.counts(),
+        eval=evaluation.counts(),
+        bytes=sum(path.stat().st_size for path in staging.iterdir()),
+    ).write(staging / TOKENS_MANIFEST)
     try:
         staging.rename(final)
     except OSError:  # another run finished the same entry first: theirs is identical

@@ -24,7 +24,7 @@ from components.tokenise.build import build
 from components.tokenise.options import MAIN_MEMORY, TRAINING_FIELDS, WORKER_MEMORY, TokeniseOptions, build_parser
 from trainer.base_model import tokenizer_dir
 from trainer.config import TrainConfig
-from trainer.token_cache import TokenSettings, read_manifest
+from trainer.token_cache import TokenManifest, TokenSettings
 
 CGROUP = Path("/sys/fs/cgroup")
 # cgroup v1 reports "no memory limit" as a page-rounded huge number rather than "max".
@@ -81,16 +81,16 @@ def tokenise(options: TokeniseOptions, training: TrainConfig, hub_cache: Path | 
     return build(options.data_dir, source, settings, options.cache_dir, workers)
 
 
-def summary(tokens_dir: Path, manifest: dict, built: bool) -> str:
-    train, evaluation = manifest["train"], manifest["eval"]
+def summary(tokens_dir: Path, manifest: TokenManifest, built: bool) -> str:
+    train, evaluation = manifest.train, manifest.eval
     return "\n".join(
         [
             "tokenised now" if built else "reused from the cache (tokenised by an earlier step with the same key)",
-            f"train: {train['conversations']} conversations, {train['tokens']} tokens "
-            f"({train['loss_tokens']} with loss), {train['rows']} rows; "
-            f"{train['conversations_per_second']} conversations/s with {manifest['workers']} worker process(es)",
-            f"eval:  {evaluation['conversations']} of {evaluation['split_conversations']} conversations "
-            f"(eval_max_rows {evaluation['eval_max_rows']}), {evaluation['rows']} rows",
+            f"train: {train.conversations} conversations, {train.tokens} tokens "
+            f"({train.loss_tokens} with loss), {train.rows} rows; "
+            f"{train.conversations_per_second} conversations/s with {manifest.workers} worker process(es)",
+            f"eval:  {evaluation.conversations} of {evaluation.split_conversations} conversations "
+            f"(eval_max_rows {evaluation.eval_max_rows}), {evaluation.rows} rows",
             f"tokens -> {tokens_dir}",
         ]
     )
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     args = build_parser().parse_args(argv)
     tokens_dir, built = tokenise(options_from(args, TokeniseOptions), training_options(vars(args)))
-    print(summary(tokens_dir, read_manifest(tokens_dir), built), flush=True)
+    print(summary(tokens_dir, TokenManifest.read(tokens_dir), built), flush=True)
 
 
 @exit_on_user_error
@@ -114,11 +114,11 @@ def run_in_pipeline(options: TokeniseOptions, training: TrainConfig, hub_cache: 
     """What the KFP component does: the entry under ``<workspace>/token-cache``, its counts as metrics."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     tokens_dir, built = tokenise(options, training, hub_cache)
-    manifest = read_manifest(tokens_dir)
+    manifest = TokenManifest.read(tokens_dir)
     print(summary(tokens_dir, manifest, built), flush=True)
-    for split in ("train", "eval"):
+    for split, counts in (("train", manifest.train), ("eval", manifest.eval)):
         for name in ("conversations", "tokens", "rows"):
-            metrics.log_metric(f"{split}_{name}", manifest[split][name])
+            metrics.log_metric(f"{split}_{name}", getattr(counts, name))
     metrics.log_metric("reused", 0 if built else 1)
     return str(tokens_dir)
 
