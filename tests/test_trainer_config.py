@@ -175,12 +175,12 @@ def test_a_lost_peer_fails_the_collective_after_the_configured_timeout(tmp_path)
     """Issue 12, defect 6: the process group's timeout (what a rank waits in a collective for a peer that is gone)
     is the option, not torch's 30-minute default, and a non-positive one is refused."""
     from trainer.distributed import Topology
-    from trainer.train import sft_config
+    from trainer.objectives.sft import sft_arguments
 
     single = Topology(rank=0, local_rank=0, world_size=1)
     config = TrainConfig(model="m", tokens_dir=tmp_path, output_dir=tmp_path / "out")
     assert config.collective_timeout_minutes == 10.0
-    assert sft_config(config, single, has_eval=False).ddp_timeout == 600
+    assert sft_arguments(config, single, has_eval=False).ddp_timeout == 600
     quick = dataclasses.replace(config, collective_timeout_minutes=0.5)
-    assert sft_config(quick, single, has_eval=False).ddp_timeout == 30
+    assert sft_arguments(quick, single, has_eval=False).ddp_timeout == 30
     assert "collective_timeout_minutes" in option_problems(dataclasses.replace(config, collective_timeout_minutes=0))

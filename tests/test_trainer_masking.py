@@ -17,8 +17,8 @@ from trainer import data
 from trainer.config import TrainConfig
 from trainer.distributed import Topology
 from trainer.masking import TemplateError, tokenise_conversation, tokenise_conversations
+from trainer.objectives.sft import sft_arguments
 from trainer.token_cache import open_rows
-from trainer.train import sft_config
 
 CONVERSATION = [
     {"role": "system", "content": "You answer briefly."},
@@ -75,7 +75,7 @@ def test_prompt_tokens_carry_no_loss_in_the_packed_rows(tiny_tokenizer, tiny_mod
     _, packed, _ = data.token_rows(config, tiny_model_dir, tiny_tokenizer)
     trainer = SFTTrainer(
         model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
-        args=sft_config(config, Topology(rank=0, local_rank=0, world_size=1), has_eval=False),
+        args=sft_arguments(config, Topology(rank=0, local_rank=0, world_size=1), has_eval=False),
         train_dataset=packed,
         processing_class=tiny_tokenizer,
     )

@@ -19,19 +19,13 @@ from trainer.compiled import blocks
 from trainer.config import TrainConfig
 from trainer.diagnostics import ShardRecorder
 from trainer.distributed import Topology
-from trainer.train import (
-    EveryEvalRowTrainer,
-    load_model,
-    lora_config,
-    sft_config,
-    trained_weights_dtype,
-    write_adapter,
-)
+from trainer.objectives.sft import SFTRunTrainer, sft_arguments
+from trainer.train import load_model, lora_config, trained_weights_dtype, write_adapter
 
 SINGLE = Topology(rank=0, local_rank=0, world_size=1)
 
 
-def train_steps(tiny_model_dir, prepared_data_dir, output_dir, **options) -> EveryEvalRowTrainer:
+def train_steps(tiny_model_dir, prepared_data_dir, output_dir, **options) -> SFTRunTrainer:
     """Three LoRA steps (unless ``options`` say otherwise) on the tiny model with the trainer's own SFT and LoRA
     settings."""
     settings = {
@@ -44,10 +38,10 @@ def train_steps(tiny_model_dir, prepared_data_dir, output_dir, **options) -> Eve
     config = TrainConfig(model=str(tiny_model_dir), tokens_dir=tokens, output_dir=output_dir, **settings)
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     _, train_rows, _ = data.token_rows(config, tiny_model_dir, tokenizer)
-    args = sft_config(config, SINGLE, has_eval=False)
+    args = sft_arguments(config, SINGLE, has_eval=False)
     args.report_to = []
     torch.manual_seed(0)
-    trainer = EveryEvalRowTrainer(
+    trainer = SFTRunTrainer(
         model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
         args=args,
         train_dataset=train_rows,

@@ -11,6 +11,7 @@ the trainer did then: ``python -m trainer`` with that data path patched back in
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -37,9 +38,9 @@ def tokenise_split(split: Dataset, tokenizer: PreTrainedTokenizerBase, loss_on: 
 
 def trl_arguments(config: TrainConfig, has_eval: bool):
     """The trainer's SFTConfig with TRL's own dataset preparation switched back on."""
-    from trainer.train import sft_config
+    from trainer.objectives.sft import sft_arguments
 
-    args = sft_config(config, Topology(rank=0, local_rank=0, world_size=1), has_eval=has_eval)
+    args = sft_arguments(config, Topology(rank=0, local_rank=0, world_size=1), has_eval=has_eval)
     args.dataset_kwargs = None
     args.report_to = []
     return args
@@ -71,15 +72,13 @@ def main() -> int:
         counts = SimpleNamespace(**{split: SimpleNamespace(conversations=len(rows)) for split, rows in splits.items()})
         return counts, splits["train"], splits["eval"]
 
-    plain_sft_config = train.sft_config
-
-    def preparing_sft_config(*args, **kwargs):
-        arguments = plain_sft_config(*args, **kwargs)
+    def preparing_sft_arguments(*args, **kwargs):
+        arguments = train.SFT.arguments(*args, **kwargs)
         arguments.dataset_kwargs = None
         return arguments
 
     data.token_rows = todays_rows
-    train.sft_config = preparing_sft_config
+    train.SFT = dataclasses.replace(train.SFT, arguments=preparing_sft_arguments)
     return trainer_main()
 
 

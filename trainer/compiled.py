@@ -29,6 +29,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 
 from common.errors import UserError, one_line
 from trainer.attention import FLEX_BLOCK
+from trainer.config import TrainConfig
 
 log = logging.getLogger("trainer")
 
@@ -56,6 +57,11 @@ def why_not_compiled(asked: bool, cuda: bool, sharding: str, backend: str = INDU
     if sharding == "fsdp":
         return "sharding fsdp (compiled blocks under FSDP2 are not tested here yet)"
     return None
+
+
+def why_run_not_compiled(config: TrainConfig) -> str | None:
+    """Why this run's blocks stay eager, or None when they are compiled."""
+    return why_not_compiled(config.compile_blocks, torch.cuda.is_available(), config.sharding, config.compile_backend)
 
 
 def recompile_budget(block_count: int) -> int:

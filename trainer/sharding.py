@@ -52,7 +52,7 @@ def trainer_arguments(config: TrainConfig) -> dict[str, Any]:
       broadcasts them; the other ranks build the model on the meta device. Eight ranks of a node
       each loading an 8B model in fp32 would need 256 GB of host memory.
     - No ``activation_checkpointing`` here: transformers checkpoints the blocks under FSDP as under DDP
-      (``sft_config``). FSDP's own wraps each block in a ``CheckpointWrapper``, whose module names PEFT 0.21
+      (``trainer.run_arguments``). FSDP's own wraps each block in a ``CheckpointWrapper``, whose module names PEFT 0.21
       cannot match to the gathered weights' (it strips only FSDP1's prefix): every checkpoint and ``adapter/``
       of a LoRA run came out empty and ``merged/`` was the untrained base. FSDP2 skips the unshard of a
       block recomputed in its backward either way (``FSDPState._pre_forward``): counted on 2 ranks, 6

@@ -1,8 +1,8 @@
 """One readable path from a ``TrainConfig`` to a fine-tuned model on shared storage.
 
-config → checks → tokenised splits → model (+ LoRA) → TRL SFTTrainer (resuming
-from the newest complete checkpoint) → final evaluation → adapter, merged
-model and summaries written by rank 0.
+config → checks → tokenised splits → model (+ LoRA) → the objective's TRL trainer
+(``trainer.objectives``; resuming from the newest complete checkpoint) → final
+evaluation → adapter, merged model and summaries written by rank 0.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import dataclasses
 import logging
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -20,10 +19,8 @@ import torch
 from peft import LoraConfig
 from peft.helpers import disable_input_dtype_casting
 from safetensors import safe_open
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase, Trainer
 from transformers.trainer_callback import PrinterCallback
-from transformers.trainer_utils import speed_metrics
-from trl import SFTConfig, SFTTrainer
 
 from common.atomic import replace_dir, write_json
 from common.errors import UserError
@@ -42,10 +39,10 @@ from trainer import (
     sharding,
 )
 from trainer.callbacks import CompletionManifest, PreemptionSave, ProgressLines
-from trainer.config import TrainConfig, checkpointing_words, peak_learning_rate
+from trainer.config import TrainConfig, checkpointing_words
 from trainer.diagnostics import ShardRecorder
 from trainer.distributed import Topology
-from trainer.precision import device_capability, precision
+from trainer.objectives.sft import SFT
 from trainer.rehearsal import SpeedPath
 
 log = logging.getLogger("trainer")
@@ -116,17 +113,10 @@ def keep_4bit_layout(model: PreTrainedModel) -> None:
             module.support_avx512bf16_for_cpu = False
 
 
-def why_blocks_not_compiled(config: TrainConfig) -> str | None:
-    """Why this run's blocks stay eager, or None when they are compiled."""
-    return compiled.why_not_compiled(
-        config.compile_blocks, torch.cuda.is_available(), config.sharding, config.compile_backend
-    )
-
-
 def attention_of(config: TrainConfig) -> str:
     """The attention kernel this run loads its model with."""
     return attention.attention_kernel(
-        config.attention, config.packing, torch.cuda.is_available(), why_blocks_not_compiled(config) is None
+        config.attention, config.packing, torch.cuda.is_available(), compiled.why_run_not_compiled(config) is None
     )
 
 
@@ -143,114 +133,6 @@ def lora_config(config: TrainConfig) -> LoraConfig | None:
         else [name.strip() for name in modules.split(",") if name.strip()],
         task_type="CAUSAL_LM",
     )
-
-
-def sft_config(config: TrainConfig, topology: Topology, has_eval: bool) -> SFTConfig:
-    evaluate_by_steps = config.eval_steps > 0
-    checkpointing = config.recomputes_activations
-    blocks_compiled = why_blocks_not_compiled(config) is None
-    eval_strategy = "no" if not has_eval else "steps" if evaluate_by_steps else "epoch"
-    return SFTConfig(
-        output_dir=str(config.checkpoints_dir),
-        num_train_epochs=config.epochs,
-        max_steps=config.max_steps,
-        learning_rate=peak_learning_rate(config) * (topology.world_size if config.scale_lr else 1),
-        lr_scheduler_type="cosine",
-        warmup_steps=config.warmup_ratio,  # a float below 1 is a share of all steps
-        weight_decay=config.weight_decay,
-        per_device_train_batch_size=config.per_device_batch_size,
-        # One (packed) eval row per forward pass: the Trainer averages per-batch mean losses, so only with one
-        # row per batch does each eval row weigh the same whatever the number of ranks it is spread over.
-        per_device_eval_batch_size=1,
-        gradient_accumulation_steps=config.gradient_accumulation_steps,
-        activation_checkpointing=checkpointing,
-        # transformers checkpoints the blocks whose index is a multiple of every_n_layers
-        activation_checkpointing_kwargs={"every_n_layers": config.checkpoint_every} if checkpointing else None,
-        max_length=config.max_length,
-        packing=config.packing,
-        packing_strategy="bfd",
-        padding_free=config.packing,
-        pad_to_multiple_of=compiled.PAD_MULTIPLE if blocks_compiled else None,
-        save_strategy="steps",
-        save_steps=config.save_steps,
-        save_total_limit=config.save_total_limit,
-        eval_strategy=eval_strategy,
-        eval_steps=config.eval_steps if evaluate_by_steps else None,
-        logging_strategy="steps",
-        logging_steps=config.logging_steps,
-        logging_first_step=True,
-        report_to=["tensorboard"],
-        # Tokens are counted by ShardRecorder on the CPU: the Trainer's counter and its check of every step's loss
-        # for nan/inf each read a GPU value back after every micro-batch, stalling the GPU's queue. An inf or nan
-        # loss then shows in the logged mean instead of being replaced by the previous steps' average.
-        include_num_input_tokens_seen="no",
-        logging_nan_inf_filter=False,
-        ddp_backend=distributed.backend() if topology.world_size > 1 else None,
-        ddp_find_unused_parameters=False,
-        # A peer pod that is gone leaves the others blocked in their next collective; torch's default waits 30
-        # minutes (NCCL) before the rank fails, torchrun ends the pod and the job restarts and resumes. Under
-        # torchrun the group already exists (distributed.initialise, same timeout) and accelerate reuses it; this
-        # keeps the Trainer's arguments saying what the group does.
-        ddp_timeout=round(config.collective_timeout_minutes * 60),
-        # Equal training batch counts per rank without accelerate's padding of the last
-        # batch with repeated samples, which would break the disjoint shards. The eval
-        # loader keeps every row (EveryEvalRowTrainer).
-        dataloader_drop_last=topology.world_size > 1,
-        disable_tqdm=not sys.stderr.isatty(),
-        use_liger_kernel=config.liger_kernels,
-        seed=config.seed,
-        data_seed=config.seed,
-        use_cpu=not torch.cuda.is_available(),
-        # The tokenise step wrote the rows TRL's preparation would make (labels, truncation or packing): TRL must
-        # not map over the whole data set again in every rank.
-        dataset_kwargs={"skip_prepare_dataset": True},
-        **precision(device_capability(topology) if config.mixed_precision else None),
-        **sharding.trainer_arguments(config),
-    )
-
-
-class EveryEvalRowTrainer(SFTTrainer):
-    """TRL's SFTTrainer whose eval loader never drops its last, incomplete batch, and whose logs count tokens from
-    ``ShardRecorder`` (see ``sft_config``): ``num_input_tokens_seen`` in every log entry as before.
-
-    ``dataloader_drop_last`` applies to both loaders. Training needs it (see
-    ``sft_config``); evaluation must not have it: with fewer eval rows than ranks
-    every rank dropped its only batch, no rank computed ``eval_loss``, and the run
-    crashed after training. Without it, accelerate pads the ranks' last batches
-    with repeated rows and ``gather_for_metrics`` removes the repeats, so each eval
-    row counts exactly once.
-    """
-
-    def __init__(self, *args: Any, shards: ShardRecorder, callbacks: list | None = None, **kwargs: Any) -> None:
-        super().__init__(*args, callbacks=[*(callbacks or []), shards], **kwargs)
-        self.shards = shards
-        shards.attach(self)
-
-    def _save_checkpoint(self, model: Any, trial: Any) -> None:
-        # The checkpoint's trainer_state.json carries the count a resumed run starts from; every rank saves.
-        self.state.num_input_tokens_seen = self.shards.tokens_seen()
-        super()._save_checkpoint(model, trial)
-
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        # Every rank logs at the same points, so summing over the ranks here is safe.
-        self.state.num_input_tokens_seen = self.shards.tokens_seen()
-        logs["num_input_tokens_seen"] = self.state.num_input_tokens_seen
-        if start_time is not None:
-            this_attempt = self.state.num_input_tokens_seen - self.shards.tokens_before
-            logs.update(speed_metrics("train", start_time, num_tokens=this_attempt))
-        super().log(logs, start_time)
-
-    def create_accelerator_and_postprocess(self) -> None:
-        super().create_accelerator_and_postprocess()
-        sharding.use_fsdp_on_cpu(self)
-
-    def get_eval_dataloader(self, eval_dataset=None):
-        drop_last = self.args.dataloader_drop_last
-        self.args.dataloader_drop_last = False
-        try:
-            return super().get_eval_dataloader(eval_dataset)
-        finally:
-            self.args.dataloader_drop_last = drop_last
 
 
 def clear_incomplete_checkpoints(config: TrainConfig, topology: Topology) -> Path | None:
@@ -281,7 +163,7 @@ def device_name() -> str:
     return torch.cuda.get_device_name(torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
 
 
-def final_eval_loss(trainer: SFTTrainer) -> float | None:
+def final_eval_loss(trainer: Trainer) -> float | None:
     """The eval loss at the last step: reuse the end-of-training evaluation when there was one."""
     if trainer.eval_dataset is None:
         return None
@@ -349,7 +231,7 @@ def gathered_model(
 
 
 def save_models(
-    trainer: SFTTrainer,
+    trainer: Trainer,
     config: TrainConfig,
     source: Path,
     tokenizer: PreTrainedTokenizerBase,
@@ -397,11 +279,11 @@ def lora_inputs_as_they_come(model: torch.nn.Module, config: TrainConfig, mixed_
     return disable_input_dtype_casting(model, active=active)
 
 
-def speed_up(trainer: SFTTrainer, config: TrainConfig, topology: Topology) -> SpeedPath:
+def speed_up(trainer: Trainer, config: TrainConfig, topology: Topology) -> SpeedPath:
     """Compile the blocks where that runs, log what attention and compilation this run has, and rehearse both
     before the first step (``trainer.rehearsal``)."""
     cuda = torch.cuda.is_available()
-    reason = why_blocks_not_compiled(config)
+    reason = compiled.why_run_not_compiled(config)
     kernel = attention_of(config)
     why = f" ({attention.why_auto(kernel, config.packing, cuda, reason is None)})" if config.attention == "auto" else ""
     log.info("%s%s", attention.describe(kernel, config.packing), why)
@@ -445,14 +327,15 @@ def run_checked(config: TrainConfig, topology: Topology) -> int:
         raise UserError(f"the tokenizer of {config.model} has no chat template; fine-tune an instruct/chat model.")
     manifest, train_split, eval_split = data.token_rows(config, source, tokenizer)
 
-    args = sft_config(config, topology, has_eval=len(eval_split) > 0)  # initialises the process group under torchrun
+    objective = SFT  # the one objective so far (trainer.objectives)
+    args = objective.arguments(config, topology, len(eval_split) > 0)
     os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(config.output_dir / "tensorboard"))
     resume_from = clear_incomplete_checkpoints(config, topology)
     preemption = PreemptionSave()
     shards = ShardRecorder()
     sharding_check = sharding.ShardingCheck(config, topology.world_size)
     sharding.prepare_environment(config)
-    trainer = EveryEvalRowTrainer(
+    trainer = objective.trainer_class(
         model=load_model(config, source, args.bf16, args.fp16),
         args=args,
         train_dataset=train_split,
