@@ -90,13 +90,16 @@ class ListFile:
     VERSION: ClassVar[int]
     FIX: ClassVar[str]  # what to do about a file that cannot be read
 
-    def write(self, path: Path) -> None:
+    def text(self) -> str:
+        """The file's text: for a file staged with others and renamed into place with them (common.atomic)."""
         entries = [
             {key: value for key, value in dataclasses.asdict(entry).items() if value is not None}
             for entry in getattr(self, self.KEY)
         ]
-        record = {FORMAT_VERSION: self.VERSION, self.KEY: entries}
-        write_text_atomic(path, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+        return json.dumps({FORMAT_VERSION: self.VERSION, self.KEY: entries}, indent=2, ensure_ascii=False) + "\n"
+
+    def write(self, path: Path) -> None:
+        write_text_atomic(path, self.text())
 
     @classmethod
     def read(cls, path: Path) -> Self:
@@ -243,8 +246,12 @@ class VersionedFile:
     def as_json(self) -> dict[str, Any]:
         return {FORMAT_VERSION: self.VERSION, **dataclasses.asdict(self)}
 
+    def text(self) -> str:
+        """The file's text: for a file staged with others and renamed into place with them (common.atomic)."""
+        return json.dumps(self.as_json(), indent=2, ensure_ascii=False) + "\n"
+
     def write(self, path: Path) -> None:
-        write_text_atomic(path, json.dumps(self.as_json(), indent=2, ensure_ascii=False) + "\n")
+        write_text_atomic(path, self.text())
 
     @classmethod
     def _fields_at(cls, path: Path, fix: str) -> dict[str, Any] | None:

@@ -115,7 +115,7 @@ def prepare(inputs: str, output_dir: Path, options: PrepareOptions = PrepareOpti
         stats = _stats(files, options, tally, digests)
         _check_mapped_columns(files, fields, tally)
         _check_usable(files, stats, options, tally, stage)
-        stats.write(stage.file(DATA_STATS))
+        stage.file(DATA_STATS).write_text(stats.text(), encoding="utf-8")  # published last, with the splits
         (output_dir / FAILED_REJECTS_FILE).unlink(missing_ok=True)
         stage.publish(TRAIN_SPLIT, EVAL_SPLIT, REJECTS, DATA_STATS)
     return PrepareResult(output_dir, stats)

@@ -402,9 +402,8 @@ def write_outputs(evaluated: Evaluated) -> None:
     (target / SAMPLE_RESPONSES).parent.mkdir(parents=True, exist_ok=True)
     with staging_dir(target) as staging:
         staging.file(SAMPLE_RESPONSES).parent.mkdir()
-        SampleAnswers(tuple(SampleAnswer(**sample) for sample in evaluated.samples)).write(
-            staging.file(SAMPLE_RESPONSES)
-        )
+        answers = SampleAnswers(tuple(SampleAnswer(**sample) for sample in evaluated.samples))
+        staging.file(SAMPLE_RESPONSES).write_text(answers.text(), encoding="utf-8")
         names = [SAMPLE_RESPONSES]
         if evaluated.loss_curve_png:
             staging.file(LOSS_CURVE).write_bytes(evaluated.loss_curve_png)
