@@ -72,8 +72,10 @@ def main() -> int:
         counts = SimpleNamespace(**{split: SimpleNamespace(conversations=len(rows)) for split, rows in splits.items()})
         return counts, splits["train"], splits["eval"]
 
+    plain_sft_arguments = train.SFT.arguments
+
     def preparing_sft_arguments(*args, **kwargs):
-        arguments = train.SFT.arguments(*args, **kwargs)
+        arguments = plain_sft_arguments(*args, **kwargs)
         arguments.dataset_kwargs = None
         return arguments
 
