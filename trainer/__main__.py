@@ -9,6 +9,7 @@ import sys
 from common.errors import exit_on_user_error
 from trainer import preflight
 from trainer.config import parse_config
+from trainer.distributed import exit_process
 from trainer.unused_packages import keep_out_unused_packages
 
 
@@ -32,4 +33,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())  # a user error has exited already, with its paragraph
