@@ -4,7 +4,7 @@
 rows, checkpoints and resume, pre-emption, the speed path, saving and merging, the summary. An objective is
 what changes with the loss: its Trainer arguments (a ``TrainingArguments`` class from TRL and the options it
 sets beyond ``trainer.run_arguments``) and its trainer class (TRL's, with ``trainer.run_trainer.RunTrainer``
-mixed in). Each lives in one module here; ``OBJECTIVES`` names them. Adding one is a recipe in
+mixed in). Each lives in one module here (``sft.py``, the one so far). Adding one is a recipe in
 docs/contributing.md.
 """
 
