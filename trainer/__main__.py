@@ -7,6 +7,7 @@ import os
 import sys
 
 from common.errors import exit_on_user_error
+from common.startup import imports_without_collection
 from trainer import preflight
 from trainer.config import parse_config
 from trainer.distributed import exit_process
@@ -27,7 +28,8 @@ def main() -> int:
     # Before transformers, PEFT and TRL load: an option this pod cannot honour costs torch's import, not theirs.
     topology = preflight.check(config)
     keep_out_unused_packages(config)
-    from trainer.train import run_checked
+    with imports_without_collection():  # transformers, PEFT and TRL: 2.5 s less CPU a rank
+        from trainer.train import run_checked
 
     return run_checked(config, topology)
 
