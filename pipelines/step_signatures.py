@@ -261,14 +261,22 @@ def _annotation(step: StepSignature) -> str:
     return f' -> NamedTuple(\n{INDENT}"{name}",\n{INDENT}[\n{items}{INDENT}],\n)'
 
 
+def _stage_import(step: StepSignature) -> str:
+    """The import of the stage's ``run_step``, whose libraries load with the collector paused (common/startup.py)."""
+    return (
+        f"{INDENT}from common.startup import imports_without_collection\n\n"
+        f"{INDENT}with imports_without_collection():\n{INDENT * 2}from {step.stage} import run_step\n\n"
+    )
+
+
 def _body(step: StepSignature) -> str:
     if step.returns_tuple is None:
-        return f"{INDENT}from {step.stage} import run_step\n\n{INDENT}return run_step(inputs)\n"
+        return f"{_stage_import(step)}{INDENT}return run_step(inputs)\n"
     name, fields = step.returns_tuple
     names = ", ".join(f'"{field}"' for field, _ in fields)
     outputs = "run_step(inputs)" if len(fields) == 1 else "*run_step(inputs)"
     return (
-        f"{INDENT}from collections import namedtuple\n\n{INDENT}from {step.stage} import run_step\n\n"
+        f"{INDENT}from collections import namedtuple\n\n{_stage_import(step)}"
         f"{INDENT}fields = [{names}]\n"
         f'{INDENT}return namedtuple("{name}", fields)({outputs})\n'
     )

@@ -36,7 +36,10 @@ def prepare_dataset(
     inputs = dict(locals())  # every input by name, taken before anything else is bound here
     from collections import namedtuple
 
-    from components.data.stage import run_step
+    from common.startup import imports_without_collection
+
+    with imports_without_collection():
+        from components.data.stage import run_step
 
     fields = ["fingerprint", "data_dir"]
     return namedtuple("PrepareOutputs", fields)(*run_step(inputs))
@@ -68,7 +71,10 @@ def check_data_changed(
     inputs = dict(locals())  # every input by name, taken before anything else is bound here
     from collections import namedtuple
 
-    from components.publish.change_check import run_step
+    from common.startup import imports_without_collection
+
+    with imports_without_collection():
+        from components.publish.change_check import run_step
 
     fields = ["changed", "reason", "finish", "version_run_id", "version_train_dir"]
     return namedtuple("DataChange", fields)(*run_step(inputs))
@@ -101,7 +107,10 @@ def tokenise_data(
     inputs = dict(locals())  # every input by name, taken before anything else is bound here
     from collections import namedtuple
 
-    from components.tokenise.stage import run_step
+    from common.startup import imports_without_collection
+
+    with imports_without_collection():
+        from components.tokenise.stage import run_step
 
     fields = ["tokens_dir"]
     return namedtuple("TokeniseOutputs", fields)(run_step(inputs))
@@ -150,7 +159,10 @@ def evaluate_model(
     inputs = dict(locals())  # every input by name, taken before anything else is bound here
     from collections import namedtuple
 
-    from components.evaluate.stage import run_step
+    from common.startup import imports_without_collection
+
+    with imports_without_collection():
+        from components.evaluate.stage import run_step
 
     fields = ["gate_passed", "gate_reason"]
     return namedtuple("EvaluateOutputs", fields)(*run_step(inputs))
@@ -175,7 +187,10 @@ def export_gguf(
     base model. Returns the GGUF's path on the workspace.
     """
     inputs = dict(locals())  # every input by name, taken before anything else is bound here
-    from components.export.stage import run_step
+    from common.startup import imports_without_collection
+
+    with imports_without_collection():
+        from components.export.stage import run_step
 
     return run_step(inputs)
 
@@ -208,7 +223,10 @@ def publish_model(
     inputs = dict(locals())  # every input by name, taken before anything else is bound here
     from collections import namedtuple
 
-    from components.publish.stage import run_step
+    from common.startup import imports_without_collection
+
+    with imports_without_collection():
+        from components.publish.stage import run_step
 
     fields = ["location", "dry_run"]
     return namedtuple("PublishOutputs", fields)(*run_step(inputs))
@@ -233,7 +251,10 @@ def store_model(
     first copy's URI, empty when no target is set.
     """
     inputs = dict(locals())  # every input by name, taken before anything else is bound here
-    from components.store.stage import run_step
+    from common.startup import imports_without_collection
+
+    with imports_without_collection():
+        from components.store.stage import run_step
 
     return run_step(inputs)
 
@@ -259,7 +280,10 @@ def register_model(
     plain http only to loopback or with ``allow_http``. Returns the version's id, empty when no registry is set.
     """
     inputs = dict(locals())  # every input by name, taken before anything else is bound here
-    from components.register.stage import run_step
+    from common.startup import imports_without_collection
+
+    with imports_without_collection():
+        from components.register.stage import run_step
 
     return run_step(inputs)
 
@@ -289,6 +313,9 @@ def serve_model(
     endpoint and answer (run summary, Model Registry). Returns the endpoint, empty when not deployed.
     """
     inputs = dict(locals())  # every input by name, taken before anything else is bound here
-    from components.serve.stage import run_step
+    from common.startup import imports_without_collection
+
+    with imports_without_collection():
+        from components.serve.stage import run_step
 
     return run_step(inputs)

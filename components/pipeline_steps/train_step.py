@@ -91,7 +91,10 @@ def train_model(
     inputs = dict(locals())  # every input by name, taken before anything else is bound here
     from collections import namedtuple
 
-    from components.train.stage import run_step
+    from common.startup import imports_without_collection
+
+    with imports_without_collection():
+        from components.train.stage import run_step
 
     fields = ["train_dir", "base_model"]
     return namedtuple("TrainOutputs", fields)(*run_step(inputs))
