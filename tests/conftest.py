@@ -17,6 +17,8 @@ import pytest
 from outside_reads import OutsideReads, interpreter_dirs
 from shared_builds import build_once
 
+from common.startup import imports_without_collection
+
 # Under pytest-xdist, the tests that share a module fixture run in one worker (its hooks; tests/worker_groups.py).
 pytest_plugins = ("worker_groups",)
 
@@ -52,6 +54,14 @@ def pytest_configure(config: pytest.Config) -> None:
     else:
         workers = getattr(config.option, "numprocesses", None) or 1
     process_settings.apply(int(workers))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session: pytest.Session) -> Generator[None, object, object]:
+    """Collecting imports every test module and, through them, torch, transformers, PEFT and TRL: with the garbage
+    collector paused, as the trainer's ranks do (common/startup.py), and what they built frozen for the tests."""
+    with imports_without_collection():
+        return (yield)
 
 
 def pytest_report_header() -> str | None:
