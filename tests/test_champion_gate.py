@@ -82,7 +82,7 @@ def trained_run(workspace: Path, run_id: str, base: Path, rows: int, *training: 
 def evaluate(workspace: Path, run_id: str, base: Path, env: dict, *extra: object):
     train = stage_dir(workspace, run_id, "train")
     return run_module(
-        "components.evaluate.stage",
+        "components.evaluate",
         "--base-model",
         base,
         "--fine-tuned-model",

@@ -124,7 +124,7 @@ def evaluate_cli(
     max_new_tokens: int = MAX_NEW_TOKENS,
 ) -> subprocess.CompletedProcess:
     return run_module(
-        "components.evaluate.stage",
+        "components.evaluate",
         "--base-model",
         base,
         "--fine-tuned-model",

@@ -1,7 +1,7 @@
 """Every knob of the evaluation stage, its default and its help text, in one place.
 
 ``EvaluateOptions`` is the single source of truth: the command line of
-``python -m components.evaluate.stage`` is generated from its fields and the KFP
+``python -m components.evaluate`` is generated from its fields and the KFP
 component takes its defaults from it. This module imports nothing heavy, so the
 pipeline definition can read the defaults without loading torch.
 """
@@ -177,7 +177,7 @@ def option_problems(options: EvaluateOptions) -> dict[str, str]:
 def build_parser() -> argparse.ArgumentParser:
     """An argparse parser whose options are exactly ``EvaluateOptions``' fields."""
     parser = argparse.ArgumentParser(
-        prog="python -m components.evaluate.stage",
+        prog="python -m components.evaluate",
         description="Compare a fine-tuned model with its base on the held-out split and decide the quality gate.",
     )
     add_options(parser, EvaluateOptions)

@@ -1,6 +1,6 @@
 """Evaluation stage: the CLI, and what its KFP component runs.
 
-    python -m components.evaluate.stage --base-model BASE --fine-tuned-model TRAIN/merged \\
+    python -m components.evaluate --base-model BASE --fine-tuned-model TRAIN/merged \\
         --data-dir DATA --tokens-dir TOKENS --train-dir TRAIN --output-dir EVAL [--extra-questions "Q1" "Q2"] \\
         [--workspace-root WORKSPACE [--repo-id OWNER/NAME] [--force]]
 
