@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Callable, TypeVar
 
 from common.errors import UserError
 from common.records import (
@@ -32,6 +33,7 @@ from common.run_layout import (
     stage_dir,
 )
 
+Record = TypeVar("Record")
 # The merged checkpoint's config at the repository root: transformers loads the repository by it.
 MERGED_CONFIG = "config.json"
 
@@ -79,7 +81,7 @@ class RunOutputs:
 
 def read_run_outputs(dirs: RunDirs) -> RunOutputs:
     """Read what data, train, evaluate and export left; a missing piece is a clear error."""
-    stats = read_data_stats(dirs.data)
+    stats = written(DataStats.read, dirs.data / DATA_STATS, "the data stage")
     ggufs = sorted(dirs.export.glob("*.gguf")) if dirs.export.is_dir() else []
     models = [path for path in ggufs if LORA_MARKER not in path.name]
     if not models:
@@ -93,38 +95,20 @@ def read_run_outputs(dirs: RunDirs) -> RunOutputs:
         )
     return RunOutputs(
         stats=stats,
-        summary=read_training_summary(dirs.train),
-        evaluation=read_evaluation(dirs.evaluate),
+        summary=written(TrainingSummary.read, dirs.train / TRAINING_SUMMARY, "the training stage"),
+        evaluation=written(EvaluationResult.read, dirs.evaluate / EVALUATION, "the evaluation stage"),
         samples=SampleAnswers.read(dirs.evaluate / SAMPLE_RESPONSES).answers,
         ggufs=models,
         lora_ggufs=[path for path in ggufs if LORA_MARKER in path.name],
     )
 
 
-def not_written(path: Path, stage: str) -> UserError:
-    """The error for a file ``stage`` has not written (yet) for this run."""
-    return UserError(f"{path} does not exist: {stage} has not run for this run (or wrote elsewhere). Run it first.")
-
-
-def read_data_stats(data_dir: Path) -> DataStats:
-    """The data step's statistics of the run in ``data_dir``; a clear error when the step has not finished there."""
-    if stats := DataStats.read(data_dir / DATA_STATS):
-        return stats
-    raise not_written(data_dir / DATA_STATS, "the data stage")
-
-
-def read_training_summary(train_dir: Path) -> TrainingSummary:
-    """The trainer's summary of the run in ``train_dir``; a clear error when training has not finished there."""
-    if summary := TrainingSummary.read(train_dir / TRAINING_SUMMARY):
-        return summary
-    raise not_written(train_dir / TRAINING_SUMMARY, "the training stage")
-
-
-def read_evaluation(evaluate_dir: Path) -> EvaluationResult:
-    """The evaluation of the run in ``evaluate_dir``; a clear error when the evaluation step has not finished there."""
-    if evaluation := EvaluationResult.read(evaluate_dir / EVALUATION):
-        return evaluation
-    raise not_written(evaluate_dir / EVALUATION, "the evaluation stage")
+def written(read: Callable[[Path], Record | None], path: Path, stage: str) -> Record:
+    """What ``read`` (a record's ``read``) finds at ``path``; a clear error naming ``stage`` when it has not written
+    the file for this run."""
+    if (found := read(path)) is not None:
+        return found
+    raise UserError(f"{path} does not exist: {stage} has not run for this run (or wrote elsewhere). Run it first.")
 
 
 def trained_from(train_dir: Path) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 from common.errors import UserError
 from common.records import GgufVerification
 from common.run_layout import VERIFICATION_JSON
-from components.champion.version import RunDirs, not_written, read_run_outputs
+from components.champion.version import RunDirs, read_run_outputs, written
 from trainer.methods import method_named
 
 Property = str | int | float | bool
@@ -28,9 +28,7 @@ def version_properties(dirs: RunDirs, run_id: str) -> dict[str, Property]:
         raise UserError(
             f"Run {run_id} failed the quality gate ({gate.reason}): a version that failed the gate is not registered."
         )
-    verification = GgufVerification.read(dirs.export / VERIFICATION_JSON)
-    if verification is None:
-        raise not_written(dirs.export / VERIFICATION_JSON, "the export stage")
+    verification = written(GgufVerification.read, dirs.export / VERIFICATION_JSON, "the export stage")
     stats, summary, evaluation = outputs.stats, outputs.summary, outputs.evaluation
     properties: dict[str, Any] = {
         "pipeline_run_id": run_id,
