@@ -278,7 +278,7 @@ class DataStats(VersionedFile):
     Written by the data step after both splits and the rejects (it is the step's completion marker); read by the
     data step's KFP metrics, the change check (is the data the published model's?), publish (the fingerprint in
     the publish record), register (the version's provenance) and the run summary. Every field was in the first
-    release (2026-11-22), so a file from before the format version is read as written.
+    release (2026-11-22) but ``kind``, so a file from before the format version is read as written.
     """
 
     inputs: tuple[str, ...]  # the JSONL files read, after resolving dataset_uri
@@ -293,6 +293,8 @@ class DataStats(VersionedFile):
     shapes: dict[str, int]  # records per input shape, by its name in components.data.shapes
     length_chars: dict[str, Any]  # percentiles of the conversations' and the responses' lengths in characters
     fingerprint: str  # "sha256:..." of the options and both splits: what "the data changed" compares
+    # Added later (2026-11-28): what the rows are, conversations (objective sft) or preference pairs (dpo)
+    kind: str = "conversations"
 
     VERSION: ClassVar[int] = 1
     WHAT: ClassVar[str] = "data statistics"
@@ -444,6 +446,11 @@ class TrainingSummary(VersionedFile):
         """The tokens a training row was cut or packed to."""
         return int(self.config["max_length"])
 
+    @property
+    def objective(self) -> str:
+        """sft or dpo; sft in a summary from before objectives (2026-11-28)."""
+        return str(self.config.get("objective", "sft"))
+
     @classmethod
     def read(cls, path: Path, fix: str = FIX) -> TrainingSummary | None:
         """The summary at ``path``; None when the trainer has not written one. A file from before the format version
@@ -463,12 +470,19 @@ class TrainingSummary(VersionedFile):
 
 @dataclass(frozen=True)
 class ModelScores:
-    """One model's numbers on the held-out split: the loss over the assistant tokens, and ROUGE-L of its answers."""
+    """One model's numbers on the held-out split: the loss over the assistant tokens (under objective dpo, over the
+    chosen answers' tokens), and ROUGE-L of its answers; under dpo also its preferences on the held-out pairs
+    (components/evaluate/preferences.py)."""
 
     eval_loss: float
     perplexity: float
     rouge_l: float
     eval_tokens: int
+    # Objective dpo only (None under sft, and in an evaluation from before it, 2026-11-28):
+    reward_accuracy: float | None = None  # pairs whose chosen answer has the higher implicit reward (ties: half)
+    reward_margin: float | None = None  # mean of chosen's minus rejected's implicit reward
+    chosen_log_prob: float | None = None  # mean summed log-probability of a chosen answer
+    rejected_log_prob: float | None = None
 
 
 @dataclass(frozen=True)
@@ -493,6 +507,10 @@ class GateVerdict:
     comparisons: tuple[GateComparison, ...] = ()  # 2026-11-24
     min_improvement_over_published: float | None = None  # set when a published model was compared
     max_benchmark_drop: float | None = None  # 2026-11-26
+    # What the base and published comparisons measured (2026-11-28): eval_loss (min_eval_loss_improvement applies)
+    # or, under objective dpo, reward_accuracy (min_reward_accuracy_improvement applies, set only then).
+    measure: str = "eval_loss"
+    min_reward_accuracy_improvement: float | None = None
 
 
 # Optional entries that evaluation.json leaves out when they are None, as it did before the record.
@@ -504,6 +522,11 @@ _LEFT_OUT_WHEN_NONE = frozenset(
         "deltas_vs_published",
         "min_improvement_over_published",
         "benchmark",
+        "reward_accuracy",
+        "reward_margin",
+        "chosen_log_prob",
+        "rejected_log_prob",
+        "min_reward_accuracy_improvement",
     }
 )
 

@@ -21,7 +21,7 @@ from components.register.options import RegistryOptions
 from components.run_form.table import RunParameter, run_parameters_of
 from components.serve.options import ServingOptions
 from components.store.options import StorageOptions
-from components.tokenise.options import TokeniseOptions
+from components.tokenise.options import TRAINING_FIELDS, TokeniseOptions
 from components.train.options import LaunchOptions
 from trainer.config import TrainConfig
 
@@ -77,6 +77,7 @@ STEPS = (
         "Validate and normalise the JSONL dataset into train/eval Parquet on the workspace.",
         (("dataset_uri", "str"), ("workspace_root", "str"), ("run_id", "str")),
         options=(PrepareOptions,),
+        shared=(Shared(TrainConfig, ("objective",)),),
         outputs=(("train_data", "Dataset"), ("eval_data", "Dataset"), ("rejects", "Dataset"), ("metrics", "Metrics")),
         returns_tuple=("PrepareOutputs", (("fingerprint", "str"), ("data_dir", "str"))),
     ),
@@ -109,7 +110,7 @@ STEPS = (
         f"{HF_READ_TOKEN} fetch a gated model's tokenizer.",
         (("workspace_root", "str"), ("data_dir", "str"), ("base_model", "str"), ("backend", "str")),
         options=(TokeniseOptions,),
-        shared=(Shared(TrainConfig, ("base_model_revision", "max_length", "loss_on", "packing")),),
+        shared=(Shared(TrainConfig, TRAINING_FIELDS),),
         outputs=(("metrics", "Metrics"),),
         returns_tuple=("TokeniseOutputs", (("tokens_dir", "str"),)),
     ),

@@ -53,12 +53,18 @@ BAD_LINE = {
     Reason.EMPTY_CONVERSATION: {"messages": []},
     Reason.UNKNOWN_ROLE: {"messages": [{"role": "human", "content": "hi"}, assistant("hello")]},
     Reason.NOT_ENDING_WITH_ASSISTANT: {"messages": [user("hi"), assistant("hello"), user("and?")]},
+    Reason.PREFERENCE_PAIR: {"prompt": "Which knot?", "chosen": "A bowline.", "rejected": "Any."},
 }
 
 
+# The reasons only preference tuning gives (its cases: tests/test_prepare_pairs.py), and the one it gives a
+# conversation.
+PAIR_REASONS = {Reason.NOT_A_PAIR, Reason.IDENTICAL_SIDES, Reason.SIDES_PART_BEFORE_THE_ANSWER}
+
+
 def test_every_reason_has_a_case():
-    """A new rejection reason must come with a record that triggers it, here."""
-    assert set(BAD_LINE) == set(Reason) - {Reason.OK}
+    """A new rejection reason must come with a record that triggers it, here (or, for pairs, in test_prepare_pairs)."""
+    assert set(BAD_LINE) == set(Reason) - {Reason.OK} - PAIR_REASONS
 
 
 @pytest.mark.parametrize("reason", list(BAD_LINE), ids=lambda r: r.label)

@@ -385,6 +385,12 @@ def test_a_malformed_field_map_is_refused_before_any_work(tmp_path, field_map, p
 # One record of every shape in the registry, each the same exchange. Adding a shape to
 # components/data/shapes.py without an example here fails the test below.
 EXAMPLES = {
+    "preference_messages": {
+        "prompt": [user("Name a knot.")],
+        "chosen": [assistant("Bowline.")],
+        "rejected": [assistant("Knot.")],
+    },
+    "preference": {"prompt": "Name a knot.", "chosen": "Bowline.", "rejected": "Knot."},
     "messages": {"messages": [user("Name a knot."), assistant("Bowline.")]},
     "sharegpt": {"conversations": [{"from": "human", "value": "Name a knot."}, {"from": "gpt", "value": "Bowline."}]},
     "prompt_completion_messages": {"prompt": [user("Name a knot.")], "completion": [assistant("Bowline.")]},
@@ -400,19 +406,31 @@ def test_every_registered_shape_is_detected_and_becomes_the_same_conversation(tm
     from components.data.shapes import SHAPES
 
     assert list(EXAMPLES) == [shape.name for shape in SHAPES], "every shape needs an example, in detection order"
+    pair_shapes = {shape.name for shape in SHAPES if shape.is_pair}
     for name, record in EXAMPLES.items():
         out = tmp_path / name
-        prepare(str(write_jsonl(tmp_path / f"{name}.jsonl", [record])), out, NO_EVAL)
-        assert conversations(out) == [[user("Name a knot."), assistant("Bowline.")]], name
+        objective = "dpo" if name in pair_shapes else "sft"
+        prepare(str(write_jsonl(tmp_path / f"{name}.jsonl", [record])), out, NO_EVAL, objective)
+        if objective == "dpo":
+            [row] = all_rows(out)
+            assert (row["prompt"], row["chosen"], row["rejected"]) == (
+                [user("Name a knot.")],
+                [assistant("Bowline.")],
+                [assistant("Knot.")],
+            ), name
+        else:
+            assert conversations(out) == [[user("Name a knot."), assistant("Bowline.")]], name
         assert read_stats(out)["shapes"] == {name: 1}
 
 
 def test_the_accepted_shapes_hint_and_the_parsed_columns_come_from_the_registry():
-    from components.data.shapes import ACCEPTED_SHAPES_HINT, JSON_FIELDS, RAW_SCHEMA, SHAPES
+    from components.data.shapes import CONVERSATION_SHAPES_HINT, JSON_FIELDS, PAIR_SHAPES_HINT, RAW_SCHEMA, SHAPES
 
     for shape in SHAPES:
-        assert shape.hint in ACCEPTED_SHAPES_HINT
+        assert shape.hint in (PAIR_SHAPES_HINT if shape.pair else CONVERSATION_SHAPES_HINT)
+        assert shape.hint not in (CONVERSATION_SHAPES_HINT if shape.pair else PAIR_SHAPES_HINT)
         assert set(shape.fields) <= set(RAW_SCHEMA.names)
         assert {shape.key(name) for name in shape.fields} <= set(JSON_FIELDS)
-        assert (shape.turns is None) != (shape.messages is None), f"{shape.name}: a flat or a conversation shape"
+        ways = [shape.turns, shape.messages, shape.pair]
+        assert sum(way is not None for way in ways) == 1, f"{shape.name}: a flat, a conversation or a pair shape"
     assert set(RAW_SCHEMA.names) == {name for shape in SHAPES for name in shape.fields}

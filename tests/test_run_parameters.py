@@ -175,4 +175,5 @@ def test_every_step_is_generated_and_takes_what_the_dag_passes():
         "max_length": "value of max_length",
         "loss_on": "value of loss_on",
         "packing": "value of packing",
+        "objective": "value of objective",
     }

@@ -187,12 +187,16 @@ def test_each_chunk_sent_to_a_worker_carries_only_its_own_rows(many):
     (which is how it reaches a worker) to about a fifth of the whole, not to the batch it was cut from."""
     split = pq.read_table(data.split_path(many, "train"), columns=["messages"])
     assert pq.ParquetFile(data.split_path(many, "train")).metadata.num_row_groups == 1
-    chunks = list(conversation_chunks(pq.ParquetFile(data.split_path(many, "train")), None, 1_000))
+    chunks = list(conversation_chunks(pq.ParquetFile(data.split_path(many, "train")), None, 1_000, ["messages"]))
     assert [chunk.num_rows for chunk in chunks] == [1_000] * 5
     assert pa.concat_tables(chunks).column("messages").to_pylist() == split.column("messages").to_pylist()
     whole = len(pickle.dumps(split))
     assert all(len(pickle.dumps(chunk)) < whole / 4 for chunk in chunks)
-    kept = list(conversation_chunks(pq.ParquetFile(data.split_path(many, "train")), eval_sample(5_000, 1_500), 1_000))
+    kept = list(
+        conversation_chunks(
+            pq.ParquetFile(data.split_path(many, "train")), eval_sample(5_000, 1_500), 1_000, ["messages"]
+        )
+    )
     assert [chunk.num_rows for chunk in kept] == [1_000, 500]
     assert all(len(pickle.dumps(chunk)) < whole / 4 for chunk in kept)
 

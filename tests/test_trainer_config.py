@@ -27,6 +27,9 @@ def test_every_field_changed_round_trips():
     changed = TrainConfig(
         **REQUIRED,
         method="full",
+        objective="dpo",
+        dpo_beta=0.3,
+        dpo_loss="ipo",
         sharding="fsdp",
         attention="eager",
         liger_kernels=True,

@@ -19,7 +19,7 @@ from trainer.compiled import blocks
 from trainer.config import TrainConfig
 from trainer.diagnostics import ShardRecorder
 from trainer.distributed import Topology
-from trainer.objectives.sft import SFTRunTrainer, sft_arguments
+from trainer.objectives.sft import SFT, SFTRunTrainer, sft_arguments
 from trainer.train import load_model, lora_config, trained_weights_dtype, write_adapter
 
 SINGLE = Topology(rank=0, local_rank=0, world_size=1)
@@ -47,7 +47,7 @@ def train_steps(tiny_model_dir, prepared_data_dir, output_dir, **options) -> SFT
         train_dataset=train_rows,
         processing_class=tokenizer,
         peft_config=lora_config(config),
-        shards=ShardRecorder(),
+        shards=ShardRecorder(SFT.example_tokens),
     )
     trainer.train()
     return trainer

@@ -18,6 +18,15 @@ from common.cli_options import add_options, choice_problems, flag, option, optio
 from common.run_layout import ADAPTER, CHECKPOINTS, MERGED
 from trainer.methods import METHODS, Method, method_named
 
+# The training objectives (trainer/objectives: one module each, named here so that the run form need not import
+# TRL): sft, supervised fine-tuning on conversations; dpo, direct preference optimisation on preference pairs.
+OBJECTIVES = ("sft", "dpo")
+# The pairwise losses of TRL's DPOTrainer offered here (TRL 1.16 names; sigmoid is the DPO paper's).
+DPO_LOSSES = ("sigmoid", "ipo", "hinge", "robust", "apo_zero", "apo_down", "sigmoid_norm")
+# learning_rate 0 under dpo: the method's SFT rate divided by this. The alignment handbook trains Zephyr with DPO at
+# 5e-7 (full) and 5e-6 (QLoRA), 1/40 of the usual SFT rates: preference gradients are large once the reference and
+# the policy part, and a SFT rate overshoots within a few steps.
+DPO_RATE_DIVISOR = 40
 LOSS_ON = ("assistant", "all")
 SHARDINGS = ("none", "fsdp")
 ATTENTIONS = ("auto", "flex_attention", "sdpa", "flash_attention_2", "eager")
@@ -62,6 +71,28 @@ class TrainConfig:
         "",
         "Hub revision of the base model (branch, tag or commit) to fine-tune; empty: the default branch. The "
         "commit used is recorded in training_summary.json.",
+    )
+    objective: str = run_option(
+        "sft",
+        "What the run optimises. sft: supervised fine-tuning, the loss of the assistant's answers in conversations. "
+        "dpo: direct preference optimisation on preference pairs (a prompt, a chosen and a rejected answer): the "
+        "model learns to prefer the chosen answer over the rejected one, relative to the model it started from "
+        "(the base with the adapter off for lora and qlora). The data must be of the objective's kind: the data step "
+        "refuses records of the other.",
+        choices=OBJECTIVES,
+    )
+    dpo_beta: float = run_option(
+        0.1,
+        "objective dpo: how far the model may move from the reference (the starting model): the loss compares the "
+        "log-probability ratios of chosen and rejected answers scaled by beta. Higher keeps it closer (TRL's and the "
+        "DPO paper's default 0.1).",
+    )
+    dpo_loss: str = run_option(
+        "sigmoid",
+        "objective dpo: the pairwise loss (TRL's DPOTrainer): sigmoid, the DPO paper's; ipo, which does not push a "
+        "margin without bound; hinge; robust, for noisy preferences; apo_zero and apo_down (anchored); "
+        "sigmoid_norm (length-normalised).",
+        choices=DPO_LOSSES,
     )
     method: str = run_option(
         "lora",
@@ -254,6 +285,8 @@ def option_problems(config: TrainConfig) -> dict[str, str]:
         problems["warmup_ratio"] = f"must be in [0, 1) (got {config.warmup_ratio})"
     if config.weight_decay < 0:
         problems["weight_decay"] = f"must not be negative (got {config.weight_decay})"
+    if config.dpo_beta <= 0:
+        problems["dpo_beta"] = f"must be positive (got {config.dpo_beta})"
     if config.collective_timeout_minutes <= 0:
         problems["collective_timeout_minutes"] = f"must be positive (got {config.collective_timeout_minutes})"
     if config.eval_steps < 0:
@@ -321,4 +354,7 @@ def checkpointing_words(config: TrainConfig) -> str:
 
 def peak_learning_rate(config: TrainConfig) -> float:
     """The learning rate asked for, or the method's usual one when it is 0 (before scale_lr)."""
-    return config.learning_rate or config.training_method.learning_rate
+    if config.learning_rate:
+        return config.learning_rate
+    usual = config.training_method.learning_rate
+    return usual / DPO_RATE_DIVISOR if config.objective == "dpo" else usual

@@ -26,7 +26,8 @@ def split_path(data_dir: Path, split: str) -> Path:
 
 
 def load_split(data_dir: Path, split: str) -> Dataset:
-    """One split's ``messages`` column; a clear error when the data stage's output is not there."""
+    """One split's ``messages`` column, or a preference split's ``prompt``, ``chosen`` and ``rejected``; a clear
+    error when the data stage's output is not there."""
     path = split_path(data_dir, split)
     if not path.is_file():
         raise UserError(
@@ -36,11 +37,13 @@ def load_split(data_dir: Path, split: str) -> Dataset:
     # Read with pyarrow: datasets' Parquet builder fails on a file with no rows,
     # which is what the data stage writes for eval when eval_fraction is 0.
     table = pq.read_table(path)
-    if "messages" not in table.column_names:
-        raise UserError(
-            f"{path} has no 'messages' column (columns: {table.column_names}); re-run the data preparation stage."
-        )
-    return Dataset(table.select(["messages"]))
+    for columns in (["messages"], ["prompt", "chosen", "rejected"]):  # conversations (sft), preference pairs (dpo)
+        if set(columns) <= set(table.column_names):
+            return Dataset(table.select(columns))
+    raise UserError(
+        f"{path} has neither a 'messages' column nor 'prompt', 'chosen' and 'rejected' columns (columns: "
+        f"{table.column_names}); re-run the data preparation stage."
+    )
 
 
 def token_rows(

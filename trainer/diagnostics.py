@@ -59,7 +59,8 @@ class ShardRecorder(TrainerCallback):
     counts are summed over the CPU group only when a log line or a checkpoint needs them.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, example_tokens: Callable[[dict[str, Any]], np.ndarray]) -> None:
+        self.example_tokens = example_tokens  # the objective's: one example's tokens as the model sees them
         self.epoch = 0
         self.shards: dict[int, EpochShard] = defaultdict(EpochShard)
         self.tokens = 0  # trained by this rank in this attempt, up to its last optimizer step
@@ -85,7 +86,7 @@ class ShardRecorder(TrainerCallback):
         def recording_collate(examples: list[dict[str, Any]]) -> Any:
             tokens = 0
             for example in examples:
-                ids = np.asarray(example["input_ids"], dtype=np.int64)
+                ids = self.example_tokens(example)
                 self.shards[self.epoch].add(xxhash.xxh3_64_intdigest(ids.tobytes()))
                 tokens += int(ids.size)
             self.collated.append(tokens)

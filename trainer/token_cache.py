@@ -58,7 +58,7 @@ TOKENIZER_FILES = (
 
 
 # The TokenSettings that are training options too: the trainer refuses rows made with other values.
-TRAINING_SETTINGS = ("max_length", "loss_on", "packing")
+TRAINING_SETTINGS = ("max_length", "loss_on", "packing", "objective")
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,7 @@ class TokenSettings:
     loss_on: str
     packing: bool
     eval_max_rows: int  # 0: every eval conversation
+    objective: str = "sft"  # sft: conversation rows; dpo: preference pair rows (trainer.preference_rows)
 
 
 def tokenizer_fingerprint(tokenizer_dir: Path, tokenizer: PreTrainedTokenizerBase) -> str:
@@ -113,6 +114,8 @@ class SplitTokens:
     # The eval split only (None for train): the split's conversations, and the cap that kept some of them
     split_conversations: int | None = None
     eval_max_rows: int | None = None
+    # Preference pairs only (None for conversations): those dropped for a prompt of max_length tokens or more
+    prompts_too_long: int | None = None
 
 
 @dataclass(frozen=True)

@@ -34,3 +34,14 @@ def joined_lists(first: pa.ListArray, second: pa.ListArray) -> pa.ListArray:
     )
     values = pc.take(pa.concat_arrays([first_values, second_values]), pa.array(index))
     return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), values)
+
+
+def sliced_lists(lists: pa.ListArray, starts: np.ndarray, stops: np.ndarray) -> pa.ListArray:
+    """Row by row, the items of ``lists`` from ``starts`` up to ``stops`` (positions within each row's list)."""
+    offsets = np.asarray(lists.offsets, dtype=np.int64)
+    lengths = np.maximum(stops - starts, 0)
+    new_offsets = np.concatenate([[0], np.cumsum(lengths)])
+    row = np.repeat(np.arange(len(lists)), lengths)
+    index = offsets[row] - offsets[0] + starts[row] + np.arange(new_offsets[-1]) - new_offsets[row]
+    values = pc.take(lists.flatten(), pa.array(index, pa.int64()))
+    return pa.ListArray.from_arrays(pa.array(new_offsets.astype(np.int32)), values)

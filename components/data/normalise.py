@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from components.data.arrays import as_bool, non_blank
 from components.data.schema import MESSAGE_TYPE, MESSAGES_TYPE, ROLES, Reason
-from components.data.shapes import ACCEPTED_SHAPES_HINT, SHAPES, RecordShape
+from components.data.shapes import CONVERSATION_SHAPES_HINT, SHAPES, RecordShape, user_assistant_lists
 
 # Separators for the content key that deduplication, the split and the
 # fingerprint hash. Control characters keep role, content, message and row
@@ -24,6 +24,7 @@ from components.data.shapes import ACCEPTED_SHAPES_HINT, SHAPES, RecordShape
 _FIELD_SEP, _MESSAGE_SEP, _ROW_END = "\x1f", "\x1e", "\x1d"
 _NO_SHAPE = -1
 _CONVERSATION_SHAPES = [code for code, shape in enumerate(SHAPES) if shape.is_conversation]
+_PAIR_SHAPES = [code for code, shape in enumerate(SHAPES) if shape.is_pair]
 
 
 @dataclass
@@ -48,13 +49,14 @@ class RowProblem:
 def normalise(table: pa.Table, system_prompt: str) -> tuple[Normalised, list[RowProblem]]:
     """Check every row of ``table`` and build the conversations of the good ones."""
     table = table.combine_chunks()
-    columns = {name: _column(table, name) for name in table.column_names}
+    columns = {name: column_of(table, name) for name in table.column_names}
     valid = {name: as_bool(pc.is_valid(array)) for name, array in columns.items()}
-    shape = _detect_shapes(valid, table.num_rows)
+    shape = detect_shapes(valid, table.num_rows)
     reason = np.where(shape == _NO_SHAPE, Reason.UNKNOWN_SHAPE, Reason.OK).astype(np.int8)
-    _check_required_fields(columns, valid, shape, reason)
+    reason[np.isin(shape, _PAIR_SHAPES)] = Reason.PREFERENCE_PAIR
+    check_required_fields(columns, valid, shape, reason)
     unified = _unified_conversations(columns, shape)
-    _check_conversations(unified, np.isin(shape, _CONVERSATION_SHAPES), reason)
+    check_conversations(unified, np.isin(shape, _CONVERSATION_SHAPES), reason)
 
     accepted = np.flatnonzero(reason == Reason.OK)
     problems = []
@@ -63,22 +65,22 @@ def normalise(table: pa.Table, system_prompt: str) -> tuple[Normalised, list[Row
         messages = unified[row].as_py()
         problems.append(RowProblem(row, code, _describe(code, record, int(shape[row]), messages)))
     conversations = _conversations(columns, unified, shape, accepted)
-    flat_roles, flat_contents = _flat_fields(conversations)
+    flat_roles, flat_contents = flat_fields(conversations)
     offsets = np.asarray(conversations.offsets)
     content_lengths = np.asarray(pc.utf8_length(flat_contents), dtype=np.int64)
     per_message = np.concatenate([[0], np.cumsum(content_lengths)])
     normalised = Normalised(
         rows=accepted,
         shapes=shape[accepted],
-        messages=_with_system_prompt(conversations, system_prompt),
-        content_keys=_content_keys(conversations, flat_roles, flat_contents),
+        messages=with_system_prompt(conversations, system_prompt),
+        content_keys=content_keys(conversations, flat_roles, flat_contents),
         conversation_chars=per_message[offsets[1:]] - per_message[offsets[:-1]],
         response_chars=content_lengths[offsets[1:] - 1] if len(accepted) else np.zeros(0, np.int64),
     )
     return normalised, problems
 
 
-def _column(table: pa.Table, name: str) -> pa.Array:
+def column_of(table: pa.Table, name: str) -> pa.Array:
     column = table.column(name)
     return (
         column.chunk(0)
@@ -89,7 +91,7 @@ def _column(table: pa.Table, name: str) -> pa.Array:
     )
 
 
-def _detect_shapes(valid: dict[str, np.ndarray], rows: int) -> np.ndarray:
+def detect_shapes(valid: dict[str, np.ndarray], rows: int) -> np.ndarray:
     """Each row's shape (its index in ``SHAPES``): the first whose marker fields the row has any of."""
     shape = np.full(rows, _NO_SHAPE, dtype=np.int8)
     for code, candidate in enumerate(SHAPES):
@@ -98,7 +100,7 @@ def _detect_shapes(valid: dict[str, np.ndarray], rows: int) -> np.ndarray:
     return shape
 
 
-def _fields_of(columns: dict[str, pa.Array], shape: RecordShape, rows: np.ndarray) -> dict[str, pa.Array]:
+def fields_of(columns: dict[str, pa.Array], shape: RecordShape, rows: np.ndarray) -> dict[str, pa.Array]:
     """``shape``'s columns at ``rows`` (all of them as they are when ``rows`` is every row)."""
     if len(rows) == len(next(iter(columns.values()))):
         return {name: columns[name] for name in shape.fields}
@@ -115,16 +117,16 @@ def _unified_conversations(columns: dict[str, pa.Array], shape: np.ndarray) -> p
     for code in _CONVERSATION_SHAPES:
         rows = np.flatnonzero(shape == code)
         if len(rows):
-            parts.append(SHAPES[code].messages(_fields_of(columns, SHAPES[code], rows)))
+            parts.append(SHAPES[code].messages(fields_of(columns, SHAPES[code], rows)))
             order.append(rows)
     flat = np.flatnonzero(~np.isin(shape, _CONVERSATION_SHAPES))
     if len(flat) or not parts:
         parts.append(pa.nulls(len(flat), MESSAGES_TYPE))
         order.append(flat)
-    return _in_row_order(parts, order)
+    return in_row_order(parts, order)
 
 
-def _in_row_order(parts: list[pa.ListArray], order: list[np.ndarray]) -> pa.ListArray:
+def in_row_order(parts: list[pa.ListArray], order: list[np.ndarray]) -> pa.ListArray:
     """The conversations of ``parts`` (of the rows ``order`` holds beside each) as one array, in row order.
 
     The parts split the rows between them, each part's in ascending order, so a lone part is already in order.
@@ -135,7 +137,7 @@ def _in_row_order(parts: list[pa.ListArray], order: list[np.ndarray]) -> pa.List
     return combined.take(pa.array(np.argsort(np.concatenate(order), kind="stable")))
 
 
-def _check_required_fields(
+def check_required_fields(
     columns: dict[str, pa.Array], valid: dict[str, np.ndarray], shape: np.ndarray, reason: np.ndarray
 ) -> None:
     """A row lacking a required field of its shape is missing_field; a flat shape's blank one, blank_field."""
@@ -145,18 +147,18 @@ def _check_required_fields(
             continue
         for name in candidate.required:
             reason[in_shape & ~valid[name] & (reason == Reason.OK)] = Reason.MISSING_FIELD
-            if not candidate.is_conversation:
+            if not candidate.holds_lists:
                 blank = in_shape & valid[name] & ~non_blank(columns[name])
                 reason[blank & (reason == Reason.OK)] = Reason.BLANK_FIELD
 
 
-def _check_conversations(messages: pa.ListArray, is_conversation: np.ndarray, reason: np.ndarray) -> None:
+def check_conversations(messages: pa.ListArray, is_conversation: np.ndarray, reason: np.ndarray) -> None:
     if not is_conversation.any():
         return
     lengths = np.asarray(pc.fill_null(pc.list_value_length(messages), 0))
     reason[is_conversation & (lengths == 0) & (reason == Reason.OK)] = Reason.EMPTY_CONVERSATION
     parents = np.asarray(pc.list_parent_indices(messages))
-    roles, contents = _flat_fields(messages)
+    roles, contents = flat_fields(messages)
     role_ok = as_bool(pc.is_valid(roles))
     content_ok = as_bool(pc.is_valid(contents))
     per_message_checks = (
@@ -175,7 +177,7 @@ def _check_conversations(messages: pa.ListArray, is_conversation: np.ndarray, re
     reason[has_last & ~ends_with_assistant & (reason == Reason.OK)] = Reason.NOT_ENDING_WITH_ASSISTANT
 
 
-def _flat_fields(messages: pa.ListArray) -> tuple[pa.Array, pa.Array]:
+def flat_fields(messages: pa.ListArray) -> tuple[pa.Array, pa.Array]:
     """Role and content of every message in ``messages``, flattened."""
     flat = messages.flatten()
     if flat.type != MESSAGE_TYPE:
@@ -198,27 +200,18 @@ def _conversations(
         if candidate.is_conversation:
             parts.append(pc.take(unified, pa.array(rows)))
         else:
-            parts.append(_user_assistant_lists(*candidate.turns(_fields_of(columns, candidate, rows))))
+            parts.append(user_assistant_lists(*candidate.turns(fields_of(columns, candidate, rows))))
         order.append(rows)
     if not parts:
         return pa.array([], MESSAGES_TYPE)
-    return _in_row_order(parts, order)
+    return in_row_order(parts, order)
 
 
-def _user_assistant_lists(user: pa.Array, assistant: pa.Array) -> pa.ListArray:
-    count = len(user)
-    interleave = np.stack([np.arange(count), np.arange(count) + count], axis=1).ravel()
-    contents = pc.take(pa.concat_arrays([user.cast(pa.string()), assistant.cast(pa.string())]), pa.array(interleave))
-    roles = pc.take(pa.array(["user", "assistant"]), pa.array(np.tile([0, 1], count)))
-    values = pa.StructArray.from_arrays([roles, contents], fields=list(MESSAGE_TYPE))
-    return pa.ListArray.from_arrays(pa.array(np.arange(0, 2 * count + 1, 2, dtype=np.int32)), values)
-
-
-def _with_system_prompt(conversations: pa.ListArray, system_prompt: str) -> pa.ListArray:
+def with_system_prompt(conversations: pa.ListArray, system_prompt: str) -> pa.ListArray:
     """Prepend ``system_prompt`` to conversations that do not start with a system turn."""
     if not system_prompt or not len(conversations):
         return conversations
-    roles, _ = _flat_fields(conversations)
+    roles, _ = flat_fields(conversations)
     offsets = np.asarray(conversations.offsets)
     first_roles = pc.take(roles, pa.array(offsets[:-1]))
     needs = ~as_bool(pc.equal(first_roles, "system"))
@@ -233,7 +226,7 @@ def _with_system_prompt(conversations: pa.ListArray, system_prompt: str) -> pa.L
     return pa.ListArray.from_arrays(pa.array(new_offsets.astype(np.int32)), values)
 
 
-def _content_keys(conversations: pa.ListArray, roles: pa.Array, contents: pa.Array) -> pa.StringArray:
+def content_keys(conversations: pa.ListArray, roles: pa.Array, contents: pa.Array) -> pa.StringArray:
     """One canonical string per conversation: what deduplication and the split hash."""
     if not len(conversations):
         return pa.array([], pa.string())
@@ -246,7 +239,13 @@ def _content_keys(conversations: pa.ListArray, roles: pa.Array, contents: pa.Arr
 def _describe(reason: Reason, record: dict, code: int, messages: list[dict | None] | None) -> str:
     """A precise, human explanation for one rejected row (``messages``: its turns as role/content)."""
     if reason == Reason.UNKNOWN_SHAPE:
-        return f"the record has none of the expected fields; expected {ACCEPTED_SHAPES_HINT}"
+        return f"the record has none of the expected fields; expected {CONVERSATION_SHAPES_HINT}"
+    if reason == Reason.PREFERENCE_PAIR:
+        return (
+            "the record is a preference pair (a chosen and a rejected answer), and supervised fine-tuning (objective "
+            "sft) trains on conversations: train on the pairs with objective dpo, or map the chosen answer onto a "
+            "conversation shape with field_map"
+        )
     shape = SHAPES[code]
     missing = [name for name in shape.required if record.get(name) is None]
     if reason == Reason.MISSING_FIELD and missing:
@@ -255,7 +254,7 @@ def _describe(reason: Reason, record: dict, code: int, messages: list[dict | Non
             return f"field '{shape.key(missing[0])}' is missing or null (a conversational record needs {lists} list)"
         return f"field '{missing[0]}' is missing or null (required: {', '.join(shape.required)})"
     if shape.is_conversation:
-        return _describe_conversation(reason, messages or [], shape)
+        return describe_conversation(reason, messages or [], shape)
     for name in shape.required:
         value = record.get(name)
         if reason == Reason.BLANK_FIELD and value is not None and not value.strip():
@@ -263,7 +262,7 @@ def _describe(reason: Reason, record: dict, code: int, messages: list[dict | Non
     return reason.label.replace("_", " ")
 
 
-def _describe_conversation(reason: Reason, messages: list[dict | None], shape: RecordShape) -> str:
+def describe_conversation(reason: Reason, messages: list[dict | None], shape: RecordShape) -> str:
     turn, (role_key, content_key) = shape.item, shape.item_keys
     if reason == Reason.EMPTY_CONVERSATION:
         keys = " and ".join(f"'{shape.key(name)}'" for name in shape.required)

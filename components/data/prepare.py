@@ -14,7 +14,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -29,13 +29,32 @@ from components.data.chunks import Chunk, read_chunks, resolve_inputs
 from components.data.dedup import SeenHashes, content_hashes, eval_mask
 from components.data.field_map import FieldMap
 from components.data.lengths import LengthHistogram
-from components.data.normalise import normalise
+from components.data.normalise import RowProblem, normalise
 from components.data.options import PrepareOptions
+from components.data.pairs import normalise_pairs
 from components.data.parse import ParsedChunk, Reject, excerpt, parse_chunk, split_lines
-from components.data.schema import OUTPUT_SCHEMA
+from components.data.schema import OUTPUT_SCHEMA, PAIR_SCHEMA
 from components.data.shapes import SHAPES
 
 FAILED_REJECTS_FILE = "rejects.failed.jsonl"
+
+
+@dataclass(frozen=True)
+class RowKind:
+    """What an objective trains on, as the data step writes it: how a chunk's rows are checked and made, and the
+    Parquet columns they fill (after ``id``, each a list of messages)."""
+
+    normalise: Callable[[pa.Table, str], tuple[Any, list[RowProblem]]]
+    schema: pa.Schema
+    columns: tuple[str, ...]
+    name: str  # what a row is, as stats.json and the run's summary count them
+
+
+# By objective: supervised fine-tuning trains on conversations, preference tuning on pairs.
+ROW_KINDS = {
+    "sft": RowKind(normalise, OUTPUT_SCHEMA, ("messages",), "conversations"),
+    "dpo": RowKind(normalise_pairs, PAIR_SCHEMA, ("prompt", "chosen", "rejected"), "preference pairs"),
+}
 PERCENTILES = (50, 90, 99)
 
 
@@ -77,7 +96,9 @@ class _Tally:
     mapped_columns_seen: set[str] = field(default_factory=set)
 
 
-def prepare(inputs: str, output_dir: Path, options: PrepareOptions = PrepareOptions()) -> PrepareResult:
+def prepare(
+    inputs: str, output_dir: Path, options: PrepareOptions = PrepareOptions(), objective: str = "sft"
+) -> PrepareResult:
     """Run the stage; raise ``UserError`` (outputs untouched) when the input is unusable."""
     files = resolve_inputs(inputs)
     fields = FieldMap.parse(options.field_map)  # validated with the options
@@ -86,7 +107,8 @@ def prepare(inputs: str, output_dir: Path, options: PrepareOptions = PrepareOpti
     seen = SeenHashes()
     digests = {TRAIN_SPLIT: hashlib.sha256(), EVAL_SPLIT: hashlib.sha256()}
     with staging_dir(output_dir) as stage:
-        writers = {name: _parquet_writer(stage.file(name)) for name in digests}
+        kind = ROW_KINDS[objective]
+        writers = {name: _parquet_writer(stage.file(name), kind) for name in digests}
         with open(stage.file(REJECTS), "w", encoding="utf-8") as rejects_out:
             for chunk, parsed in _parsed_ahead(files, fields):
                 tally.mapped_columns_seen |= parsed.mapped_columns_seen
@@ -95,7 +117,7 @@ def prepare(inputs: str, output_dir: Path, options: PrepareOptions = PrepareOpti
                 tally.blank_lines += parsed.blank_lines
                 raw_lines = None  # the chunk split into lines, only once a row in it is rejected
                 for table, lines in parsed.batches():
-                    normalised, problems = normalise(table, options.system_prompt)
+                    normalised, problems = kind.normalise(table, options.system_prompt)
                     if problems and raw_lines is None:
                         raw_lines = split_lines(chunk.data)
                     chunk_rejects += [
@@ -108,11 +130,11 @@ def prepare(inputs: str, output_dir: Path, options: PrepareOptions = PrepareOpti
                         )
                         for p in problems
                     ]
-                    _route_rows(normalised, options, seen, writers, digests, tally)
+                    _route_rows(normalised, kind, options, seen, writers, digests, tally)
                 _record_rejects(chunk_rejects, rejects_out, tally)
         for writer in writers.values():
             writer.close()
-        stats = _stats(files, options, tally, digests)
+        stats = _stats(files, options, tally, digests, kind)
         _check_mapped_columns(files, fields, tally)
         _check_usable(files, stats, options, tally, stage)
         stage.file(DATA_STATS).write_text(stats.text(), encoding="utf-8")  # published last, with the splits
@@ -139,10 +161,11 @@ def _parsed_ahead(files: list[Path], fields: FieldMap) -> Iterator[tuple[Chunk, 
             yield pending[0], pending[1].result()
 
 
-def _parquet_writer(path: Path) -> pq.ParquetWriter:
+def _parquet_writer(path: Path, kind: RowKind) -> pq.ParquetWriter:
     # Dictionary encoding only pays off for the handful of role names; trying it
     # on unique message text costs a fifth of the write time for nothing.
-    return pq.ParquetWriter(path, OUTPUT_SCHEMA, compression="zstd", use_dictionary=["messages.list.element.role"])
+    roles = [f"{column}.list.element.role" for column in kind.columns]
+    return pq.ParquetWriter(path, kind.schema, compression="zstd", use_dictionary=roles)
 
 
 def _line_excerpt(chunk: Chunk, raw_lines: list[bytes], line: int) -> str:
@@ -162,7 +185,9 @@ def _record_rejects(rejects: list[Reject], out, tally: _Tally) -> None:
             tally.first_reject = reject
 
 
-def _route_rows(normalised, options: PrepareOptions, seen: SeenHashes, writers, digests, tally: _Tally) -> None:
+def _route_rows(
+    normalised, kind: RowKind, options: PrepareOptions, seen: SeenHashes, writers, digests, tally: _Tally
+) -> None:
     hashes = content_hashes(normalised.content_keys, options.seed)
     keep = seen.first_occurrences(hashes)
     tally.duplicates += int(len(keep) - keep.sum())
@@ -171,9 +196,8 @@ def _route_rows(normalised, options: PrepareOptions, seen: SeenHashes, writers, 
         if not mask.any():
             continue
         selection = pa.array(mask)
-        table = pa.Table.from_arrays(
-            [pa.array(hashes[mask].view(np.int64)), pc.filter(normalised.messages, selection)], schema=OUTPUT_SCHEMA
-        )
+        columns = [pc.filter(getattr(normalised, column), selection) for column in kind.columns]
+        table = pa.Table.from_arrays([pa.array(hashes[mask].view(np.int64)), *columns], schema=kind.schema)
         writers[name].write_table(table)
         _update_digest(digests[name], pc.filter(normalised.content_keys, selection))
         tally.rows[name] += int(mask.sum())
@@ -193,7 +217,7 @@ def _update_digest(digest, keys: pa.StringArray) -> None:
     digest.update(memoryview(keys.buffers()[2])[offsets[0] : offsets[-1]])
 
 
-def _stats(files: list[Path], options: PrepareOptions, tally: _Tally, digests) -> DataStats:
+def _stats(files: list[Path], options: PrepareOptions, tally: _Tally, digests, kind: RowKind) -> DataStats:
     fingerprint = hashlib.sha256()
     fingerprint.update(json.dumps(asdict(options), sort_keys=True).encode())
     for name in (TRAIN_SPLIT, EVAL_SPLIT):
@@ -215,6 +239,7 @@ def _stats(files: list[Path], options: PrepareOptions, tally: _Tally, digests) -
             "response": tally.response_chars.summary(PERCENTILES),
         },
         fingerprint="sha256:" + fingerprint.hexdigest(),
+        kind=kind.name,
     )
 
 

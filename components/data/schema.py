@@ -14,6 +14,11 @@ MESSAGES_TYPE = pa.list_(MESSAGE_TYPE)
 # What train.parquet and eval.parquet hold. ``id`` is the content hash that also
 # drives deduplication and the split, so later stages can refer to a row by it.
 OUTPUT_SCHEMA = pa.schema([("id", pa.int64()), ("messages", MESSAGES_TYPE)])
+# The same for preference pairs, in TRL's conversational preference form: the prompt's messages (ending with the
+# user's turn), then each answer's (assistant) messages.
+PAIR_SCHEMA = pa.schema(
+    [("id", pa.int64()), ("prompt", MESSAGES_TYPE), ("chosen", MESSAGES_TYPE), ("rejected", MESSAGES_TYPE)]
+)
 
 ROLES = ("system", "user", "assistant")
 
@@ -32,6 +37,10 @@ class Reason(enum.IntEnum):
     EMPTY_CONVERSATION = 8
     UNKNOWN_ROLE = 9
     NOT_ENDING_WITH_ASSISTANT = 10
+    PREFERENCE_PAIR = 11  # a chosen/rejected pair where conversations are trained on
+    NOT_A_PAIR = 12  # a conversation where preference pairs are trained on
+    IDENTICAL_SIDES = 13  # the chosen answer is the rejected one
+    SIDES_PART_BEFORE_THE_ANSWER = 14  # chosen and rejected do not share one prompt followed by their answers
 
     @property
     def label(self) -> str:

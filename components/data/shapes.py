@@ -30,11 +30,13 @@ Columns = Mapping[str, pa.Array]  # a shape's fields, for the rows of that shape
 
 @dataclass(frozen=True)
 class RecordShape:
-    """One accepted record shape: its fields, what marks it, and how it becomes turns or messages.
+    """One accepted record shape: its fields, what marks it, and how it becomes turns, messages or a pair.
 
     A flat shape's fields are strings and ``turns`` makes its user and assistant
     text. A conversation shape's fields are lists of ``item_keys`` objects and
-    ``messages`` makes its role/content messages, checked turn by turn.
+    ``messages`` makes its role/content messages, checked turn by turn. A
+    preference shape's ``pair`` makes the chosen and the rejected conversation,
+    each with the prompt (``lists``: its fields are lists of messages).
     """
 
     name: str  # its key in stats.json's "shapes"
@@ -43,6 +45,8 @@ class RecordShape:
     markers: tuple[str, ...] = ()  # empty: any of its fields
     turns: Callable[[Columns], tuple[pa.Array, pa.Array]] | None = None
     messages: Callable[[Columns], pa.ListArray] | None = None
+    pair: Callable[[Columns], tuple[pa.ListArray, pa.ListArray]] | None = None
+    lists: bool = False  # a preference shape whose fields are lists of messages
     record_keys: Mapping[str, str] = field(default_factory=dict)  # field -> the record's key, where they differ
     item_keys: tuple[str, str] = ("role", "content")  # a conversation's item: the speaker's key, the text's key
     item: str = "message"  # what an error calls one item
@@ -60,6 +64,16 @@ class RecordShape:
     def is_conversation(self) -> bool:
         return self.messages is not None
 
+    @property
+    def is_pair(self) -> bool:
+        """A preference pair: a prompt, a chosen and a rejected answer."""
+        return self.pair is not None
+
+    @property
+    def holds_lists(self) -> bool:
+        """Its fields are lists of ``item_keys`` objects, not strings."""
+        return self.is_conversation or self.lists
+
     def key(self, name: str) -> str:
         """What a record calls the field ``name``."""
         return self.record_keys.get(name, name)
@@ -67,12 +81,24 @@ class RecordShape:
     @property
     def hint(self) -> str:
         """The shape as the accepted-shapes hint shows it."""
-        if self.is_conversation:
+        if self.holds_lists:
             item = "[{" + ", ".join(map(json.dumps, self.item_keys)) + "}, ...]"
-            return "{" + ", ".join(f"{json.dumps(self.key(name))}: {item}" for name in self.required) + "}"
+            required = "{" + ", ".join(f"{json.dumps(self.key(name))}: {item}" for name in self.required) + "}"
+            optional = " or ".join(json.dumps(self.key(name)) for name in self.optional)
+            return required + (f" (and an optional {optional} list)" if optional else "")
         required = "{" + ", ".join(map(json.dumps, self.required)) + "}"
         optional = " or ".join(map(json.dumps, self.optional))
         return required + (f" (and an optional {optional})" if optional else "")
+
+
+def user_assistant_lists(user: pa.Array, assistant: pa.Array) -> pa.ListArray:
+    """Row by row, the conversation of one user turn and one assistant turn."""
+    count = len(user)
+    interleave = np.stack([np.arange(count), np.arange(count) + count], axis=1).ravel()
+    contents = pc.take(pa.concat_arrays([user.cast(pa.string()), assistant.cast(pa.string())]), pa.array(interleave))
+    roles = pc.take(pa.array(["user", "assistant"]), pa.array(np.tile([0, 1], count)))
+    values = pa.StructArray.from_arrays([roles, contents], fields=list(MESSAGE_TYPE))
+    return pa.ListArray.from_arrays(pa.array(np.arange(0, 2 * count + 1, 2, dtype=np.int32)), values)
 
 
 def _question_answer(fields: Columns) -> tuple[pa.Array, pa.Array]:
@@ -110,7 +136,34 @@ def _from_sharegpt(fields: Columns) -> pa.ListArray:
     return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), messages)
 
 
+def _pair_of_strings(fields: Columns) -> tuple[pa.ListArray, pa.ListArray]:
+    return (
+        user_assistant_lists(fields["prompt"], fields["chosen"]),
+        user_assistant_lists(fields["prompt"], fields["rejected"]),
+    )
+
+
+def _pair_of_lists(fields: Columns) -> tuple[pa.ListArray, pa.ListArray]:
+    """TRL's conversational preference (a prompt list, the answers as assistant messages) and whole chosen and
+    rejected conversations without a prompt (UltraFeedback binarized) alike: the prompt, if any, then each side.
+    Where the two conversations part is found later, the same way for both."""
+    prompt = fields["prompt_messages"]
+    return joined_lists(prompt, fields["chosen_messages"]), joined_lists(prompt, fields["rejected_messages"])
+
+
 SHAPES: tuple[RecordShape, ...] = (
+    # Preference pairs first: a record with a chosen and a rejected answer is one, whatever else it holds
+    # (UltraFeedback's rows also hold the chosen conversation as messages).
+    RecordShape(
+        "preference_messages",
+        ("chosen_messages", "rejected_messages"),
+        ("prompt_messages",),
+        markers=("chosen_messages", "rejected_messages"),
+        pair=_pair_of_lists,
+        lists=True,
+        record_keys={"prompt_messages": "prompt", "chosen_messages": "chosen", "rejected_messages": "rejected"},
+    ),
+    RecordShape("preference", ("prompt", "chosen", "rejected"), markers=("chosen", "rejected"), pair=_pair_of_strings),
     RecordShape("messages", ("messages",), messages=lambda fields: fields["messages"]),
     RecordShape(
         "sharegpt",
@@ -158,11 +211,11 @@ def _unique(names) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-STRING_FIELDS = _unique(name for shape in SHAPES if not shape.is_conversation for name in shape.fields)
+STRING_FIELDS = _unique(name for shape in SHAPES if not shape.holds_lists for name in shape.fields)
 LIST_FIELDS = {
     name: ListField(shape.key(name), shape.item_keys, shape.item)
     for shape in SHAPES
-    if shape.is_conversation
+    if shape.holds_lists
     for name in shape.fields
 }
 # The keys a record can hold, and so what field_map can map a column onto.
@@ -180,8 +233,16 @@ RAW_SCHEMA = pa.schema(
     ]
 )
 
-ACCEPTED_SHAPES_HINT = (
-    "one of "
-    + ", ".join(shape.hint for shape in SHAPES)
-    + "; a file with other column names can be mapped onto one of these with field_map"
-)
+
+def accepted_shapes_hint(pairs: bool) -> str:
+    """The shapes an objective's records may take, for a record of none: preference pairs (objective dpo) or
+    conversations (sft)."""
+    return (
+        "one of "
+        + ", ".join(shape.hint for shape in SHAPES if (shape.pair is not None) == pairs)
+        + "; a file with other column names can be mapped onto one of these with field_map"
+    )
+
+
+CONVERSATION_SHAPES_HINT = accepted_shapes_hint(pairs=False)
+PAIR_SHAPES_HINT = accepted_shapes_hint(pairs=True)

@@ -23,6 +23,7 @@ from components.data import sources
 from components.data.options import PrepareOptions
 from components.data.prepare import PrepareResult, prepare
 from components.sample_data import bundled_dataset_path
+from trainer.config import TrainConfig
 
 SOURCE_DIR = "source"  # where a dataset given by URL is fetched to, inside the output directory
 
@@ -47,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="where train.parquet, eval.parquet, rejects.jsonl and stats.json go",
     )
     add_options(parser, PrepareOptions)
+    add_options(parser.add_argument_group("the training option the data depends on"), TrainConfig, only=("objective",))
     return parser
 
 
@@ -69,16 +71,16 @@ def summary(result: PrepareResult) -> str:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     options = options_from(args, PrepareOptions)
-    inputs = resolve_dataset_uri(args.input, args.output_dir / SOURCE_DIR)
-    print(summary(prepare(inputs, args.output_dir, options)), flush=True)
+    inputs = resolve_dataset_uri(args.input, args.output_dir / SOURCE_DIR, args.objective)
+    print(summary(prepare(inputs, args.output_dir, options, args.objective)), flush=True)
 
 
-def resolve_dataset_uri(dataset_uri: str, download_dir: Path | None = None) -> str:
-    """The input to read: the bundled sample data when ``dataset_uri`` is empty, a path or glob
-    as is, and for a URL (https://, s3://, hf://datasets/...) the files fetched into ``download_dir``."""
+def resolve_dataset_uri(dataset_uri: str, download_dir: Path | None = None, objective: str = "sft") -> str:
+    """The input to read: the bundled sample data of ``objective``'s kind when ``dataset_uri`` is empty, a path or
+    glob as is, and for a URL (https://, s3://, hf://datasets/...) the files fetched into ``download_dir``."""
     dataset_uri = dataset_uri.strip()
     if not dataset_uri:
-        return str(bundled_dataset_path())
+        return str(bundled_dataset_path(objective))
     if sources.is_remote(dataset_uri):
         if download_dir is None:
             raise ValueError("a URL dataset_uri needs a download_dir to fetch into")
@@ -91,13 +93,15 @@ def run_in_pipeline(
     dataset_uri: str,
     data_dir: str,
     options: PrepareOptions,
+    objective: str,
     train_artifact,
     eval_artifact,
     rejects_artifact,
     metrics,
 ) -> tuple[str, str]:
     """What the KFP component does, kept here so it is plain, testable Python."""
-    result = prepare(resolve_dataset_uri(dataset_uri, Path(data_dir) / SOURCE_DIR), Path(data_dir), options)
+    source = resolve_dataset_uri(dataset_uri, Path(data_dir) / SOURCE_DIR, objective)
+    result = prepare(source, Path(data_dir), options, objective)
     print(summary(result), flush=True)
     stats = result.stats
     for artifact, path, rows in (
@@ -123,6 +127,7 @@ def run_step(inputs: Mapping[str, Any]) -> tuple[str, str]:
         inputs["dataset_uri"],
         str(stage_dir(inputs["workspace_root"], inputs["run_id"], "data")),
         options_from_inputs(PrepareOptions, inputs),
+        inputs["objective"],
         inputs["train_data"],
         inputs["eval_data"],
         inputs["rejects"],

@@ -42,6 +42,7 @@ from common.run_layout import EVAL_CONVERSATIONS, EVAL_ROWS, TOKENS_MANIFEST, TR
 from trainer import token_cache
 from trainer.data import SPLITS, split_path
 from trainer.masking import TemplateError, tokenise_batch
+from trainer.preference_rows import PAIR_COLUMNS, tokenise_pairs
 from trainer.token_cache import SplitTokens, TokenManifest, TokenSettings
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,7 @@ EVAL_SAMPLE_SEED = 0
 PROGRESS_SECONDS = 30
 
 ROWS_SCHEMA = pa.schema([("input_ids", pa.list_(pa.int32())), ("labels", pa.list_(pa.int32()))])
+PAIR_ROWS_SCHEMA = pa.schema([(name, pa.list_(pa.int32())) for name in PAIR_COLUMNS])
 PACKED_SCHEMA = ROWS_SCHEMA.append(pa.field("seq_lengths", pa.list_(pa.int32())))
 CONVERSATIONS_SCHEMA = pa.schema([("input_ids", pa.list_(pa.int32())), ("assistant_masks", pa.list_(pa.int8()))])
 
@@ -76,6 +78,7 @@ class SplitStats:
     seconds: float = 0.0
     split_conversations: int | None = None  # the eval split's, of which eval_max_rows were kept
     eval_max_rows: int | None = None
+    prompts_too_long: int | None = None  # preference pairs dropped for a prompt of max_length tokens or more
 
     def counts(self) -> SplitTokens:
         """What the manifest records of this split."""
@@ -90,6 +93,7 @@ class SplitStats:
             conversations_per_second=round(per_second, 1) if per_second else None,
             split_conversations=self.split_conversations,
             eval_max_rows=self.eval_max_rows,
+            prompts_too_long=self.prompts_too_long,
         )
 
 
@@ -97,11 +101,12 @@ class SplitStats:
 class Chunk:
     """What a worker makes of one chunk of conversations."""
 
-    rows: pa.Table  # the trainer's rows (ROWS_SCHEMA, or PACKED_SCHEMA when packing)
+    rows: pa.Table  # the trainer's rows (ROWS_SCHEMA, or PACKED_SCHEMA when packing; PAIR_ROWS_SCHEMA for pairs)
     conversations: pa.Table | None  # CONVERSATIONS_SCHEMA, when asked for
     tokens: int
     loss_tokens: int
     longest: int
+    prompts_too_long: int = 0  # pairs dropped
 
 
 # Each worker process loads the tokenizer once; the chunks it is sent then only carry conversations.
@@ -120,6 +125,8 @@ def tokenise_chunk(messages: pa.Table, keep_conversations: bool) -> Chunk:
     """Tokenise, mask, label and prepare (truncate or pack) one chunk, in a worker."""
     tokenizer: PreTrainedTokenizerBase = _worker["tokenizer"]
     settings: TokenSettings = _worker["settings"]
+    if settings.objective == "dpo":
+        return tokenise_pair_chunk(messages, tokenizer, settings.max_length)
     encoded = tokenise_batch(tokenizer, messages.column("messages").to_pylist())
     lengths, ids, masks = encoded.lengths, encoded.input_ids, encoded.assistant_masks
     offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]), pa.int32())
@@ -135,6 +142,17 @@ def tokenise_chunk(messages: pa.Table, keep_conversations: bool) -> Chunk:
     prepared = packed(rows, settings.max_length) if settings.packing else truncated(rows, settings.max_length)
     loss_tokens = int(pc.sum(pc.not_equal(pc.list_flatten(prepared.column("labels")), -100)).as_py() or 0)
     return Chunk(prepared, conversations, int(ids.size), loss_tokens, int(lengths.max(initial=0)))
+
+
+def tokenise_pair_chunk(pairs: pa.Table, tokenizer: PreTrainedTokenizerBase, max_length: int) -> Chunk:
+    """One chunk of preference pairs as the rows TRL's DPOTrainer makes (trainer.preference_rows)."""
+    columns = [pairs.column(name).to_pylist() for name in ("prompt", "chosen", "rejected")]
+    rows, dropped = tokenise_pairs(tokenizer, *columns, max_length=max_length)
+    table = pa.table({name: pa.array(rows[name], pa.list_(pa.int32())) for name in PAIR_COLUMNS})
+    prompt, chosen, rejected = (np.asarray(pc.list_value_length(table.column(name))) for name in PAIR_COLUMNS)
+    answers = int(chosen.sum() + rejected.sum())
+    longest = int(np.maximum(prompt + chosen, prompt + rejected).max(initial=0))
+    return Chunk(table, None, int(2 * prompt.sum()) + answers, answers, longest, dropped)
 
 
 def truncated(rows: pa.Table, max_length: int) -> pa.Table:
@@ -153,9 +171,11 @@ def packed(rows: pa.Table, max_length: int) -> pa.Table:
     return result.data.table.cast(PACKED_SCHEMA)
 
 
-def conversation_chunks(parquet: pq.ParquetFile, keep: np.ndarray | None, size: int) -> Iterator[pa.Table]:
-    """The split's ``messages`` (only the rows in ``keep``, when given) in tables of ``size`` rows."""
-    return exact_chunks(selected(parquet.iter_batches(batch_size=size, columns=["messages"]), keep), size)
+def conversation_chunks(
+    parquet: pq.ParquetFile, keep: np.ndarray | None, size: int, columns: list[str]
+) -> Iterator[pa.Table]:
+    """The split's ``columns`` (only the rows in ``keep``, when given) in tables of ``size`` rows."""
+    return exact_chunks(selected(parquet.iter_batches(batch_size=size, columns=columns), keep), size)
 
 
 def exact_chunks(batches: Iterable[pa.RecordBatch], size: int) -> Iterator[pa.Table]:
@@ -255,7 +275,8 @@ class Builder:
         total = parquet.metadata.num_rows if keep is None else len(keep)
         stats = SplitStats()
         started = last_report = time.monotonic()
-        rows_schema = PACKED_SCHEMA if self.settings.packing else ROWS_SCHEMA
+        pairs = self.settings.objective == "dpo"
+        rows_schema = PAIR_ROWS_SCHEMA if pairs else PACKED_SCHEMA if self.settings.packing else ROWS_SCHEMA
         with ExitStack() as files:
             rows_out = files.enter_context(pa.ipc.new_stream(self.staging / rows_name, rows_schema))
             conversations_out = (
@@ -263,7 +284,8 @@ class Builder:
                 if conversations_name
                 else None
             )
-            chunks = conversation_chunks(parquet, keep, CHUNK_ROWS)
+            columns = ["prompt", "chosen", "rejected"] if pairs else ["messages"]
+            chunks = conversation_chunks(parquet, keep, CHUNK_ROWS, columns)
             run = _ChunkJob(keep_conversations=conversations_name is not None)
             for number, result in enumerate(in_order(run, self.executor, chunks, 2 * self.workers)):
                 first_row = number * CHUNK_ROWS
@@ -281,6 +303,8 @@ class Builder:
                 stats.tokens += result.tokens
                 stats.loss_tokens += result.loss_tokens
                 stats.longest = max(stats.longest, result.longest)
+                if pairs:
+                    stats.prompts_too_long = (stats.prompts_too_long or 0) + result.prompts_too_long
                 stats.rows += result.rows.num_rows
                 if time.monotonic() - last_report > PROGRESS_SECONDS:
                     last_report = time.monotonic()
@@ -315,6 +339,23 @@ def clear_stale_builds(cache_root: Path, key: str) -> None:
             shutil.rmtree(partial, ignore_errors=True)
 
 
+def check_kind(split: Path, objective: str) -> None:
+    """Refuse a split of the other kind than ``objective`` trains on (conversations for sft, pairs for dpo)."""
+    columns = set(pq.read_schema(split).names)
+    pairs = {"prompt", "chosen", "rejected"} <= columns
+    if objective == "dpo" and not pairs:
+        raise UserError(
+            f"{split} holds conversations, and objective dpo trains on preference pairs (prompt, chosen, rejected). "
+            "Prepare the data with objective dpo (python -m components.data.stage --objective dpo), or train with "
+            "objective sft."
+        )
+    if objective != "dpo" and pairs:
+        raise UserError(
+            f"{split} holds preference pairs, and objective {objective} trains on conversations. Tokenise and train "
+            "with objective dpo, or prepare conversations with objective sft."
+        )
+
+
 def space_check(cache_root: Path, eval_conversations: int) -> Callable[[int, int, int], None]:
     """A check, given the first chunk's bytes scaled to the whole train split, that the cache entry fits."""
 
@@ -344,6 +385,7 @@ def build(
                 f"{path} does not exist. --data-dir must be the output directory of the data preparation stage "
                 "(python -m components.data.stage), which holds train.parquet and eval.parquet."
             )
+    check_kind(paths[0], settings.objective)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     if tokenizer.chat_template is None:
         raise UserError(f"the tokenizer in {tokenizer_dir} has no chat template; fine-tune an instruct/chat model.")
@@ -367,7 +409,9 @@ def build(
         eval_kept = eval_total if keep is None else len(keep)
         log.info("tokenising %s and %s with %d worker(s) into %s", paths[0], paths[1], workers, final)
         train = builder.write_split(paths[0], None, TRAIN_ROWS, None, space_check(cache_root, eval_kept))
-        evaluation = builder.write_split(paths[1], keep, EVAL_ROWS, EVAL_CONVERSATIONS)
+        # the evaluation stage's held-out loss reads whole conversations; for pairs it reads the pair rows
+        conversations = None if settings.objective == "dpo" else EVAL_CONVERSATIONS
+        evaluation = builder.write_split(paths[1], keep, EVAL_ROWS, conversations)
         evaluation.split_conversations, evaluation.eval_max_rows = eval_total, settings.eval_max_rows
     except BaseException:
         builder.close()

@@ -76,6 +76,7 @@ def tokenise(options: TokeniseOptions, training: TrainConfig, hub_cache: Path | 
         loss_on=training.loss_on,
         packing=training.packing,
         eval_max_rows=options.eval_max_rows,
+        objective=training.objective,
     )
     source = tokenizer_dir(options.model, training.base_model_revision, hub_cache)
     return build(options.data_dir, source, settings, options.cache_dir, workers)
