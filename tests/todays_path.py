@@ -72,7 +72,7 @@ def main() -> int:
         counts = SimpleNamespace(**{split: SimpleNamespace(conversations=len(rows)) for split, rows in splits.items()})
         return counts, splits["train"], splits["eval"]
 
-    plain_sft_arguments = train.SFT.arguments
+    plain_sft_arguments = train.OBJECTIVES["sft"].arguments
 
     def preparing_sft_arguments(*args, **kwargs):
         arguments = plain_sft_arguments(*args, **kwargs)
@@ -80,7 +80,7 @@ def main() -> int:
         return arguments
 
     data.token_rows = todays_rows
-    train.SFT = dataclasses.replace(train.SFT, arguments=preparing_sft_arguments)
+    train.OBJECTIVES["sft"] = dataclasses.replace(train.OBJECTIVES["sft"], arguments=preparing_sft_arguments)
     return trainer_main()
 
 

@@ -61,6 +61,8 @@ def why_not_compiled(asked: bool, cuda: bool, sharding: str, backend: str = INDU
 
 def why_run_not_compiled(config: TrainConfig) -> str | None:
     """Why this run's blocks stay eager, or None when they are compiled."""
+    if config.objective != "sft":
+        return f"objective {config.objective} (the rehearsal of compiled blocks knows the rows of sft only)"
     return why_not_compiled(config.compile_blocks, torch.cuda.is_available(), config.sharding, config.compile_backend)
 
 

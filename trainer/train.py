@@ -42,6 +42,8 @@ from trainer.callbacks import CompletionManifest, PreemptionSave, ProgressLines
 from trainer.config import TrainConfig, checkpointing_words
 from trainer.diagnostics import ShardRecorder
 from trainer.distributed import Topology
+from trainer.objectives import Objective
+from trainer.objectives.dpo import DPO
 from trainer.objectives.sft import SFT
 from trainer.rehearsal import SpeedPath
 
@@ -50,6 +52,8 @@ log = logging.getLogger("trainer")
 # The exit status of a process stopped by SIGTERM: the pod is going away and a
 # checkpoint is on disk, so the restarted job resumes instead of finishing here.
 PREEMPTED_EXIT_CODE = 143
+# By name (trainer.config.OBJECTIVES names them for the run form, which does not import TRL).
+OBJECTIVES: dict[str, Objective] = {objective.name: objective for objective in (SFT, DPO)}
 RANK_FACTS = tuple(field.name for field in dataclasses.fields(RankFacts))
 
 
@@ -327,12 +331,12 @@ def run_checked(config: TrainConfig, topology: Topology) -> int:
         raise UserError(f"the tokenizer of {config.model} has no chat template; fine-tune an instruct/chat model.")
     manifest, train_split, eval_split = data.token_rows(config, source, tokenizer)
 
-    objective = SFT  # the one objective so far (trainer.objectives)
+    objective = OBJECTIVES[config.objective]
     args = objective.arguments(config, topology, len(eval_split) > 0)
     os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(config.output_dir / "tensorboard"))
     resume_from = clear_incomplete_checkpoints(config, topology)
     preemption = PreemptionSave()
-    shards = ShardRecorder()
+    shards = ShardRecorder(objective.example_tokens)
     sharding_check = sharding.ShardingCheck(config, topology.world_size)
     sharding.prepare_environment(config)
     trainer = objective.trainer_class(

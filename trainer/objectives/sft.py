@@ -6,6 +6,9 @@ truncation or packing), so TRL prepares nothing again in any rank.
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 from trl import SFTConfig, SFTTrainer
 
 from trainer import compiled
@@ -35,4 +38,9 @@ def sft_arguments(config: TrainConfig, topology: Topology, has_eval: bool) -> SF
     )
 
 
-SFT = Objective("sft", sft_arguments, SFTRunTrainer)
+def row_tokens(example: dict[str, Any]) -> np.ndarray:
+    """A (packed) row's tokens."""
+    return np.asarray(example["input_ids"], dtype=np.int64)
+
+
+SFT = Objective("sft", sft_arguments, SFTRunTrainer, row_tokens)
