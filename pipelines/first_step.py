@@ -79,6 +79,7 @@ def validate_parameters(
     eval_score_rows: int,
     eval_batch_size: int,
     min_eval_loss_improvement: float,
+    min_reward_accuracy_improvement: float,
     min_improvement_over_published: float,
     benchmark_tasks: str,
     benchmark_allow_code: bool,

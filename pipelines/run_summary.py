@@ -45,7 +45,7 @@ def summary_lines(run_dir: Path) -> list[str]:
     lines = [f"run {run_dir.name} ({run_dir})"]
     if stats := DataStats.read(run_dir / DATA / DATA_STATS):
         lines.append(
-            f"  data:       {stats.train_rows} train / {stats.eval_rows} eval conversations, "
+            f"  data:       {stats.train_rows} train / {stats.eval_rows} eval {stats.kind}, "
             f"{stats.rejected} rejected, {stats.duplicates} duplicates"
         )
     evaluation = EvaluationResult.read(run_dir / EVALUATE / EVALUATION)
@@ -62,6 +62,12 @@ def summary_lines(run_dir: Path) -> list[str]:
         f"  eval loss:  base {evaluation.base.eval_loss:.3f}{published} -> fine-tuned "
         f"{evaluation.fine_tuned.eval_loss:.3f}"
     )
+    if evaluation.fine_tuned.reward_accuracy is not None:  # objective dpo: the held-out pairs decide
+        published = f", published {evaluation.published.reward_accuracy:.3f}" if evaluation.published else ""
+        lines.append(
+            f"  reward accuracy: base {evaluation.base.reward_accuracy:.3f} (chance){published} -> fine-tuned "
+            f"{evaluation.fine_tuned.reward_accuracy:.3f}"
+        )
     lines += [f"  {line}" for line in benchmark_verdicts(evaluation.as_json())]
     lines.append(f"  gate:       {'passed' if gate.passed else 'FAILED'}: {gate.reason}")
     lines.append(f"  report:     {run_dir / EVALUATE / EVALUATION_HTML}")

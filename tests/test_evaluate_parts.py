@@ -21,7 +21,13 @@ from transformers import AutoModelForCausalLM, GenerationConfig
 
 from common.errors import UserError
 from components.data.schema import OUTPUT_SCHEMA
-from components.evaluate.gate import decide, decide_with_published, decide_without_published
+from components.evaluate.gate import (
+    EVAL_LOSS,
+    REWARD_ACCURACY,
+    decide,
+    decide_with_published,
+    decide_without_published,
+)
 from components.evaluate.generation import end_of_turn_id, generate_answers, stop_token_ids
 from components.evaluate.heldout import held_out_loss, usable_conversations
 from components.evaluate.models import load_model, load_tokenizer
@@ -169,7 +175,7 @@ def test_rouge_l_is_the_longest_common_subsequence_f_measure():
 def test_gate_passes_when_the_loss_improves_by_at_least_the_minimum(base, tuned, minimum, passed, words):
     decision = decide(base, tuned, minimum)
     assert decision.passed is passed
-    assert decision.min_eval_loss_improvement == minimum
+    assert decision.minimum == minimum and decision.measure is EVAL_LOSS
     assert words in decision.reason
 
 
@@ -188,6 +194,27 @@ def test_gate_against_the_published_model(published, minimum, force, passed, for
     assert [comparison.against for comparison in decision.comparisons] == ["base", "published"]
     assert decision.reason.startswith("Against the base model: The eval loss improved by 0.5000 (base 2.0000, new")
     assert words in decision.reason
+
+
+@pytest.mark.parametrize(
+    ("tuned", "minimum", "published", "passed", "words"),
+    [
+        (0.75, 0.05, None, True, "The held-out reward accuracy improved by 0.2500 (base 0.5000, fine-tuned 0.7500)"),
+        (0.52, 0.05, None, False, "improved by 0.0200 (base 0.5000, fine-tuned 0.5200), which falls short of"),
+        (0.4, 0.0, None, False, "The held-out reward accuracy got worse by 0.1000"),
+        (0.75, 0.05, 0.8, False, "Against the published model (run r1): The held-out reward accuracy got worse by"),
+        (0.85, 0.05, 0.8, True, "(published 0.8000, new 0.8500), which meets"),
+    ],
+)
+def test_under_dpo_the_gate_compares_the_reward_accuracy_higher_being_better(tuned, minimum, published, passed, words):
+    """Objective dpo: the base scores chance, 0.5, and the new model must clear it by the minimum; the published
+    model's accuracy, on the same pairs against the same base, must not be beaten."""
+    if published is None:
+        decision = decide(0.5, tuned, minimum, REWARD_ACCURACY)
+    else:
+        decision = decide_with_published(0.5, tuned, minimum, published, 0.0, "run r1", False, REWARD_ACCURACY)
+    assert decision.passed is passed and decision.measure is REWARD_ACCURACY
+    assert words in decision.reason and "eval loss" not in decision.reason
 
 
 def test_force_never_overrides_the_base_model_comparison():

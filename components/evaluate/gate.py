@@ -20,6 +20,13 @@ Standard benchmarks (``benchmarks``) add one comparison per task and reference
 model: the new model's main metric may fall at most ``max_benchmark_drop`` below
 the base's and the published model's, so a fine-tune that wins on its own data by
 forgetting general ability does not pass. The same ``force`` rule holds for them.
+
+Under objective dpo the two comparisons measure the held-out reward accuracy instead
+(``min_reward_accuracy_improvement``; components/evaluate/preferences.py): the share of
+held-out pairs whose chosen answer the model prefers, against the base it was tuned from. The
+base is its own reference, so it scores chance (0.5), and a published model is scored against
+the same base. DPO moves log-probabilities of whole answers apart, and may raise the loss on
+the chosen answers while it does, so the loss is shown but does not decide there.
 """
 
 from __future__ import annotations
@@ -36,62 +43,84 @@ GATED_STAGES = "export, publish, store, register and serve"
 
 
 @dataclass(frozen=True)
+class Measure:
+    """What the gate compares the models on, and which way is better."""
+
+    name: str  # as its reasons say it
+    higher_is_better: bool
+    digits: int = 4
+
+
+EVAL_LOSS = Measure("eval loss", higher_is_better=False)
+REWARD_ACCURACY = Measure("held-out reward accuracy", higher_is_better=True)
+
+
+@dataclass(frozen=True)
 class Comparison:
-    """One of the gate's comparisons: the new model's held-out loss, or one benchmark score, against a reference
-    model's."""
+    """One of the gate's comparisons: the new model's held-out loss (or reward accuracy), or one benchmark score,
+    against a reference model's."""
 
     against: str  # "base" or "published"
     passed: bool
     reason: str  # one sentence with the numbers
-    benchmark: str = ""  # the benchmark task compared; empty for the held-out loss
+    benchmark: str = ""  # the benchmark task compared; empty for the held-out measure
 
 
 @dataclass(frozen=True)
 class GateDecision:
     passed: bool
-    min_eval_loss_improvement: float
+    minimum: float  # the improvement required over the base
     reason: str
     comparisons: tuple[Comparison, ...] = ()
     forced: bool = False  # passed only because force overrode the comparison with the published model
+    measure: Measure = EVAL_LOSS
 
 
-def compare(against: str, reference_loss: float, new_loss: float, minimum: float, names: tuple[str, str]) -> Comparison:
-    """Passed when ``reference_loss - new_loss >= minimum``; ``names`` label the two losses in the reason."""
-    improvement = reference_loss - new_loss
-    losses = f"({names[0]} {reference_loss:.4f}, {names[1]} {new_loss:.4f})"
-    required = f"the required minimum improvement of {minimum:.4f}"
+def compare(
+    against: str, reference: float, new: float, minimum: float, names: tuple[str, str], measure: Measure
+) -> Comparison:
+    """Passed when ``new`` improves on ``reference`` by at least ``minimum`` in ``measure``'s better direction;
+    ``names`` label the two numbers in the reason."""
+    improvement = new - reference if measure.higher_is_better else reference - new
+    numbers = f"({names[0]} {reference:.{measure.digits}f}, {names[1]} {new:.{measure.digits}f})"
+    required = f"the required minimum improvement of {minimum:.{measure.digits}f}"
     if not math.isfinite(improvement):
         return Comparison(
             against,
             False,
-            f"The eval loss is not a finite number {losses}, so the {names[1]} model cannot be shown to meet "
+            f"The {measure.name} is not a finite number {numbers}, so the {names[1]} model cannot be shown to meet "
             f"{required}.",
         )
     passed = improvement >= minimum
-    change = f"improved by {improvement:.4f}" if improvement >= 0 else f"got worse by {-improvement:.4f}"
+    change = (
+        f"improved by {improvement:.{measure.digits}f}"
+        if improvement >= 0
+        else f"got worse by {-improvement:.{measure.digits}f}"
+    )
     verdict = "which meets" if passed else "which falls short of"
-    return Comparison(against, passed, f"The eval loss {change} {losses}, {verdict} {required}.")
+    return Comparison(against, passed, f"The {measure.name} {change} {numbers}, {verdict} {required}.")
 
 
-def decide(base_eval_loss: float, fine_tuned_eval_loss: float, min_eval_loss_improvement: float) -> GateDecision:
+def decide(base_value: float, fine_tuned_value: float, minimum: float, measure: Measure = EVAL_LOSS) -> GateDecision:
     """The gate without a published model: the base-model comparison alone."""
-    base = compare("base", base_eval_loss, fine_tuned_eval_loss, min_eval_loss_improvement, ("base", "fine-tuned"))
-    return GateDecision(base.passed, min_eval_loss_improvement, base.reason, (base,))
+    base = compare("base", base_value, fine_tuned_value, minimum, ("base", "fine-tuned"), measure)
+    return GateDecision(base.passed, minimum, base.reason, (base,), measure=measure)
 
 
 def decide_with_published(
-    base_eval_loss: float,
-    fine_tuned_eval_loss: float,
-    min_eval_loss_improvement: float,
-    published_eval_loss: float,
+    base_value: float,
+    fine_tuned_value: float,
+    minimum: float,
+    published_value: float,
     min_improvement_over_published: float,
     published_name: str,
     force: bool,
+    measure: Measure = EVAL_LOSS,
 ) -> GateDecision:
     """Both comparisons; ``published_name`` says which published model (e.g. "the model of run X")."""
-    base = compare("base", base_eval_loss, fine_tuned_eval_loss, min_eval_loss_improvement, ("base", "new"))
+    base = compare("base", base_value, fine_tuned_value, minimum, ("base", "new"), measure)
     published = compare(
-        "published", published_eval_loss, fine_tuned_eval_loss, min_improvement_over_published, ("published", "new")
+        "published", published_value, fine_tuned_value, min_improvement_over_published, ("published", "new"), measure
     )
     forced = force and base.passed and not published.passed
     reason = f"Against the base model: {base.reason} Against the published model ({published_name}): {published.reason}"
@@ -100,23 +129,23 @@ def decide_with_published(
     elif force and not base.passed:
         reason += " " + FORCE_NOT_PAST_BASE
     return GateDecision(
-        base.passed and (published.passed or force), min_eval_loss_improvement, reason, (base, published), forced
+        base.passed and (published.passed or force), minimum, reason, (base, published), forced, measure
     )
 
 
 def decide_without_published(
-    base_eval_loss: float, fine_tuned_eval_loss: float, min_eval_loss_improvement: float, problem: str
+    base_value: float, fine_tuned_value: float, minimum: float, problem: str, measure: Measure = EVAL_LOSS
 ) -> GateDecision:
     """A forced run whose published model could not be compared (``problem`` says why): the base comparison alone,
     and the reason says so."""
-    base = decide(base_eval_loss, fine_tuned_eval_loss, min_eval_loss_improvement)
+    base = decide(base_value, fine_tuned_value, minimum, measure)
     reason = (
         f"Against the base model: {base.reason} The published model could not be compared ({problem}); "
         f"{FORCED_WITHOUT_PUBLISHED}"
         if base.passed
         else base.reason
     )
-    return GateDecision(base.passed, min_eval_loss_improvement, reason, base.comparisons, forced=base.passed)
+    return GateDecision(base.passed, minimum, reason, base.comparisons, forced=base.passed, measure=measure)
 
 
 def benchmark_comparisons(scores: dict[str, dict[str, dict[str, Any]]], max_drop: float) -> tuple[Comparison, ...]:
@@ -176,8 +205,9 @@ def with_benchmarks(decision: GateDecision, benchmarks: tuple[Comparison, ...], 
         reason += " " + FORCE_NOT_PAST_BASE
     return GateDecision(
         passed,
-        decision.min_eval_loss_improvement,
+        decision.minimum,
         reason,
         comparisons,
         passed and (decision.forced or benchmark_forced),
+        decision.measure,
     )

@@ -78,10 +78,18 @@ class EvaluateOptions:
         "Quality gate: the base model's held-out loss minus the fine-tuned one's must be at least this; otherwise "
         "nothing is exported or published (0: the fine-tune must not make it worse).",
     )
+    min_reward_accuracy_improvement: float = run_option(
+        0.05,
+        "Quality gate under objective dpo (instead of min_eval_loss_improvement): the fine-tuned model's reward "
+        "accuracy on the held-out pairs (the share whose chosen answer it prefers over the rejected one, against "
+        "the base it was tuned from) minus the base's, which is chance, 0.5, must be at least this; otherwise "
+        "nothing is exported or published. Between -0.5 and 0.5.",
+    )
     min_improvement_over_published: float = run_option(
         0.0,
         "Champion gate: when a model was published before (to hub_repo_id, or by an earlier local or dry run), "
-        "its held-out loss on this run's split minus the new model's must be at least this; otherwise nothing is "
+        "its held-out loss on this run's split minus the new model's (under objective dpo: the new model's "
+        "held-out reward accuracy minus the published one's) must be at least this; otherwise nothing is "
         "exported or published (0: the new model must be no worse). force overrides it.",
     )
 
@@ -158,9 +166,19 @@ def option_problems(options: EvaluateOptions) -> dict[str, str]:
         )
         if getattr(options, name) < minimum
     }
-    for name in ("min_eval_loss_improvement", "min_improvement_over_published", "max_benchmark_drop"):
+    for name in (
+        "min_eval_loss_improvement",
+        "min_reward_accuracy_improvement",
+        "min_improvement_over_published",
+        "max_benchmark_drop",
+    ):
         if not math.isfinite(getattr(options, name)):
             problems[name] = f"must be a finite number (got {getattr(options, name)})"
+    if abs(options.min_reward_accuracy_improvement) > 0.5:
+        problems["min_reward_accuracy_improvement"] = (
+            f"must be between -0.5 and 0.5 (got {options.min_reward_accuracy_improvement}): a reward accuracy lies "
+            "between 0 and 1, and the base's is 0.5"
+        )
     if any(not entry.strip() for entry in options.benchmark_tasks.split(",")) and options.benchmark_tasks.strip():
         problems["benchmark_tasks"] = (
             f"holds an empty entry ({options.benchmark_tasks!r}); separate task names with single commas"

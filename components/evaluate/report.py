@@ -42,10 +42,16 @@ METRICS = (
     ("perplexity", "Perplexity", 3, "lower"),
     ("rouge_l", "ROUGE-L F-measure", 4, "higher"),
 )
+# Objective dpo's rows, after METRICS: the held-out pairs' preferences against the base (the base scores chance)
+PREFERENCE_METRICS = (
+    ("reward_accuracy", "Reward accuracy (held-out pairs; the base: chance)", 4, "higher"),
+    ("reward_margin", "Reward margin, chosen minus rejected", 4, "higher"),
+)
 # (label, the TrainingSummary attribute) in the order the report lists them; a fact that is None is left out
 TRAINING_FACTS = (
     ("Base model", "base_model"),
     ("Method", "method"),
+    ("Objective", "objective"),
     ("Optimizer steps", "global_step"),
     ("Epochs", "epochs"),
     ("Training conversations", "train_examples"),
@@ -75,7 +81,10 @@ def gate_headline(evaluation: Evaluation) -> str:
 def metric_rows(evaluation: Evaluation) -> list[tuple[str, list[str], list[str]]]:
     """(label, each model's value, the new model's changes) per metric, formatted for display."""
     rows = []
-    for key, label, digits, better in METRICS:
+    on_pairs = evaluation["fine_tuned"].get("reward_accuracy") is not None
+    for key, label, digits, better in METRICS + (PREFERENCE_METRICS if on_pairs else ()):
+        if on_pairs and key == "eval_loss":
+            label = "Eval loss (held-out chosen answers' tokens)"
         values = [f"{evaluation[role][key]:.{digits}f}" for role, _ in columns(evaluation)]
         changes = [evaluation["deltas"][key]]
         if "published" in evaluation:
@@ -99,15 +108,21 @@ def benchmark_verdicts(evaluation: Evaluation) -> list[str]:
 
 
 def held_out_note(held_out: dict[str, Any]) -> str:
-    """The held-out conversations in words: a sample or the whole split, and any left without a loss."""
-    used, kept, split = held_out["conversations"], held_out["tokenised"], held_out["split_conversations"]
+    """The held-out conversations (or preference pairs) in words: a sample or the whole split, and any left
+    without a loss."""
+    kind = "pairs" if "pairs" in held_out else "conversations"
+    used, kept, split = held_out[kind], held_out["tokenised"], held_out["split_conversations"]
     drawn = (
         f"a fixed sample of {kept} of the {split} in the split (eval_max_rows {held_out['eval_max_rows']})"
         if kept < split
         else f"all {split} in the split"
     )
-    unused = f"; {kept - used} have no assistant token within max_length" if used < kept else ""
-    return f"{used} held-out conversations: {drawn}{unused}"
+    unused = ""
+    if used < kept and kind == "pairs":
+        unused = f"; {kept - used} were dropped for a prompt that fills max_length"
+    elif used < kept:
+        unused = f"; {kept - used} have no assistant token within max_length"
+    return f"{used} held-out {'preference pairs' if kind == 'pairs' else kind}: {drawn}{unused}"
 
 
 def notes(evaluation: Evaluation) -> str:
@@ -133,6 +148,8 @@ def training_facts(summary: TrainingSummary | None) -> list[tuple[str, str]]:
         return []
     facts = []
     for label, attribute in TRAINING_FACTS:
+        if attribute == "train_examples" and summary.objective == "dpo":
+            label = "Training preference pairs"
         value = getattr(summary, attribute)
         if value is not None:
             facts.append((label, f"{value:.4g}" if isinstance(value, float) else str(value)))

@@ -18,6 +18,7 @@ succeeds and says why.
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,7 +66,9 @@ from components.evaluate.champion import (
     published_files,
 )
 from components.evaluate.gate import (
+    EVAL_LOSS,
     GATED_STAGES,
+    REWARD_ACCURACY,
     GateDecision,
     benchmark_comparisons,
     decide,
@@ -85,6 +88,7 @@ from components.evaluate.models import (
     release_memory,
 )
 from components.evaluate.options import EvaluateOptions, build_parser
+from components.evaluate.preferences import PairLogProbs, pair_log_probs, preference_scores, usable_pairs
 from components.evaluate.reference import ReferenceRow, reference_rows, rouge_l
 from components.evaluate.report import (
     benchmark_verdicts,
@@ -102,17 +106,35 @@ from trainer.masking import Message, TokenisedConversation
 from trainer.token_cache import TokenManifest
 
 COMPARED = ("eval_loss", "perplexity", "rouge_l")
+PREFERENCES_COMPARED = ("reward_accuracy", "reward_margin")  # objective dpo's, beside COMPARED
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """What every model is measured on: the tokenised eval conversations (objective sft), or the held-out
+    preference pairs' rows and the DPO beta their rewards are scaled by (objective dpo)."""
+
+    conversations: list[TokenisedConversation] | None
+    pairs: dict[str, list[list[int]]] | None
+    beta: float
+    max_length: int
+
+    @property
+    def count(self) -> int:
+        return len(self.pairs["prompt_ids"]) if self.pairs is not None else len(self.conversations or ())
 
 
 @dataclass(frozen=True)
 class ModelRun:
-    """What one model produced: its held-out loss, its sample answers, its answers to the scored rows, and its
-    benchmark scores (task -> main metric entry; empty without benchmarks)."""
+    """What one model produced: its held-out loss, its sample answers, its answers to the scored rows, its
+    benchmark scores (task -> main metric entry; empty without benchmarks) and, on held-out pairs, its answers'
+    log-probabilities."""
 
     loss: HeldOutLoss
     sample_answers: list[str]
     scored_answers: list[str]
     benchmarks: dict[str, dict[str, Any]]
+    pairs: PairLogProbs | None = None
 
 
 @dataclass(frozen=True)
@@ -143,10 +165,34 @@ def resolve_tokens_dir(options: EvaluateOptions, training: TrainingSummary | Non
     return Path(recorded)
 
 
+def held_out_measures(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, held_out: HeldOut, batch_size: int
+) -> tuple[HeldOutLoss, PairLogProbs | None]:
+    """The model's held-out loss: over the conversations' assistant tokens, or over the chosen answers' tokens of
+    the held-out pairs, whose log-probabilities come with it."""
+    if held_out.pairs is None:
+        loss = held_out_loss(model, held_out.conversations or [], tokenizer.pad_token_id, batch_size)
+        print(
+            f"  eval loss {loss.eval_loss:.4f}, perplexity {loss.perplexity:.3f} over {loss.eval_tokens} assistant "
+            "tokens",
+            flush=True,
+        )
+        return loss, None
+    pairs = pair_log_probs(model, held_out.pairs, held_out.max_length)
+    tokens = int(pairs.chosen_tokens.sum())
+    loss = HeldOutLoss(pairs.chosen_loss, math.exp(min(pairs.chosen_loss, 700.0)), tokens)
+    print(
+        f"  held-out pairs: log-probability chosen {pairs.chosen.mean():.2f}, rejected {pairs.rejected.mean():.2f}; "
+        f"eval loss {loss.eval_loss:.4f} over the {tokens} chosen answers' tokens",
+        flush=True,
+    )
+    return loss, pairs
+
+
 def run_model(
     load: Callable[[], PreTrainedModel],
     tokenizer: PreTrainedTokenizerBase,
-    conversations: list[TokenisedConversation],
+    held_out: HeldOut,
     prompts: list[list[Message]],
     sample_count: int,
     options: EvaluateOptions,
@@ -155,11 +201,7 @@ def run_model(
     """Load one model, measure it, generate with it and score it on the benchmarks; it is freed when this
     returns."""
     model = load()
-    loss = held_out_loss(model, conversations, tokenizer.pad_token_id, options.batch_size)
-    print(
-        f"  eval loss {loss.eval_loss:.4f}, perplexity {loss.perplexity:.3f} over {loss.eval_tokens} assistant tokens",
-        flush=True,
-    )
+    loss, pairs = held_out_measures(model, tokenizer, held_out, options.batch_size)
     answers = generate_answers(model, tokenizer, prompts, options.max_new_tokens, options.batch_size)
     scores = {}
     if benchmarks is not None:
@@ -167,21 +209,54 @@ def run_model(
         scores = score_benchmarks(model, tokenizer, *benchmarks)
         listed = ", ".join(f"{task} {entry['metric']} {score_text(entry)}" for task, entry in scores.items())
         print(f"  benchmarks: {listed} ({time.monotonic() - started:.0f} s)", flush=True)
-    return ModelRun(loss, answers[:sample_count], answers[sample_count:], scores)
+    return ModelRun(loss, answers[:sample_count], answers[sample_count:], scores, pairs)
 
 
-def model_entry(run: ModelRun, rows: list[ReferenceRow]) -> ModelScores:
+def model_entry(run: ModelRun, rows: list[ReferenceRow], base: ModelRun, beta: float) -> ModelScores:
+    """``run``'s numbers; on held-out pairs, its preferences too, with the base as the reference."""
+    preferences = {}
+    if run.pairs is not None and base.pairs is not None:
+        scores = preference_scores(run.pairs, base.pairs, beta)
+        preferences = {
+            "reward_accuracy": scores.reward_accuracy,
+            "reward_margin": scores.mean_margin,
+            "chosen_log_prob": scores.chosen_log_prob,
+            "rejected_log_prob": scores.rejected_log_prob,
+        }
     return ModelScores(
         eval_loss=run.loss.eval_loss,
         perplexity=run.loss.perplexity,
         rouge_l=rouge_l(run.scored_answers, [row.reference for row in rows]),
         eval_tokens=run.loss.eval_tokens,
+        **preferences,
     )
+
+
+def compared(entry: ModelScores) -> tuple[str, ...]:
+    """The numbers the report and the metrics compare: the held-out loss's, and the preferences' on pairs."""
+    return COMPARED + (PREFERENCES_COMPARED if entry.reward_accuracy is not None else ())
 
 
 def changes(new: ModelScores, reference: ModelScores) -> dict[str, float]:
     """The new model's numbers less the reference model's, for each compared number."""
-    return {key: getattr(new, key) - getattr(reference, key) for key in COMPARED}
+    return {key: getattr(new, key) - getattr(reference, key) for key in compared(new)}
+
+
+def held_out_data(
+    options: EvaluateOptions, training: TrainingSummary | None, split: Any
+) -> tuple[HeldOut, list[list[Message]], dict[str, int]]:
+    """What the models are measured on, the conversations whose last answer ROUGE-L scores (under dpo: each
+    prompt with its chosen answer), and how many held-out rows are used of how many."""
+    max_length = resolve_max_length(options, training)
+    tokens_dir = resolve_tokens_dir(options, training)
+    if training is not None and training.objective == "dpo":
+        pairs = usable_pairs(tokens_dir)
+        held_out = HeldOut(None, pairs, float(training.config["dpo_beta"]), max_length)
+        references = [prompt + chosen for prompt, chosen in zip(split["prompt"], split["chosen"])]
+        return held_out, references, held_out_counts(tokens_dir, held_out.count, "pairs")
+    conversations = usable_conversations(tokens_dir, max_length)
+    held_out = HeldOut(conversations, None, 0.0, max_length)
+    return held_out, split["messages"], held_out_counts(tokens_dir, held_out.count, "conversations")
 
 
 def unavailable(error: ChampionUnavailable, target: PublishedTarget) -> str:
@@ -211,15 +286,12 @@ def evaluate(options: EvaluateOptions, target: PublishedTarget | None = None) ->
     tokenizer = load_tokenizer(options.fine_tuned_model)
     check_same_vocabulary(load_tokenizer(options.base_model, base_revision), tokenizer, options.base_model)
     split = load_split(options.data_dir, "eval")
-    max_length = resolve_max_length(options, training)
-    tokens_dir = resolve_tokens_dir(options, training)
-    conversations = usable_conversations(tokens_dir, max_length)
-    held_out = held_out_counts(tokens_dir, len(conversations))
-    rows = reference_rows(split["messages"], options.score_rows)
+    held_out, references, held_out_count = held_out_data(options, training, split)
+    rows = reference_rows(references, options.score_rows)
     questions = options.questions
     prompts = [[{"role": "user", "content": question}] for question in questions] + [row.prompt for row in rows]
     print(
-        f"{held_out_note(held_out)} (max_length {max_length}), {len(questions)} sample questions, "
+        f"{held_out_note(held_out_count)} (max_length {held_out.max_length}), {len(questions)} sample questions, "
         f"{len(rows)} scored rows",
         flush=True,
     )
@@ -227,7 +299,7 @@ def evaluate(options: EvaluateOptions, target: PublishedTarget | None = None) ->
 
     def measure(role: str, name: str, load: Callable[[], PreTrainedModel]) -> ModelRun:
         print(f"{role}: {name}", flush=True)
-        run = run_model(load, tokenizer, conversations, prompts, len(questions), options, benchmarks)
+        run = run_model(load, tokenizer, held_out, prompts, len(questions), options, benchmarks)
         release_memory()
         return run
 
@@ -261,7 +333,7 @@ def evaluate(options: EvaluateOptions, target: PublishedTarget | None = None) ->
         "fine_tuned", str(options.fine_tuned_model), lambda: load_model(options.fine_tuned_model)
     )
 
-    entries = {role: model_entry(run, rows) for role, run in runs.items()}
+    entries = {role: model_entry(run, rows, runs["base"], held_out.beta) for role, run in runs.items()}
     base, tuned = entries["base"], entries["fine_tuned"]
     benchmark_scores = {role: run.benchmarks for role, run in runs.items()} if benchmarks else {}
     gate = with_benchmarks(
@@ -278,11 +350,11 @@ def evaluate(options: EvaluateOptions, target: PublishedTarget | None = None) ->
         fine_tuned=tuned,
         deltas=changes(tuned, base),
         scored_rows=len(rows),
-        held_out=held_out,
+        held_out=held_out_count,
         benchmarks=benchmark_record(options, benchmarks, benchmark_scores),
         gate=GateVerdict(
             passed=gate.passed,
-            min_eval_loss_improvement=gate.min_eval_loss_improvement,
+            min_eval_loss_improvement=options.min_eval_loss_improvement,
             reason=gate.reason,
             forced=gate.forced,
             max_benchmark_drop=options.max_benchmark_drop,
@@ -291,6 +363,8 @@ def evaluate(options: EvaluateOptions, target: PublishedTarget | None = None) ->
                 for each in gate.comparisons
             ),
             min_improvement_over_published=options.min_improvement_over_published if published_scores else None,
+            measure="reward_accuracy" if gate.measure is REWARD_ACCURACY else "eval_loss",
+            min_reward_accuracy_improvement=gate.minimum if gate.measure is REWARD_ACCURACY else None,
         ),
         published_search=(
             {"repo_id": target.repo_id, "on_hub": bool(target.repo_id and token)} if target is not None else None
@@ -361,11 +435,12 @@ def benchmark_record(
     }
 
 
-def held_out_counts(tokens_dir: Path, usable: int) -> dict[str, int]:
-    """How many eval conversations the held-out loss covers, of how many the tokenise step kept and the split has."""
+def held_out_counts(tokens_dir: Path, usable: int, kind: str) -> dict[str, int]:
+    """How many eval rows (``kind``: conversations, or preference pairs) the held-out measures cover, of how many
+    the tokenise step kept and the split has."""
     kept = TokenManifest.read(tokens_dir).eval
     return {
-        "conversations": usable,
+        kind: usable,
         "tokenised": kept.conversations,
         "split_conversations": kept.split_conversations,
         "eval_max_rows": kept.eval_max_rows,
@@ -379,21 +454,27 @@ def gate_decision(
     target: PublishedTarget | None,
     problem: str | None,
 ) -> GateDecision:
-    base, tuned = entries["base"].eval_loss, entries["fine_tuned"].eval_loss
+    """The gate on the held-out loss, or under objective dpo on the held-out reward accuracy (the base's is
+    chance: it is its own reference)."""
+    on_pairs = entries["fine_tuned"].reward_accuracy is not None
+    measure, key = (REWARD_ACCURACY, "reward_accuracy") if on_pairs else (EVAL_LOSS, "eval_loss")
+    minimum = options.min_reward_accuracy_improvement if on_pairs else options.min_eval_loss_improvement
+    base, tuned = getattr(entries["base"], key), getattr(entries["fine_tuned"], key)
     if "published" in entries and published is not None and target is not None:
         name = f"run {published.run_id}" if published.run_id else published.description
         return decide_with_published(
             base,
             tuned,
-            options.min_eval_loss_improvement,
-            entries["published"].eval_loss,
+            minimum,
+            getattr(entries["published"], key),
             options.min_improvement_over_published,
             name,
             target.force,
+            measure,
         )
     if problem is not None:
-        return decide_without_published(base, tuned, options.min_eval_loss_improvement, problem)
-    return decide(base, tuned, options.min_eval_loss_improvement)
+        return decide_without_published(base, tuned, minimum, problem, measure)
+    return decide(base, tuned, minimum, measure)
 
 
 def write_outputs(evaluated: Evaluated) -> None:
@@ -432,8 +513,14 @@ def summary(evaluated: Evaluated) -> str:
         entry = getattr(evaluation, role)
         if entry is None:
             continue
+        preferences = (
+            f"  reward accuracy {entry.reward_accuracy:.4f}  margin {entry.reward_margin:.4f}"
+            if entry.reward_accuracy is not None
+            else ""
+        )
         lines.append(
             f"{label}  eval loss {entry.eval_loss:.4f}  perplexity {entry.perplexity:.3f}  ROUGE-L {entry.rouge_l:.4f}"
+            + preferences
         )
     lines += benchmark_verdicts(evaluation.as_json())
     gate = evaluation.gate
@@ -450,7 +537,7 @@ def metrics_to_log(evaluation: EvaluationResult) -> dict[str, float]:
     model when there is one), each model's benchmark scores (``fine_tuned_arc_easy_acc_norm``), and the gate as
     1/0."""
     values = {}
-    for key in COMPARED:
+    for key in compared(evaluation.fine_tuned):
         values[f"base_{key}"] = getattr(evaluation.base, key)
         if evaluation.published and evaluation.deltas_vs_published:
             values[f"published_{key}"] = getattr(evaluation.published, key)

@@ -134,6 +134,7 @@ def evaluate_model(
     score_rows: int,
     batch_size: int,
     min_eval_loss_improvement: float,
+    min_reward_accuracy_improvement: float,
     min_improvement_over_published: float,
     benchmark_tasks: str,
     benchmark_allow_code: bool,

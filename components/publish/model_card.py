@@ -41,6 +41,11 @@ METRICS = (
     ("perplexity", "perplexity (lower is better)", 2),
     ("rouge_l", "ROUGE-L (higher is better)", 3),
 )
+# After METRICS under objective dpo: the held-out pairs' preferences against the base, which scores chance
+PREFERENCE_METRICS = (
+    ("reward_accuracy", "held-out reward accuracy (higher is better; the base: chance)", 3),
+    ("reward_margin", "reward margin, chosen minus rejected (higher is better)", 3),
+)
 
 
 @dataclass(frozen=True)
@@ -174,7 +179,10 @@ def _eval_rows(outputs: RunOutputs) -> str:
 
 def _metric_rows(evaluation: EvaluationResult) -> list[dict[str, str]]:
     rows = []
-    for key, name, digits in METRICS:
+    on_pairs = evaluation.fine_tuned.reward_accuracy is not None
+    for key, name, digits in METRICS + (PREFERENCE_METRICS if on_pairs else ()):
+        if on_pairs and key == "eval_loss":
+            name = "eval loss on the chosen answers (lower is better)"
         base, tuned = getattr(evaluation.base, key), getattr(evaluation.fine_tuned, key)
         delta = evaluation.deltas.get(key)
         published = getattr(evaluation.published, key) if evaluation.published else None
@@ -227,9 +235,12 @@ def _history_rows(history: list[dict[str, Any]]) -> list[dict[str, str]]:
 def _training_rows(summary: TrainingSummary) -> list[tuple[str, str]]:
     config = summary.config
     rows = [
+        ("objective", summary.objective),
         ("method", summary.method),
         ("base checkpoint", f"`{summary.base_model}`"),
     ]
+    if summary.objective == "dpo":
+        rows.append(("DPO beta / loss", f"{config.get('dpo_beta')} / {config.get('dpo_loss')}"))
     if method_named(summary.method).trains_adapter:
         rows += [
             (
@@ -246,7 +257,10 @@ def _training_rows(summary: TrainingSummary) -> list[tuple[str, str]]:
         ("precision", summary.precision),
         *_speed_path_rows(summary),
         ("optimizer steps", str(summary.global_step)),
-        ("training / eval conversations", f"{summary.train_examples} / {summary.eval_examples}"),
+        (
+            f"training / eval {'preference pairs' if summary.objective == 'dpo' else 'conversations'}",
+            f"{summary.train_examples} / {summary.eval_examples}",
+        ),
         ("tokens seen", _count(summary.tokens_seen)),
         ("throughput", f"{_count(summary.non_padding_tokens_per_s)} non-padding tokens/s"),
         ("training time", _duration(summary.train_runtime_s)),

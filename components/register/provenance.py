@@ -59,6 +59,14 @@ def version_properties(dirs: RunDirs, run_id: str) -> dict[str, Property]:
     properties |= {
         f"benchmark_{task}_{entry['metric'].split(' ', 1)[0]}": entry["value"] for task, entry in scores.items()
     }
+    properties["objective"] = summary.objective
+    if summary.objective == "dpo":  # the preference settings, and the held-out pairs' preferences against the base
+        properties |= {key: summary.config.get(key) for key in ("dpo_beta", "dpo_loss")}
+        properties |= {
+            "reward_accuracy_new": evaluation.fine_tuned.reward_accuracy,
+            "reward_margin_new": evaluation.fine_tuned.reward_margin,
+            "reward_accuracy_published": evaluation.published.reward_accuracy if evaluation.published else None,
+        }
     if method_named(summary.method).trains_adapter:
         properties |= {key: summary.config.get(key) for key in ("lora_r", "lora_alpha", "lora_dropout")}
     return {key: value for key, value in properties.items() if isinstance(value, Property)}
