@@ -100,6 +100,27 @@ def test_the_parts_follow_the_formula():
     assert "bf16 copies" in checkpointed.parts and "ddp buckets" in checkpointed.parts  # DDP's own extras
 
 
+def test_dpo_counts_both_answers_and_full_fine_tunings_reference_copy():
+    """Objective dpo: twice the sequences' activations and logits; full fine-tuning's frozen fp32 reference, sharded
+    under FSDP and replicated under DDP; none for LoRA, whose reference is the base with the adapter off."""
+    llama = shape("Meta-Llama-3-8B")
+    parameters = 8_030_261_248
+    sft = train_config(Path("m"), method="full", sharding="fsdp", max_length=1024)
+    dpo = replace(sft, objective="dpo")
+    sft_parts, dpo_parts = estimate(llama, sft, 16, True).parts, estimate(llama, dpo, 16, True).parts
+    assert sft_parts["reference"] == 0 and dpo_parts["reference"] == 4 * parameters // 16
+    assert dpo_parts["activations"] == 2 * sft_parts["activations"] and dpo_parts["logits"] == 2 * sft_parts["logits"]
+    assert {name: size for name, size in dpo_parts.items() if name not in ("reference", "activations", "logits")} == {
+        name: size for name, size in sft_parts.items() if name not in ("reference", "activations", "logits")
+    }
+    replicated = estimate(llama, replace(dpo, sharding="none"), 16, True).parts
+    assert replicated["reference"] == 4 * parameters
+    lora = estimate(llama, replace(dpo, method="lora"), 16, True).parts
+    assert lora["reference"] == 0
+    lines = "\n".join(estimate(llama, dpo, 16, True).lines())
+    assert "reference" in lines
+
+
 def test_qlora_holds_the_blocks_linear_weights_in_4_bit_and_the_rest_of_the_base_in_bf16():
     llama = shape("Meta-Llama-3-8B")
     config = train_config(Path("m"), method="qlora", max_length=1024)

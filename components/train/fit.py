@@ -27,6 +27,12 @@ processes the state is sharded over: the world size under FSDP, 1 under DDP):
 - 1.5 GiB for the CUDA context, cuBLAS workspaces and NCCL buffers, then 10% for allocator
   fragmentation.
 
+Under ``objective dpo`` each micro-batch puts both answers of every pair through the model (TRL's
+DPOTrainer concatenates chosen and rejected), so the activations, the logits and the CPU attention
+weights are those of twice the sequences. Full fine-tuning adds the frozen reference model TRL loads
+beside the policy, in the policy's dtype (fp32), 4P/S: FSDP shards it too (``prepare_fsdp``), DDP
+replicates it. LoRA and QLoRA need no copy: the reference is the base with the adapter disabled.
+
 On GPUs the gradients on one side, and the bf16 copies, the gathered unit, the activations and the
 logits on the other, are not held at once: the backward pass frees the latter as it makes the
 former, and the optimizer step frees the gradients before the next forward pass. The peak counts
@@ -210,9 +216,12 @@ def estimate(shape: ModelShape, config: TrainConfig, processes: int, on_gpu: boo
     # QLoRA: the blocks' linear weights in 4-bit, every other base weight (embeddings, norms) in the compute dtype
     four_bit = shape.linear_parameters if config.training_method.quantised_base else 0
     rest = total - four_bit if four_bit else frozen
+    sides = 2 if config.objective == "dpo" else 1  # DPO forwards each pair's chosen and rejected answer together
     parts = {
         "4-bit base": int(NF4_BYTES * four_bit) // shards,
         "weights": (4 * trainable + (compute if not full else 4) * rest) // shards,
+        # DPO's frozen reference model, in the policy's fp32; the adapter methods disable the adapter instead
+        "reference": 4 * total // shards if config.objective == "dpo" and full else 0,
         "gradients": 4 * trainable // shards,
         "optimizer": 8 * trainable // shards,
     }
@@ -223,13 +232,14 @@ def estimate(shape: ModelShape, config: TrainConfig, processes: int, on_gpu: boo
     if shards > 1:
         largest_unit = max(shape.block_parameters, shape.embedding_parameters)
         parts["gathered"] = 2 * compute * largest_unit
-    parts["activations"] = activation_bytes(shape, config, compute)
+    parts["activations"] = sides * activation_bytes(shape, config, compute)
     if not on_gpu:
         # On CPU, SDPA takes its math path, which keeps each head's max_length² attention weights for the backward
         # pass (measured in benchmarks/fit_bench.py); on GPUs its fused kernels keep none.
         layers_kept = shape.layers - checkpointed_layers(shape, config) + (1 if config.recomputes_activations else 0)
-        parts["attention"] = layers_kept * config.per_device_batch_size * shape.heads * config.max_length**2 * compute
-    tokens = config.per_device_batch_size * config.max_length
+        sequences = sides * config.per_device_batch_size
+        parts["attention"] = layers_kept * sequences * shape.heads * config.max_length**2 * compute
+    tokens = sides * config.per_device_batch_size * config.max_length
     # Liger's fused linear cross-entropy computes the loss chunk by chunk and never holds the logits.
     parts["logits"] = 0 if config.liger_kernels else tokens * shape.vocab * (10 if compute == 2 else 12)
     if on_gpu:
