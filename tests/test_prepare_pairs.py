@@ -143,6 +143,18 @@ def test_supervised_fine_tuning_refuses_a_pair_saying_what_it_is():
     assert problem.reason == Reason.PREFERENCE_PAIR and "train on the pairs with objective dpo" in problem.detail
 
 
+def test_a_pair_beside_a_whole_conversation_is_that_conversation_for_supervised_fine_tuning():
+    """UltraFeedback-binarized's rows hold messages beside prompt, chosen and rejected: objective sft reads the
+    messages, as it did before preference pairs were a shape; dpo reads the pair."""
+    conversation = [user(PROMPT), assistant(CHOSEN)]
+    record = {**SHAPES["strings"], "messages": conversation}
+    pairs, pair_problems, table = parsed_pairs([record])
+    conversations, problems = normalise(table, "")
+    assert problems == [] and list(conversations.rows) == [0]
+    assert conversations.messages.to_pylist() == [conversation]
+    assert pair_problems == {} and list(pairs.rows) == [0]
+
+
 def test_sides_that_share_an_answer_and_then_part_are_refused_naming_where():
     record = {
         "chosen": [user(PROMPT), assistant(CHOSEN)],
@@ -185,6 +197,30 @@ def test_prepare_writes_pairs_deduplicated_across_shapes_and_split(tmp_path):
     assert pq.read_schema(result.train_path).names == ["id", "prompt", "chosen", "rejected"]
     assert sorted(row["prompt"][0]["content"] for row in rows) == sorted(f"Question {n}?" for n in range(40))
     assert all(row["rejected"] == [assistant("Whatever.")] for row in rows)
+
+
+def test_every_pair_of_one_prompt_lands_in_the_same_split(tmp_path):
+    """Several answers per prompt make several pairs of it: the split is drawn by the prompt, so the held-out
+    pairs' prompts, on which the gate measures the reward accuracy, are never trained on."""
+    import pyarrow.parquet as pq
+
+    from components.data.options import PrepareOptions
+    from components.data.prepare import prepare
+
+    records = [
+        {"prompt": f"Question {number}?", "chosen": f"Careful {number}, way {way}.", "rejected": f"No {way}."}
+        for number in range(30)
+        for way in range(4)
+    ]
+    source = tmp_path / "pairs.jsonl"
+    source.write_text("".join(json.dumps(record) + "\n" for record in records))
+    result = prepare(str(source), tmp_path / "out", PrepareOptions(eval_fraction=0.3), "dpo")
+    prompts = {
+        split: {row["prompt"][0]["content"] for row in pq.read_table(path).to_pylist()}
+        for split, path in (("train", result.train_path), ("eval", result.eval_path))
+    }
+    assert prompts["train"] and prompts["eval"] and prompts["train"].isdisjoint(prompts["eval"])
+    assert result.stats.eval_rows == 4 * len(prompts["eval"])
 
 
 def test_every_reason_only_pairs_give_has_a_case_here():

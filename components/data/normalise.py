@@ -38,6 +38,11 @@ class Normalised:
     conversation_chars: np.ndarray
     response_chars: np.ndarray
 
+    @property
+    def split_keys(self) -> pa.StringArray:
+        """What the split is drawn by: the whole conversation."""
+        return self.content_keys
+
 
 @dataclass(frozen=True)
 class RowProblem:
@@ -51,7 +56,7 @@ def normalise(table: pa.Table, system_prompt: str) -> tuple[Normalised, list[Row
     table = table.combine_chunks()
     columns = {name: column_of(table, name) for name in table.column_names}
     valid = {name: as_bool(pc.is_valid(array)) for name, array in columns.items()}
-    shape = detect_shapes(valid, table.num_rows)
+    shape = conversations_beside_pairs(valid, detect_shapes(valid, table.num_rows))
     reason = np.where(shape == _NO_SHAPE, Reason.UNKNOWN_SHAPE, Reason.OK).astype(np.int8)
     reason[np.isin(shape, _PAIR_SHAPES)] = Reason.PREFERENCE_PAIR
     check_required_fields(columns, valid, shape, reason)
@@ -91,13 +96,31 @@ def column_of(table: pa.Table, name: str) -> pa.Array:
     )
 
 
-def detect_shapes(valid: dict[str, np.ndarray], rows: int) -> np.ndarray:
-    """Each row's shape (its index in ``SHAPES``): the first whose marker fields the row has any of."""
+def detect_shapes(valid: dict[str, np.ndarray], rows: int, pairs: bool = True) -> np.ndarray:
+    """Each row's shape (its index in ``SHAPES``): the first whose marker fields the row has any of (of the
+    conversation and flat shapes only, without ``pairs``)."""
     shape = np.full(rows, _NO_SHAPE, dtype=np.int8)
     for code, candidate in enumerate(SHAPES):
+        if candidate.is_pair and not pairs:
+            continue
         present = np.logical_or.reduce([valid[name] for name in candidate.detected_by])
         shape[(shape == _NO_SHAPE) & present] = code
     return shape
+
+
+def conversations_beside_pairs(valid: dict[str, np.ndarray], shape: np.ndarray) -> np.ndarray:
+    """``shape`` with each pair-shaped row that also holds a whole conversation or flat record (every required
+    field of the shape it would otherwise be: UltraFeedback's ``messages`` beside its ``chosen`` and ``rejected``)
+    read as that record, for objective sft."""
+    pairs = np.isin(shape, _PAIR_SHAPES)
+    if not pairs.any():
+        return shape
+    other = detect_shapes(valid, len(shape), pairs=False)
+    complete = np.zeros(len(shape), dtype=bool)
+    for code, candidate in enumerate(SHAPES):
+        if not candidate.is_pair:
+            complete |= (other == code) & np.logical_and.reduce([valid[name] for name in candidate.required])
+    return np.where(pairs & complete, other, shape)
 
 
 def fields_of(columns: dict[str, pa.Array], shape: RecordShape, rows: np.ndarray) -> dict[str, pa.Array]:
@@ -243,8 +266,8 @@ def _describe(reason: Reason, record: dict, code: int, messages: list[dict | Non
     if reason == Reason.PREFERENCE_PAIR:
         return (
             "the record is a preference pair (a chosen and a rejected answer), and supervised fine-tuning (objective "
-            "sft) trains on conversations: train on the pairs with objective dpo, or map the chosen answer onto a "
-            "conversation shape with field_map"
+            "sft) trains on conversations: train on the pairs with objective dpo, or give each record a whole "
+            "conversation beside the pair (a messages field, read instead of the pair)"
         )
     shape = SHAPES[code]
     missing = [name for name in shape.required if record.get(name) is None]

@@ -55,6 +55,9 @@ class NormalisedPairs:
     content_keys: pa.StringArray  # canonical content of the pair, without the injected system prompt
     conversation_chars: np.ndarray  # the prompt and the chosen answer
     response_chars: np.ndarray  # the chosen answer
+    # What the split is drawn by: the prompt's canonical content, so that every pair of one prompt (data sets of k
+    # answers per prompt make several) lands in the same split and the held-out pairs' prompts are never trained on
+    split_keys: pa.StringArray
 
 
 def normalise_pairs(table: pa.Table, system_prompt: str) -> tuple[NormalisedPairs, list[RowProblem]]:
@@ -98,6 +101,7 @@ def normalise_pairs(table: pa.Table, system_prompt: str) -> tuple[NormalisedPair
         content_keys=pc.binary_join_element_wise(*keys, _SIDE_SEP) if len(accepted) else pa.array([], pa.string()),
         conversation_chars=prompt_chars + chosen_chars,
         response_chars=chosen_chars,
+        split_keys=keys[0],
     )
     return normalised, problems
 

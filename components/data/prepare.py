@@ -191,7 +191,9 @@ def _route_rows(
     hashes = content_hashes(normalised.content_keys, options.seed)
     keep = seen.first_occurrences(hashes)
     tally.duplicates += int(len(keep) - keep.sum())
-    to_eval = eval_mask(hashes, options.eval_fraction)
+    by_split_key = hashes if normalised.split_keys is normalised.content_keys else None  # conversations: the same
+    split_hashes = by_split_key if by_split_key is not None else content_hashes(normalised.split_keys, options.seed)
+    to_eval = eval_mask(split_hashes, options.eval_fraction)
     for name, mask in ((TRAIN_SPLIT, keep & ~to_eval), (EVAL_SPLIT, keep & to_eval)):
         if not mask.any():
             continue
