@@ -204,6 +204,8 @@ def test_gate_against_the_published_model(published, minimum, force, passed, for
         (0.4, 0.0, None, False, "The held-out reward accuracy got worse by 0.1000"),
         (0.75, 0.05, 0.8, False, "Against the published model (run r1): The held-out reward accuracy got worse by"),
         (0.85, 0.05, 0.8, True, "(published 0.8000, new 0.8500), which meets"),
+        (12 / 20, 0.1, None, True, "improved by 0.1000 (base 0.5000, fine-tuned 0.6000), which meets"),
+        (0.6, 0.05, 0.55, True, "improved by 0.0500 (published 0.5500, new 0.6000), which meets"),
     ],
 )
 def test_under_dpo_the_gate_compares_the_reward_accuracy_higher_being_better(tuned, minimum, published, passed, words):

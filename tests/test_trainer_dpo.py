@@ -68,7 +68,8 @@ def test_two_ranks_learn_to_prefer_the_chosen_answers(tiny_model_dir, tmp_path, 
     # The evaluation stage's scores of the merged model against the base equal what TRL measured in training.
     from transformers import AutoModelForCausalLM
 
-    from components.evaluate.preferences import pair_log_probs, preference_scores
+    from common.errors import UserError
+    from components.evaluate.preferences import pair_log_probs, preference_scores, usable_pairs
 
     rows = Dataset.from_file(str(tokens_dir / "eval.arrow"))
     base = pair_log_probs(AutoModelForCausalLM.from_pretrained(tiny_model_dir), rows, 128)
@@ -81,6 +82,12 @@ def test_two_ranks_learn_to_prefer_the_chosen_answers(tiny_model_dir, tmp_path, 
     # The base against itself: every reward 0, so every pair a tie, counted half: chance.
     assert preference_scores(base, base, beta=0.1).reward_accuracy == 0.5
     if method == "lora" and sharding == "none":
+        # A max_length below the tokenise step's drops the pairs whose prompt fills it, and none left is refused.
+        lengths = [len(prompt) for prompt in rows["prompt_ids"]]
+        kept = usable_pairs(tokens_dir, max(lengths))["prompt_ids"]
+        assert len(kept) == sum(length < max(lengths) for length in lengths) < len(lengths)
+        with pytest.raises(UserError, match="no preference pair whose prompt is shorter than max_length"):
+            usable_pairs(tokens_dir, min(lengths))
         check_the_evaluation_stage(tiny_model_dir, data.output_dir, output, tmp_path / "evaluate", scores)
 
 

@@ -54,18 +54,21 @@ class PreferenceScores:
     pairs: int
 
 
-def usable_pairs(tokens_dir: Path) -> dict[str, list[list[int]]]:
-    """The held-out pairs' token rows the tokenise step wrote (capped by its eval_max_rows); it dropped the pairs
-    whose prompt left no answer token within max_length."""
+def usable_pairs(tokens_dir: Path, max_length: int) -> dict[str, list[list[int]]]:
+    """The held-out pairs' token rows the tokenise step wrote (capped by its eval_max_rows) whose prompt leaves an
+    answer token within ``max_length``: the tokenise step dropped the others at its own max_length, and a shorter
+    one here drops more (such a pair would score a tie for every model and pull each towards chance)."""
     rows = open_rows(tokens_dir, EVAL_ROWS)
-    if len(rows["prompt_ids"]) == 0:
+    keep = [number for number, prompt in enumerate(rows["prompt_ids"]) if len(prompt) < max_length]
+    if not keep:
         raise UserError(
-            f"{tokens_dir / EVAL_ROWS} has no preference pairs: the data stage held none out, or the tokenise step "
-            "dropped every held-out pair for a prompt of max_length tokens or more (its manifest counts them), so "
-            "there is nothing to compare the models' preferences on. Re-run the data step with an eval_fraction "
-            "above 0 (for example 0.1), or raise max_length, then the tokenise step."
+            f"{tokens_dir / EVAL_ROWS} has no preference pair whose prompt is shorter than max_length {max_length} "
+            "tokens: the data stage held none out, or every held-out prompt fills max_length, so there is nothing "
+            "to compare the models' preferences on. Re-run the data step with an eval_fraction above 0 (for "
+            "example 0.1), or raise max_length (--max-length; 0 uses the training run's), then the tokenise step."
         )
-    return {name: rows[name] for name in ("prompt_ids", "chosen_ids", "rejected_ids")}
+    kept = rows.select(keep)
+    return {name: kept[name] for name in ("prompt_ids", "chosen_ids", "rejected_ids")}
 
 
 def _answer_log_prob(
@@ -74,7 +77,7 @@ def _answer_log_prob(
     """The summed log-probability of ``answer``'s tokens after ``prompt``, and how many were scored."""
     ids = [*prompt, *answer][:max_length]
     if len(ids) <= len(prompt):
-        return 0.0, 0  # the prompt fills max_length: no answer token is scored (the tokenise step drops such pairs)
+        return 0.0, 0  # the prompt fills max_length: no answer token is scored (usable_pairs drops such pairs)
     tokens = torch.tensor([ids], device=model.device)
     with torch.no_grad():
         logits = model(input_ids=tokens).logits[0, :-1].float()

@@ -249,8 +249,14 @@ def held_out_data(
     prompt with its chosen answer), and how many held-out rows are used of how many."""
     max_length = resolve_max_length(options, training)
     tokens_dir = resolve_tokens_dir(options, training)
-    if training is not None and training.objective == "dpo":
-        pairs = usable_pairs(tokens_dir)
+    if TokenManifest.read(tokens_dir).settings.get("objective", "sft") == "dpo":
+        if training is None:
+            raise UserError(
+                f"{tokens_dir} holds preference pairs (objective dpo), and {options.train_dir} has no "
+                f"{TRAINING_SUMMARY} to say the dpo_beta the models' rewards are scaled by. Pass --train-dir, the "
+                "output directory of the training run that read these pairs."
+            )
+        pairs = usable_pairs(tokens_dir, max_length)
         held_out = HeldOut(None, pairs, float(training.config["dpo_beta"]), max_length)
         references = [prompt + chosen for prompt, chosen in zip(split["prompt"], split["chosen"])]
         return held_out, references, held_out_counts(tokens_dir, held_out.count, "pairs")
