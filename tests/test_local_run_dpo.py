@@ -70,7 +70,8 @@ def test_a_dpo_run_prepares_pairs_trains_gates_on_reward_accuracy_and_publishes(
 
     card = (run_dir / "publish" / "upload" / "README.md").read_text()
     assert "| objective | dpo |" in card and "| DPO beta / loss | 0.1 / sigmoid |" in card
-    assert "held-out reward accuracy" in card
+    assert "held-out reward accuracy" in card and f"({stats.eval_rows} preference pairs;" in card
+    assert "the share of pairs whose chosen answer gets the higher reward" in card
     report = (run_dir / "evaluate" / "report.md").read_text()
     assert "held-out preference pairs" in report and "Reward accuracy" in report
     history = json.loads((run_dir / "train" / "training_history.json").read_text())

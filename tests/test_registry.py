@@ -74,6 +74,30 @@ def stored_run(workspace, run_id="run-1", *, gate_passed=True):
     StoredCopies(copies).write(workspace / "runs" / run_id / "store" / "stored.json")
 
 
+def test_a_dpo_version_records_the_objective_its_settings_and_the_preferences(tmp_path):
+    """Under objective dpo the properties name the rows as pairs and add beta, the loss and the held-out pairs'
+    reward accuracy and margin (the published model's accuracy when one was compared)."""
+    import dataclasses
+
+    from fake_run import evaluation, training_summary
+
+    from common.run_layout import EVALUATION, TRAINING_SUMMARY, stage_dir
+    from components.champion.version import RunDirs
+    from components.register.provenance import version_properties
+
+    make_run(tmp_path)
+    summary = training_summary(config={"objective": "dpo", "dpo_beta": 0.2, "dpo_loss": "ipo"})
+    summary.write(stage_dir(str(tmp_path), "run-1", "train") / TRAINING_SUMMARY)
+    result = evaluation()
+    tuned = dataclasses.replace(result.fine_tuned, reward_accuracy=0.875, reward_margin=0.25)
+    dataclasses.replace(result, fine_tuned=tuned).write(stage_dir(str(tmp_path), "run-1", "evaluate") / EVALUATION)
+    properties = version_properties(RunDirs.of(str(tmp_path), "run-1"), "run-1")
+    assert properties["objective"] == "dpo" and (properties["dpo_beta"], properties["dpo_loss"]) == (0.2, "ipo")
+    assert (properties["reward_accuracy_new"], properties["reward_margin_new"]) == (0.875, 0.25)
+    assert "reward_accuracy_published" not in properties  # no published model was compared
+    assert "train_preference_pairs" in properties and "train_conversations" not in properties
+
+
 def values(properties: dict) -> dict:
     """The registry's typed custom properties as plain values."""
     out = {}
@@ -102,6 +126,7 @@ def test_a_version_is_registered_with_its_artifacts_and_provenance(registry, tmp
     assert properties["gate_passed"] is True and properties["gate_reason"] == "eval loss improved by 1.3945"
     assert properties["gguf_verified"] is True and properties["method"] == "lora" and properties["lora_r"] == 16
     assert (properties["train_conversations"], properties["eval_conversations"]) == (270, 30)
+    assert properties["objective"] == "sft" and "dpo_beta" not in properties and "reward_accuracy_new" not in properties
     artifacts = {a["name"]: a for a in registry.version_artifacts(version["id"])}
     assert artifacts["smol-ft-s3"]["uri"] == S3_URI and artifacts["smol-ft-oci"]["uri"] == OCI_URI
     assert artifacts["smol-ft-s3"]["storageKey"] == "aws-connection-models"

@@ -71,6 +71,7 @@ def render_model_card(outputs: RunOutputs, options: PublishOptions, context: Car
         title=repo_id.split("/")[-1],
         intro=_intro(outputs, options, base_model, context),
         eval_rows=_eval_rows(outputs),
+        scoring=SCORING[outputs.summary.objective],
         metrics=_metric_rows(outputs.evaluation),
         published=_published_name(outputs.evaluation),
         gate_verdict=_gate_verdict(outputs.evaluation.gate),
@@ -173,8 +174,21 @@ def _intro(outputs: RunOutputs, options: PublishOptions, base_model: str, contex
     )
 
 
+# How the card's evaluation table was measured, by objective
+SCORING = {
+    "sft": "chat template, loss on the assistant's tokens; ROUGE-L of greedy answers against the reference answers",
+    "dpo": (
+        "chat template; each pair's chosen and rejected answers' log-probabilities, their implicit rewards against "
+        "the base (dpo_beta times the difference) and the reward accuracy, the share of pairs whose chosen answer "
+        "gets the higher reward, which the quality gate decided on; the loss on the chosen answers' tokens; ROUGE-L "
+        "of greedy answers against the chosen answers"
+    ),
+}
+
+
 def _eval_rows(outputs: RunOutputs) -> str:
-    return f"{outputs.summary.eval_examples} conversations; ROUGE-L on {outputs.evaluation.scored_rows} of them"
+    kind = "preference pairs" if outputs.summary.objective == "dpo" else "conversations"
+    return f"{outputs.summary.eval_examples} {kind}; ROUGE-L on {outputs.evaluation.scored_rows} of them"
 
 
 def _metric_rows(evaluation: EvaluationResult) -> list[dict[str, str]]:

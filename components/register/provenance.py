@@ -30,6 +30,7 @@ def version_properties(dirs: RunDirs, run_id: str) -> dict[str, Property]:
         )
     verification = written(GgufVerification.read, dirs.export / VERIFICATION_JSON, "the export stage")
     stats, summary, evaluation = outputs.stats, outputs.summary, outputs.evaluation
+    rows = "preference_pairs" if summary.objective == "dpo" else "conversations"  # what the run's rows are
     properties: dict[str, Any] = {
         "pipeline_run_id": run_id,
         "base_model": summary.base_model,
@@ -38,8 +39,8 @@ def version_properties(dirs: RunDirs, run_id: str) -> dict[str, Property]:
         "data_records": stats.records,
         "data_rejected": stats.rejected,
         "data_duplicates": stats.duplicates,
-        "train_conversations": summary.train_examples,
-        "eval_conversations": summary.eval_examples,
+        f"train_{rows}": summary.train_examples,
+        f"eval_{rows}": summary.eval_examples,
         "method": summary.method,
         "learning_rate": summary.learning_rate,
         "epochs": summary.epochs,
