@@ -4,9 +4,9 @@ On generated preference pairs (a prompt of one or three user turns, a chosen ans
 rejected one of about 30; SmolLM2-135M-Instruct's tokenizer and chat template), at two sizes:
 
 1. **Preparation**, pairs per second: (a) TRL's own, what ``DPOTrainer`` does to text pairs before its first step
-   (the chat template applied, then tokenised; ``dataset_num_proc`` = the CPUs), once per rank of a torchrun job;
-   (b) ours, the tokenise step with one worker per CPU, once for all ranks (``trainer.preference_rows``, whose rows
-   ``tests/test_preference_rows.py`` holds equal to TRL's).
+   (the chat template applied, then tokenised; ``dataset_num_proc`` = the CPUs), timed inside its process;
+   (b) ours, the tokenise step with one worker per CPU, a process of its own, start-up included
+   (``trainer.preference_rows``, whose rows ``tests/test_preference_rows.py`` holds equal to TRL's).
 2. **Pairs to ``--steps`` optimizer steps**, one process, SmolLM2-135M LoRA: (a) a script a competent user writes
    with TRL (load the Parquet the data step wrote, ``DPOTrainer`` with a ``LoraConfig``, ``train``) against (b)
    ours (the tokenise step, then ``python -m trainer --objective dpo``), both with the same batch, length, beta,
@@ -169,7 +169,7 @@ def main() -> None:
             }
             print(f"{count} pairs: {json.dumps(results['sizes'][count])}", flush=True)
     print(
-        f"\n| pairs | TRL's own preparation (pairs/s) | tokenise step (pairs/s) | ours is | "
+        f"\n| pairs | TRL's own preparation (pairs/s) | tokenise step, start-up included (pairs/s) | ours is | "
         f"pairs to {args.steps} steps, TRL's own (s) | ours (s) | ours is |\n"
         "| --- | --- | --- | --- | --- | --- | --- |"
     )
@@ -180,9 +180,8 @@ def main() -> None:
             f"{row['our_pairs_to_steps_s']:.0f} | {row['trl_pairs_to_steps_s'] / row['our_pairs_to_steps_s']:.2f}x |"
         )
     print(
-        "\n(preparation once per rank for TRL, once per run for the tokenise step: a run of R ranks pays TRL's R "
-        "times; "
-        f"{args.workers} CPUs, SmolLM2-135M LoRA r {LORA_R}, batch {BATCH}, max_length {MAX_LENGTH})"
+        f"\n(TRL's preparation timed inside its process; the tokenise step as a process of its own, start-up "
+        f"included. {args.workers} CPUs, SmolLM2-135M LoRA r {LORA_R}, batch {BATCH}, max_length {MAX_LENGTH})"
     )
     args.results.parent.mkdir(parents=True, exist_ok=True)
     args.results.write_text(json.dumps(results, indent=2) + "\n")

@@ -49,6 +49,7 @@ GPU_CHECK_3B = "gpu_check-h100-2026-11-27-3b-with-fixes.json"
 GPU_CHECK_FULL = "gpu_check-h200-2026-11-28-full-3b.json"
 GPU_CHECK_EVERY_LENGTH = "gpu_check-h200-2026-11-28-full-12-layers-every-length.json"
 LM_EVAL = "lm_eval_bench-cpu-2026-11-26.json"
+DPO = "dpo_bench-cpu-2026-11-28.json"
 TARGETS = "gpu_train_bench.py"  # ABSOLUTE_TARGETS: the H100 throughput targets, twice the 2026-11-24 figures
 
 GIB = 2**30
@@ -600,6 +601,55 @@ LM_EVAL_QUOTES = [
     ),
 ]
 
+
+def dpo_row(pairs: str) -> Quote:
+    """One size's row of the DPO benchmark's table, as the benchmark prints it."""
+
+    def figures(results: Any) -> list[str]:
+        row = results["sizes"][pairs]
+        trl_rate, our_rate = int(pairs) / row["trl_preparation_s"], int(pairs) / row["our_tokenise_s"]
+        return [
+            rounded(trl_rate),
+            rounded(our_rate),
+            f"{row['trl_preparation_s'] / row['our_tokenise_s']:.2f}",
+            rounded(row["trl_pairs_to_steps_s"]),
+            rounded(row["our_pairs_to_steps_s"]),
+            f"{row['trl_pairs_to_steps_s'] / row['our_pairs_to_steps_s']:.2f}",
+        ]
+
+    return Quote(BENCH_PAGE, f"| {pairs} | {{}} | {{}} | {{}}x | {{}} | {{}} | {{}}x |", DPO, figures)
+
+
+def dpo_ratio(pairs: str) -> Callable[[Any], float]:
+    return lambda results: (
+        results["sizes"][pairs]["trl_pairs_to_steps_s"] / results["sizes"][pairs]["our_pairs_to_steps_s"]
+    )
+
+
+DPO_QUOTES = [
+    dpo_row("1000"),
+    dpo_row("10000"),
+    Quote(
+        BENCH_PAGE,
+        "{}× and {}× of TRL's time from pairs to 4 steps",
+        DPO,
+        each(dpo_ratio("1000"), dpo_ratio("10000"), format=lambda v: f"{v:.2f}"),
+    ),
+    Quote(
+        BENCH_PAGE,
+        "TRL's from {} s to {} s, the tokenise step's from {} s to {} s, most of it start-up; its rate per pair is "
+        "{}× TRL's at 10,000 pairs",
+        DPO,
+        lambda r: [
+            f"{r['sizes']['1000']['trl_preparation_s']:.1f}",
+            f"{r['sizes']['10000']['trl_preparation_s']:.1f}",
+            f"{r['sizes']['1000']['our_tokenise_s']:.1f}",
+            f"{r['sizes']['10000']['our_tokenise_s']:.1f}",
+            f"{r['sizes']['10000']['trl_preparation_s'] / r['sizes']['10000']['our_tokenise_s']:.2f}",
+        ],
+    ),
+]
+
 # --- measurements with no results file, quoted from the page that records them ----------------------------------
 
 
@@ -634,7 +684,14 @@ RECORD_QUOTES = [
     ),
 ]
 
-QUOTES: list[Quote] = [*TOKENISE_QUOTES, *GPU_TRAIN_QUOTES, *GPU_CHECK_QUOTES, *LM_EVAL_QUOTES, *RECORD_QUOTES]
+QUOTES: list[Quote] = [
+    *TOKENISE_QUOTES,
+    *GPU_TRAIN_QUOTES,
+    *GPU_CHECK_QUOTES,
+    *LM_EVAL_QUOTES,
+    *DPO_QUOTES,
+    *RECORD_QUOTES,
+]
 
 # --- what a measured figure looks like on a page ---------------------------------------------------------------
 
