@@ -27,7 +27,9 @@ def pairs(count: int) -> list[dict]:
     ]
 
 
-@pytest.mark.parametrize(("method", "sharding"), [("lora", "none"), ("lora", "fsdp"), ("full", "none")])
+@pytest.mark.parametrize(
+    ("method", "sharding"), [("lora", "none"), ("lora", "fsdp"), ("full", "none"), ("full", "fsdp")]
+)
 def test_two_ranks_learn_to_prefer_the_chosen_answers(tiny_model_dir, tmp_path, method, sharding):
     source = tmp_path / "pairs.jsonl"
     source.write_text("".join(json.dumps(pair) + "\n" for pair in pairs(64)))
@@ -54,6 +56,12 @@ def test_two_ranks_learn_to_prefer_the_chosen_answers(tiny_model_dir, tmp_path, 
     code = finish(torchrun(args, log=log))
     text = log.read_text()
     assert code == 0, text[-4000:]
+    reference = {
+        "lora": "the model itself with its adapter disabled (no second copy in memory)",
+        "full": "a frozen copy of the starting model, "
+        + ("sharded by FSDP across the ranks" if sharding == "fsdp" else "whole on every rank"),
+    }[method]
+    assert f"DPO reference: {reference}" in text
     result = summary(output)
     assert result["resumed_from"] == (str(resume_point) if resume_point else None)
     history = json.loads((output / "training_history.json").read_text())

@@ -9,6 +9,7 @@ copy is held; for full fine-tuning TRL keeps a frozen copy.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
@@ -20,9 +21,25 @@ from trainer.objectives import Objective
 from trainer.run_arguments import run_arguments
 from trainer.run_trainer import RunTrainer
 
+log = logging.getLogger("trainer")
+
+
+def reference_description(reference: Any) -> str:
+    """What the run compares its policy with, for the log: the same model with its adapter off, or TRL's copy."""
+    if reference is None:
+        return "the model itself with its adapter disabled (no second copy in memory)"
+    from torch.distributed.fsdp import FSDPModule
+
+    placed = "sharded by FSDP across the ranks" if isinstance(reference, FSDPModule) else "whole on every rank"
+    return f"a frozen copy of the starting model, {placed}"
+
 
 class DPORunTrainer(RunTrainer, DPOTrainer):
     """TRL's DPOTrainer with the run's own behaviour (``RunTrainer``), on the tokenise step's rows."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        log.info("DPO reference: %s", reference_description(self.ref_model))
 
     def _prepare_dataset(self, dataset: Any, processing_class: Any, args: Any, dataset_name: str) -> Any:
         # The tokenise step wrote prompt_ids, chosen_ids and rejected_ids as this would, and dropped the pairs whose
