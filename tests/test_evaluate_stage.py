@@ -269,6 +269,7 @@ def test_failed_gate_is_a_result_not_an_error_and_fills_the_kfp_artifacts(
         max_new_tokens=8,
         score_rows=1,
         min_eval_loss_improvement=10.0,
+        min_reward_accuracy_improvement=0.05,
         min_improvement_over_published=0.0,
         batch_size=8,
         benchmark_tasks="",
@@ -297,6 +298,7 @@ def test_failed_gate_is_a_result_not_an_error_and_fills_the_kfp_artifacts(
         "reason": reason,
         "forced": False,
         "comparisons": [{"against": "base", "passed": False, "reason": reason}],
+        "measure": "eval_loss",
     }
     # benchmark_tasks empty: none ran, and the step and the reports say so.
     assert evaluation["benchmarks"] == {"skipped": "benchmark_tasks is empty, so no standard benchmark was run."}
