@@ -24,6 +24,7 @@ from components.data.schema import OUTPUT_SCHEMA
 from components.evaluate.gate import (
     EVAL_LOSS,
     REWARD_ACCURACY,
+    benchmark_comparisons,
     decide,
     decide_with_published,
     decide_without_published,
@@ -217,6 +218,18 @@ def test_under_dpo_the_gate_compares_the_reward_accuracy_higher_being_better(tun
         decision = decide_with_published(0.5, tuned, minimum, published, 0.0, "run r1", False, REWARD_ACCURACY)
     assert decision.passed is passed and decision.measure is REWARD_ACCURACY
     assert words in decision.reason and "eval loss" not in decision.reason
+
+
+def test_a_benchmark_drop_equal_to_the_maximum_as_written_passes():
+    """Six of 40 questions is a drop of 0.15000000000000002 from 20 of 40 in floating point: within 0.15."""
+    scores = {
+        role: {"task": {"value": value, "higher_is_better": True, "metric": "acc"}}
+        for role, value in (("base", 20 / 40), ("fine_tuned", 14 / 40))
+    }
+    [comparison] = benchmark_comparisons(scores, 0.15)
+    assert comparison.passed, comparison.reason
+    [beyond] = benchmark_comparisons(scores, 0.149)
+    assert not beyond.passed
 
 
 def test_force_never_overrides_the_base_model_comparison():

@@ -42,8 +42,9 @@ FORCE_NOT_PAST_BASE = "force does not override the comparison with the base mode
 GATED_STAGES = "export, publish, store, register and serve"
 
 
-# An improvement this close to the minimum meets it: reward accuracies are counts over the pairs, and 12 of 20 less
-# chance is 0.09999999999999998 in floating point, which must meet a minimum of 0.1.
+# An improvement (or a benchmark drop) this close to its bound meets it: accuracies are counts over the pairs or
+# questions, and 12 of 20 less chance is 0.09999999999999998 in floating point, which must meet a minimum of 0.1,
+# as a drop from 20 to 14 of 40 questions (0.15000000000000002) must stay within a max_benchmark_drop of 0.15.
 EQUAL_AS_WRITTEN = 1e-9
 
 
@@ -164,7 +165,7 @@ def benchmark_comparisons(scores: dict[str, dict[str, dict[str, Any]]], max_drop
         for task, reference in scores.get(against, {}).items():
             new = scores["fine_tuned"][task]
             drop = reference["value"] - new["value"] if new["higher_is_better"] else new["value"] - reference["value"]
-            passed = math.isfinite(drop) and drop <= max_drop
+            passed = math.isfinite(drop) and drop <= max_drop + EQUAL_AS_WRITTEN
             change = (
                 "is not a finite number"
                 if not math.isfinite(drop)
