@@ -3,6 +3,7 @@ training with objective dpo (TRL's DPOTrainer on the token rows, the reference t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -132,3 +133,14 @@ def check_the_evaluation_stage(base_model, data_dir, train_dir, output_dir, scor
     assert written["fine_tuned"]["reward_accuracy"] == 1.0 and written["gate"]["measure"] == "reward_accuracy"
     report = (output_dir / "report.md").read_text()
     assert f"{scores.pairs} held-out preference pairs" in report and "reward accuracy" in report
+
+    # A training run of the other objective than the token cache's is refused before any model is scored.
+    summary = json.loads((train_dir / "training_summary.json").read_text())
+    summary["config"]["objective"] = "sft"
+    sft_train_dir = output_dir.with_name("sft-train")
+    sft_train_dir.mkdir()
+    (sft_train_dir / "training_summary.json").write_text(json.dumps(summary))
+    from common.errors import UserError
+
+    with pytest.raises(UserError, match="was tokenised for objective dpo, and the training run in .* objective sft"):
+        evaluate(dataclasses.replace(options, train_dir=sft_train_dir, output_dir=output_dir.with_name("refused")))

@@ -249,7 +249,14 @@ def held_out_data(
     prompt with its chosen answer), and how many held-out rows are used of how many."""
     max_length = resolve_max_length(options, training)
     tokens_dir = resolve_tokens_dir(options, training)
-    if TokenManifest.read(tokens_dir).settings.get("objective", "sft") == "dpo":
+    objective = TokenManifest.read(tokens_dir).settings.get("objective", "sft")
+    if training is not None and training.objective != objective:
+        raise UserError(
+            f"{tokens_dir} was tokenised for objective {objective}, and the training run in {options.train_dir} "
+            f"trained with objective {training.objective}: the models would be measured on rows of the other kind. "
+            "Pass the --tokens-dir that run read (empty: the one its training_summary.json names)."
+        )
+    if objective == "dpo":
         if training is None:
             raise UserError(
                 f"{tokens_dir} holds preference pairs (objective dpo), and {options.train_dir} has no "
