@@ -199,6 +199,21 @@ def test_prepare_writes_pairs_deduplicated_across_shapes_and_split(tmp_path):
     assert all(row["rejected"] == [assistant("Whatever.")] for row in rows)
 
 
+def test_the_field_map_the_sft_refusal_names_reads_one_side_as_the_conversation(tmp_path):
+    """The paragraph for a pair given to sft suggests field_map; it works: the chosen side read as the completion."""
+    from components.data.options import PrepareOptions
+    from components.data.prepare import prepare
+
+    _, _, table = parsed_pairs([SHAPES["strings"]])
+    [problem] = normalise(table, "")[1]
+    assert '{"completion": "chosen"}' in problem.detail
+    source = tmp_path / "pairs.jsonl"
+    source.write_text(json.dumps(SHAPES["strings"]) + "\n")
+    options = PrepareOptions(eval_fraction=0.0, field_map='{"completion": "chosen"}')
+    result = prepare(str(source), tmp_path / "out", options, "sft")
+    assert result.stats.rejected == 0 and result.stats.shapes == {"prompt_completion": 1}
+
+
 def test_every_pair_of_one_prompt_lands_in_the_same_split(tmp_path):
     """Several answers per prompt make several pairs of it: the split is drawn by the prompt, so the held-out
     pairs' prompts, on which the gate measures the reward accuracy, are never trained on."""

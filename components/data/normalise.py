@@ -266,8 +266,9 @@ def _describe(reason: Reason, record: dict, code: int, messages: list[dict | Non
     if reason == Reason.PREFERENCE_PAIR:
         return (
             "the record is a preference pair (a chosen and a rejected answer), and supervised fine-tuning (objective "
-            "sft) trains on conversations: train on the pairs with objective dpo, or give each record a whole "
-            "conversation beside the pair (a messages field, read instead of the pair)"
+            "sft) trains on conversations: train on the pairs with objective dpo, or read one side as the "
+            'conversation with field_map (for example {"completion": "chosen"} for string pairs, '
+            '{"messages": "chosen"} for whole conversations)'
         )
     shape = SHAPES[code]
     missing = [name for name in shape.required if record.get(name) is None]

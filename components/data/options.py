@@ -35,8 +35,9 @@ class PrepareOptions:
     eval_fraction: float = run_option(
         0.1,
         "Share of records held out for evaluation, in [0, 1); a pipeline run needs it above 0, because the "
-        "evaluation stage compares the models on these rows. Rows are assigned by a hash of their content, so "
-        "appending data never moves existing rows between splits.",
+        "evaluation stage compares the models on these rows. Rows are assigned by a hash of their content "
+        "(a preference pair's by its prompt's, so that the pairs of one prompt stay together), so appending data "
+        "never moves existing rows between splits.",
         normalise=fraction,
     )
     seed: int = run_option(
