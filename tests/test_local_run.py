@@ -71,6 +71,20 @@ SHORT_EVALUATION = (
 # answer that changes moves the score by 0.1).
 LENIENT_GATE = ("--param", "min_eval_loss_improvement=-100", "--param", "max_benchmark_drop=1")
 STAGES = ("data", "train", "evaluate", "export", "publish", "store")
+# Every task of a run that trains and passes its gate, in the order kfp.local executes them.
+EVERY_STEP = (
+    "validate-parameters",
+    "prepare-dataset",
+    "check-data-changed",
+    "tokenise-data",
+    "train-model",
+    "evaluate-model",
+    "export-gguf",
+    "publish-model",
+    "store-model",
+    "register-model",
+    "serve-model",
+)
 MODELS_BUCKET = "models"
 MODELS_URI = f"s3://{MODELS_BUCKET}/local"
 REGISTRY_TOKEN = "local-run-registry-token"
@@ -180,19 +194,7 @@ def test_whole_pipeline_runs_locally_and_says_where_outputs_went(runs):
     where to look."""
     output_dir, [(result, run_dir), *_] = runs
     succeeded(result)
-    assert executed(result) == [
-        "validate-parameters",
-        "prepare-dataset",
-        "check-data-changed",
-        "tokenise-data",
-        "train-model",
-        "evaluate-model",
-        "export-gguf",
-        "publish-model",
-        "store-model",
-        "register-model",
-        "serve-model",
-    ]
+    assert executed(result) == list(EVERY_STEP)
     assert f"running pipeline locally; outputs go to {output_dir}" in result.stdout
     assert f"local defaults: epochs={LOCAL_DEFAULTS['epochs']}" in result.stdout
     # The terminal shows a line per stage and the summary; the steps' own output is in run.log.

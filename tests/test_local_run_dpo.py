@@ -12,7 +12,16 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_local_run import DATA_PARAMS, SHORT_EVALUATION, SHORT_TRAINING, executed, run_dirs, run_pipeline, succeeded
+from test_local_run import (
+    DATA_PARAMS,
+    EVERY_STEP,
+    SHORT_EVALUATION,
+    SHORT_TRAINING,
+    executed,
+    run_dirs,
+    run_pipeline,
+    succeeded,
+)
 
 from common.records import DataStats, EvaluationResult, TrainingSummary
 from common.run_layout import EVALUATION, TRAINING_SUMMARY
@@ -33,19 +42,7 @@ def test_a_dpo_run_prepares_pairs_trains_gates_on_reward_accuracy_and_publishes(
         *("--param", "objective=dpo", "--param", "min_reward_accuracy_improvement=-0.5"),
     )
     succeeded(result)
-    assert executed(result) == [
-        "validate-parameters",
-        "prepare-dataset",
-        "check-data-changed",
-        "tokenise-data",
-        "train-model",
-        "evaluate-model",
-        "export-gguf",
-        "publish-model",
-        "store-model",
-        "register-model",
-        "serve-model",
-    ]
+    assert executed(result) == list(EVERY_STEP)
     (run_dir,) = run_dirs(output_dir).values()
 
     stats = DataStats.read(run_dir / "data" / "stats.json")
