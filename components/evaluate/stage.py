@@ -103,7 +103,7 @@ from trainer.config import TrainConfig
 from trainer.cuda import check_cuda_usable
 from trainer.data import load_split
 from trainer.masking import Message, TokenisedConversation
-from trainer.token_cache import TokenManifest
+from trainer.token_cache import SplitTokens, TokenManifest
 
 COMPARED = ("eval_loss", "perplexity", "rouge_l")
 PREFERENCES_COMPARED = ("reward_accuracy", "reward_margin")  # objective dpo's, beside COMPARED
@@ -249,7 +249,8 @@ def held_out_data(
     prompt with its chosen answer), and how many held-out rows are used of how many."""
     max_length = resolve_max_length(options, training)
     tokens_dir = resolve_tokens_dir(options, training)
-    objective = TokenManifest.read(tokens_dir).settings.get("objective", "sft")
+    manifest = TokenManifest.read(tokens_dir)
+    objective = manifest.settings.get("objective", "sft")
     if training is not None and training.objective != objective:
         raise UserError(
             f"{tokens_dir} was tokenised for objective {objective}, and the training run in {options.train_dir} "
@@ -266,10 +267,10 @@ def held_out_data(
         pairs = usable_pairs(tokens_dir, max_length)
         held_out = HeldOut(None, pairs, float(training.config["dpo_beta"]), max_length)
         references = [prompt + chosen for prompt, chosen in zip(split["prompt"], split["chosen"])]
-        return held_out, references, held_out_counts(tokens_dir, held_out.count, "pairs")
+        return held_out, references, held_out_counts(manifest.eval, held_out.count, "pairs")
     conversations = usable_conversations(tokens_dir, max_length)
     held_out = HeldOut(conversations, None, 0.0, max_length)
-    return held_out, split["messages"], held_out_counts(tokens_dir, held_out.count, "conversations")
+    return held_out, split["messages"], held_out_counts(manifest.eval, held_out.count, "conversations")
 
 
 def unavailable(error: ChampionUnavailable, target: PublishedTarget) -> str:
@@ -448,10 +449,9 @@ def benchmark_record(
     }
 
 
-def held_out_counts(tokens_dir: Path, usable: int, kind: str) -> dict[str, int]:
+def held_out_counts(kept: SplitTokens, usable: int, kind: str) -> dict[str, int]:
     """How many eval rows (``kind``: conversations, or preference pairs) the held-out measures cover, of how many
-    the tokenise step kept and the split has."""
-    kept = TokenManifest.read(tokens_dir).eval
+    the tokenise step kept (``kept``: its manifest's eval split) and the split has."""
     return {
         kind: usable,
         "tokenised": kept.conversations,
