@@ -316,6 +316,19 @@ def tiny_model_dir(smollm2_dir, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_whole_vocabulary_dir(smollm2_dir, tmp_path_factory) -> Path:
+    """A 2-layer, 64-wide Llama with SmolLM2's whole tokenizer: for local pipeline runs that check plumbing, not
+    text. Its gate can compare it with a SmolLM2 adapter (a gate refuses models of different vocabularies, and
+    ``tiny_model_dir``'s is cut), and llama.cpp converts and verifies it as it does SmolLM2."""
+    from transformers import AutoTokenizer
+
+    def build(target: Path) -> None:
+        save_tiny_llama(AutoTokenizer.from_pretrained(smollm2_dir), target)
+
+    return build_once(tmp_path_factory, "tiny-whole-vocabulary", build)
+
+
+@pytest.fixture(scope="session")
 def prepared_data_dir(tmp_path_factory) -> Path:
     """The bundled sample data through the data stage: train.parquet and eval.parquet."""
     from components.data.options import PrepareOptions

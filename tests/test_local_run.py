@@ -31,7 +31,6 @@ import boto3
 import pytest
 from conftest import REPO_ROOT, read_split, read_stats, run_module, write_jsonl
 from fake_model_registry import FakeModelRegistry
-from shared_builds import build_once
 
 from common.records import SampleAnswers, StoredCopies
 from common.run_layout import PUBLISHED
@@ -134,20 +133,6 @@ def model_registry():
     with FakeModelRegistry(token=REGISTRY_TOKEN) as fake:
         yield fake
         assert fake.violations == []
-
-
-@pytest.fixture(scope="module")
-def tiny_whole_vocabulary_dir(smollm2_dir, tmp_path_factory) -> Path:
-    """A 2-layer, 64-wide Llama with SmolLM2's whole tokenizer, for the third run: its gate compares it with the
-    first run's SmolLM2 adapter, and refuses models of different vocabularies (the tests' tiny model has a cut
-    one)."""
-    from conftest import save_tiny_llama
-    from transformers import AutoTokenizer
-
-    def build(target: Path) -> None:
-        save_tiny_llama(AutoTokenizer.from_pretrained(smollm2_dir), target)
-
-    return build_once(tmp_path_factory, "tiny-whole-vocabulary", build)
 
 
 @pytest.fixture(scope="module")

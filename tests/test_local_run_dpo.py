@@ -1,10 +1,12 @@
 """`python -m pipelines.run --param objective=dpo`: preference tuning through the whole DAG on this machine.
 
-One run on the bundled preference sample (the default data under dpo) with SmolLM2-135M: pairs prepared and
-tokenised, two torchrun processes training with TRL's DPOTrainer, the held-out pairs scored and gated on the
-reward accuracy, a verified GGUF, a publish dry run whose model card says what was tuned and how. Training is
-cut short as in tests/test_local_run.py, with a gate that two steps can pass; the default run's numbers, gate
-passed, are in docs/guides/preference-tuning.md.
+One run on the bundled preference sample (the default data under dpo): pairs prepared and tokenised, two
+torchrun processes training with TRL's DPOTrainer, the held-out pairs scored and gated on the reward accuracy, a
+verified GGUF, a publish dry run whose model card says what was tuned and how. The model is conftest's tiny Llama
+with SmolLM2's whole tokenizer: this run checks what goes where, and the plumbing of SmolLM2 itself (the default
+base model resolved, its weights trained by two ranks, converted and verified) is tests/test_local_run.py's first
+run. Training is cut short as there, with a gate that two steps can pass; a default run's numbers on SmolLM2,
+gate passed, are in docs/guides/preference-tuning.md.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ pytestmark = pytest.mark.slow
 PREFERENCE_PAIRS = 324  # lines of components/sample_data/practical_skills_preferences.jsonl
 
 
-def test_a_dpo_run_prepares_pairs_trains_gates_on_reward_accuracy_and_publishes(tmp_path):
+def test_a_dpo_run_prepares_pairs_trains_gates_on_reward_accuracy_and_publishes(tmp_path, tiny_whole_vocabulary_dir):
     output_dir = tmp_path / "out"
     result = run_pipeline(
         "--output-dir",
@@ -40,6 +42,7 @@ def test_a_dpo_run_prepares_pairs_trains_gates_on_reward_accuracy_and_publishes(
         *SHORT_TRAINING,
         *SHORT_EVALUATION,
         *("--param", "objective=dpo", "--param", "min_reward_accuracy_improvement=-0.5"),
+        *("--param", f"base_model={tiny_whole_vocabulary_dir}"),
     )
     succeeded(result)
     assert executed(result) == list(EVERY_STEP)
