@@ -65,13 +65,15 @@ def main(argv: list[str] | None = None) -> int:
 
     from kfp import local
 
-    from pipelines.fine_tune import build_pipeline
+    from pipelines.fine_tune import build_pipeline, fine_tune_pipeline
     from pipelines.workspace import LocalWorkspace
 
+    # The run parameters are the same on every workspace: checked against the pipeline built at import, a typo
+    # costs no second build (kfp inspects the whole call stack for each step's resources, seconds in a test).
+    overrides = {**LOCAL_DEFAULTS, **checked_arguments(args.param, fine_tune_pipeline)}
     output_dir = args.output_dir.resolve()
     workspace = LocalWorkspace(output_dir / "workspace")
     pipeline = build_pipeline(workspace)
-    overrides = {**LOCAL_DEFAULTS, **checked_arguments(args.param, pipeline)}
     Path(workspace.root).mkdir(parents=True, exist_ok=True)
 
     # The runtime image is not a python:* image, which kfp.local warns about;

@@ -45,3 +45,5 @@ def test_a_local_run_does_not_retry_the_steps_after_publish(tmp_path):
     local = build_pipeline(LocalWorkspace(tmp_path / "workspace"))
     assert AFTER_PUBLISH <= set(tasks(local))  # the steps are there, on both paths
     assert AFTER_PUBLISH.isdisjoint(retry_policies(local))
+    # What `python -m pipelines.run` checks a run's parameters against before it builds the local pipeline.
+    assert local.component_spec.inputs == fine_tune_pipeline.component_spec.inputs
