@@ -20,6 +20,7 @@ from fake_run import training_summary
 from transformers import AutoModelForCausalLM, GenerationConfig
 
 from common.errors import UserError
+from common.records import SampleAnswer
 from components.data.schema import OUTPUT_SCHEMA
 from components.evaluate.gate import (
     EVAL_LOSS,
@@ -261,7 +262,7 @@ def evaluation_with_published() -> dict:
 
 
 def test_reports_show_base_published_and_new_with_the_change_against_each():
-    samples = [{"question": "Q <1>", "base": "b", "published": "<p>ublished", "fine_tuned": "new"}]
+    samples = (SampleAnswer("Q <1>", base="b", published="<p>ublished", fine_tuned="new"),)
     evaluation = evaluation_with_published()
     markdown = render_markdown(evaluation, samples, None, None)
     assert "| Metric | Base | Published | New | Change vs base | Change vs published |" in markdown
@@ -296,9 +297,9 @@ def evaluation_for(passed: bool) -> dict:
 
 
 def test_reports_escape_model_output_and_show_the_gate_first():
-    samples = [
-        {"question": "Is <b>bold</b> & safe?", "base": "<script>alert(1)</script>", "fine_tuned": "line one\nline two"}
-    ]
+    samples = (
+        SampleAnswer("Is <b>bold</b> & safe?", base="<script>alert(1)</script>", fine_tuned="line one\nline two"),
+    )
     html = render_html(evaluation_for(False), samples, None, b"\x89PNG\r\n\x1a\n")
     markdown = render_markdown(evaluation_for(False), samples, None, "loss_curve.png")
     for text in (html, markdown):
@@ -318,7 +319,7 @@ def test_reports_escape_model_output_and_show_the_gate_first():
 
 def test_html_report_escapes_every_value_but_keeps_its_own_markup():
     """report.html.j2 renders with autoescape: model output stays text, the template's placeholders stay markup."""
-    samples = [{"question": 'Say "hi" & <go>', "base": "", "fine_tuned": "<img src=x onerror=alert(1)> don't"}]
+    samples = (SampleAnswer('Say "hi" & <go>', base="", fine_tuned="<img src=x onerror=alert(1)> don't"),)
     html = render_html(evaluation_for(True), samples, None, None)
     assert html.startswith("<!DOCTYPE html>") and html.rstrip().endswith("</body></html>")
     assert "<img" not in html and "<p>No loss curve was found.</p>" in html

@@ -23,7 +23,7 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from common.records import TrainingSummary
+from common.records import SampleAnswer, TrainingSummary
 from components.evaluation_tables import (
     Evaluation,
     benchmark_note,
@@ -32,8 +32,6 @@ from components.evaluation_tables import (
     columns,
 )
 from trainer.methods import method_named
-
-Sample = dict[str, str]
 
 TITLE = "Fine-tuned vs base model"
 # (key in evaluation.json's model entries, label, digits, which direction is better)
@@ -174,7 +172,10 @@ def _blockquote(text: str) -> str:
 
 
 def render_markdown(
-    evaluation: Evaluation, samples: list[Sample], training: TrainingSummary | None, loss_curve_src: str | None
+    evaluation: Evaluation,
+    samples: tuple[SampleAnswer, ...],
+    training: TrainingSummary | None,
+    loss_curve_src: str | None,
 ) -> str:
     headers = [header for _, header in columns(evaluation)] + change_headers(evaluation)
     lines = [
@@ -211,9 +212,9 @@ def render_markdown(
         "## Sample answers",
     ]
     for number, sample in enumerate(samples, start=1):
-        lines += ["", f"### {number}. {_markdown_text(sample['question'])}"]
+        lines += ["", f"### {number}. {_markdown_text(sample.question)}"]
         for role, header in columns(evaluation):
-            lines += ["", f"**{header}**", "", _blockquote(sample[role])]
+            lines += ["", f"**{header}**", "", _blockquote(getattr(sample, role))]
     return "\n".join(lines) + "\n"
 
 
@@ -232,7 +233,10 @@ _TEMPLATES = Environment(
 
 
 def render_html(
-    evaluation: Evaluation, samples: list[Sample], training: TrainingSummary | None, loss_curve_png: bytes | None
+    evaluation: Evaluation,
+    samples: tuple[SampleAnswer, ...],
+    training: TrainingSummary | None,
+    loss_curve_png: bytes | None,
 ) -> str:
     """The page from ``report.html.j2``; the template escapes every value, model output included."""
     return _TEMPLATES.get_template(HTML_TEMPLATE).render(

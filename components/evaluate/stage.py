@@ -141,7 +141,7 @@ class ModelRun:
 class Evaluated:
     output_dir: Path
     evaluation: EvaluationResult
-    samples: list[dict[str, str]]
+    samples: SampleAnswers
     training: TrainingSummary | None
     loss_curve_png: bytes | None
 
@@ -391,10 +391,12 @@ def evaluate(options: EvaluateOptions, target: PublishedTarget | None = None) ->
         published=published_scores,
         deltas_vs_published=changes(tuned, published_scores) if published_scores else None,
     )
-    samples = [
-        {"question": question, **{role: run.sample_answers[number] for role, run in runs.items()}}
-        for number, question in enumerate(questions)
-    ]
+    samples = SampleAnswers(
+        tuple(
+            SampleAnswer(question, **{role: run.sample_answers[number] for role, run in runs.items()})
+            for number, question in enumerate(questions)
+        )
+    )
     curve = options.train_dir / LOSS_CURVE
     evaluated = Evaluated(
         options.output_dir, evaluation, samples, training, curve.read_bytes() if curve.is_file() else None
@@ -496,8 +498,7 @@ def write_outputs(evaluated: Evaluated) -> None:
     (target / SAMPLE_RESPONSES).parent.mkdir(parents=True, exist_ok=True)
     with staging_dir(target) as staging:
         staging.file(SAMPLE_RESPONSES).parent.mkdir()
-        answers = SampleAnswers(tuple(SampleAnswer(**sample) for sample in evaluated.samples))
-        staging.file(SAMPLE_RESPONSES).write_text(answers.text(), encoding="utf-8")
+        staging.file(SAMPLE_RESPONSES).write_text(evaluated.samples.text(), encoding="utf-8")
         names = [SAMPLE_RESPONSES]
         if evaluated.loss_curve_png:
             staging.file(LOSS_CURVE).write_bytes(evaluated.loss_curve_png)
@@ -505,12 +506,12 @@ def write_outputs(evaluated: Evaluated) -> None:
         document = evaluated.evaluation.as_json()
         markdown = render_markdown(
             document,
-            evaluated.samples,
+            evaluated.samples.answers,
             evaluated.training,
             LOSS_CURVE if evaluated.loss_curve_png else None,
         )
         staging.file(EVALUATION_MARKDOWN).write_text(markdown, encoding="utf-8")
-        html = render_html(document, evaluated.samples, evaluated.training, evaluated.loss_curve_png)
+        html = render_html(document, evaluated.samples.answers, evaluated.training, evaluated.loss_curve_png)
         staging.file(EVALUATION_HTML).write_text(html, encoding="utf-8")
         evaluated.evaluation.write(staging.file(EVALUATION))
         staging.publish(*names, EVALUATION_MARKDOWN, EVALUATION_HTML, EVALUATION)
@@ -614,7 +615,10 @@ def run_in_pipeline(
         metrics.log_metric(name, value)
     png = evaluated.loss_curve_png
     markdown = render_markdown(
-        evaluated.evaluation.as_json(), evaluated.samples, evaluated.training, png_data_uri(png) if png else None
+        evaluated.evaluation.as_json(),
+        evaluated.samples.answers,
+        evaluated.training,
+        png_data_uri(png) if png else None,
     )
     # The UI shows the HTML artifact as it is.
     link_or_copy(evaluated.output_dir / EVALUATION_HTML, Path(html_report_artifact.path))
