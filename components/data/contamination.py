@@ -1,0 +1,83 @@
+"""Which training rows share a 13-word sequence with text they must not have seen (held-out rows, benchmark
+questions): the n-gram overlap of lm-eval's decontamination, with memory bounded by the text checked against.
+
+The normalisation is lm-eval's ``Janitor``'s: ASCII letters lowercased, ASCII punctuation deleted, words split on
+whitespace; an overlap is one shared sequence of ``NGRAM`` words. Janitor keeps each n-gram as a string in a
+set; here each is a 64-bit hash (of the words' own 64-bit hashes, so every step is a vectorised array
+operation), and the text checked against is a sorted array of them: 8 bytes an n-gram, however many training
+rows are checked. Two different n-grams share a hash with probability 2**-64, so checking a billion training
+n-grams against ten million is wrong about one of them with probability below 1e-3.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+NGRAM = 13  # lm-eval's decontamination (lm_eval/decontamination/janitor.py, Janitor.ngram_n)
+ASCII_PUNCTUATION = r"[!-/:-@\[-`{-~]"  # string.punctuation, which Janitor deletes
+# Odd multipliers of the polynomial hash over a window's word hashes, one per position in the window.
+_POWERS = np.array([pow(0x9E3779B97F4A7C15, NGRAM - 1 - j, 2**64) for j in range(NGRAM)], dtype=np.uint64)
+
+
+def normalised_words(texts: pa.Array) -> pa.ListArray:
+    """Each text's words as Janitor reads them (lowercase ASCII, no ASCII punctuation, split on whitespace)."""
+    cleaned = pc.replace_substring_regex(pc.ascii_lower(texts), ASCII_PUNCTUATION, "")
+    return pc.utf8_split_whitespace(cleaned)
+
+
+def _word_hashes(words: pa.Array) -> np.ndarray:
+    """A 64-bit hash of each word: each distinct word hashed once (blake2b, stable across processes)."""
+    encoded = pc.dictionary_encode(words)
+    distinct = encoded.dictionary.to_pylist()
+    table = np.array(
+        [int.from_bytes(hashlib.blake2b(word.encode(), digest_size=8).digest(), "little") for word in distinct],
+        dtype=np.uint64,
+    )
+    return table[encoded.indices.to_numpy(zero_copy_only=False)] if len(distinct) else np.zeros(0, np.uint64)
+
+
+def ngram_hashes(texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """The hash of every ``NGRAM``-word sequence of each text, and the index of the text it is in."""
+    words = normalised_words(texts)
+    flat = _word_hashes(words.flatten())
+    offsets = words.offsets.to_numpy()
+    offsets = offsets - offsets[0]
+    windows = len(flat) - NGRAM + 1
+    if windows <= 0:
+        return np.zeros(0, np.uint64), np.zeros(0, np.int64)
+    hashes = np.zeros(windows, dtype=np.uint64)
+    for position, power in enumerate(_POWERS):
+        hashes += flat[position : position + windows] * power  # wraps modulo 2**64, as meant
+    row_of_start = np.searchsorted(offsets, np.arange(windows), side="right") - 1
+    inside = np.arange(windows) + NGRAM <= offsets[row_of_start + 1]  # the window ends in the row it starts in
+    return hashes[inside], row_of_start[inside]
+
+
+class NgramIndex:
+    """The n-grams of the text that training must not contain, sorted for lookup."""
+
+    def __init__(self, hashes: np.ndarray) -> None:
+        self.hashes = np.unique(hashes)
+
+    @classmethod
+    def of(cls, batches: Iterable[pa.Array]) -> NgramIndex:
+        """The index of every text in ``batches`` (arrays of strings, read one at a time)."""
+        parts = [np.unique(ngram_hashes(batch)[0]) for batch in batches]
+        return cls(np.concatenate(parts) if parts else np.zeros(0, np.uint64))
+
+    def __len__(self) -> int:
+        return len(self.hashes)
+
+    def overlaps(self, texts: pa.Array) -> np.ndarray:
+        """How many of each text's n-grams are in the index."""
+        hashes, rows = ngram_hashes(texts)
+        if not len(self.hashes):
+            return np.zeros(len(texts), dtype=np.int64)
+        places = np.searchsorted(self.hashes, hashes).clip(max=len(self.hashes) - 1)
+        found = self.hashes[places] == hashes
+        return np.bincount(rows[found], minlength=len(texts))
