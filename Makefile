@@ -133,6 +133,7 @@ bench: install
 	$(PY) benchmarks/gguf_bench.py
 	$(PY) benchmarks/gguf_reader_bench.py
 	$(PY) benchmarks/lm_eval_bench.py
+	$(PY) benchmarks/contamination_bench.py
 
 # What the GPU check (benchmarks/gpu_check.py) carries to a GPU machine with no network: the wheels its image
 # lacks, at $(IMAGE_LOCK)'s versions, and SmolLM2's tokenizer, into .gpu-check/ (docs/benchmarks.md).

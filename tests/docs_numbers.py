@@ -50,6 +50,7 @@ GPU_CHECK_FULL = "gpu_check-h200-2026-11-28-full-3b.json"
 GPU_CHECK_EVERY_LENGTH = "gpu_check-h200-2026-11-28-full-12-layers-every-length.json"
 LM_EVAL = "lm_eval_bench-cpu-2026-11-26.json"
 DPO = "dpo_bench-cpu-2026-11-28.json"
+CONTAMINATION = "contamination_bench-cpu-2026-11-29.json"
 TARGETS = "gpu_train_bench.py"  # ABSOLUTE_TARGETS: the H100 throughput targets, twice the 2026-11-24 figures
 
 GIB = 2**30
@@ -651,6 +652,36 @@ DPO_QUOTES = [
     ),
 ]
 
+
+def contamination_row(rows: int) -> Quote:
+    """One size's row of the contamination benchmark's table, as the benchmark prints it."""
+
+    def figures(results: Any) -> list[str]:
+        (run,) = [run for run in results["runs"] if run["rows"] == rows]
+        theirs, ours = run["lm_eval"], run["ours"]
+        return [
+            f"{rows:,}",
+            f"{theirs['seconds']:.1f}",
+            f"{ours['seconds']:.1f}",
+            f"{theirs['seconds'] / ours['seconds']:.1f}",
+            f"{theirs['peak_mib']:.0f}",
+            f"{ours['peak_mib']:.0f}",
+        ]
+
+    return Quote(BENCH_PAGE, "| {} | {} | {} | {}x faster | {} | {} |", CONTAMINATION, figures)
+
+
+CONTAMINATION_QUOTES = [
+    contamination_row(100_000),
+    contamination_row(1_000_000),
+    Quote(
+        BENCH_PAGE,
+        "with one task's {} n-grams",
+        CONTAMINATION,
+        lambda results: [f"{results['runs'][0]['ours']['index_ngrams']:,}"],
+    ),
+]
+
 # --- measurements with no results file, quoted from the page that records them ----------------------------------
 
 
@@ -691,6 +722,7 @@ QUOTES: list[Quote] = [
     *GPU_CHECK_QUOTES,
     *LM_EVAL_QUOTES,
     *DPO_QUOTES,
+    *CONTAMINATION_QUOTES,
     *RECORD_QUOTES,
 ]
 

@@ -6,7 +6,8 @@ whitespace; an overlap is one shared sequence of ``NGRAM`` words. Janitor keeps 
 set; here each is a 64-bit hash (of the words' own 64-bit hashes, so every step is a vectorised array
 operation), and the text checked against is a sorted array of them: 8 bytes an n-gram, however many training
 rows are checked. Two different n-grams share a hash with probability 2**-64, so checking a billion training
-n-grams against ten million is wrong about one of them with probability below 1e-3.
+n-grams against ten million is wrong about one of them with probability below 1e-3. Against lm-eval's own code,
+time and memory at two sizes: docs/benchmarks.md, "Contamination check".
 """
 
 from __future__ import annotations
@@ -53,16 +54,24 @@ def ngram_hashes(texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     hashes = np.zeros(windows, dtype=np.uint64)
     for position, power in enumerate(_POWERS):
         hashes += flat[position : position + windows] * power  # wraps modulo 2**64, as meant
-    row_of_start = np.searchsorted(offsets, np.arange(windows), side="right") - 1
+    row_of_start = np.repeat(np.arange(len(texts)), np.diff(offsets))[:windows]
     inside = np.arange(windows) + NGRAM <= offsets[row_of_start + 1]  # the window ends in the row it starts in
     return hashes[inside], row_of_start[inside]
 
 
 class NgramIndex:
-    """The n-grams of the text that training must not contain, sorted for lookup."""
+    """The n-grams of the text that training must not contain, sorted for lookup.
+
+    Looked up in a sorted array of millions, most of a batch's n-grams would each cost a cache miss or more; a
+    table of which top ``PREFIX_BITS`` bits occur (16 MiB) answers most of them from the cache first, and only
+    the few that pass it are searched for."""
+
+    PREFIX_BITS = 24
 
     def __init__(self, hashes: np.ndarray) -> None:
         self.hashes = np.unique(hashes)
+        self._prefixes = np.zeros(1 << self.PREFIX_BITS, dtype=bool)
+        self._prefixes[self.hashes >> np.uint64(64 - self.PREFIX_BITS)] = True
 
     @classmethod
     def of(cls, batches: Iterable[pa.Array]) -> NgramIndex:
@@ -76,8 +85,8 @@ class NgramIndex:
     def overlaps(self, texts: pa.Array) -> np.ndarray:
         """How many of each text's n-grams are in the index."""
         hashes, rows = ngram_hashes(texts)
-        if not len(self.hashes):
-            return np.zeros(len(texts), dtype=np.int64)
-        places = np.searchsorted(self.hashes, hashes).clip(max=len(self.hashes) - 1)
-        found = self.hashes[places] == hashes
+        candidates = self._prefixes[hashes >> np.uint64(64 - self.PREFIX_BITS)]
+        hashes, rows = hashes[candidates], rows[candidates]
+        places = np.searchsorted(self.hashes, hashes).clip(max=max(len(self.hashes) - 1, 0))
+        found = self.hashes[places] == hashes if len(self.hashes) else np.zeros(0, dtype=bool)
         return np.bincount(rows[found], minlength=len(texts))
