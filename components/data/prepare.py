@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from components.data.chunks import Chunk, read_chunks, resolve_inputs
 from components.data.dedup import SeenHashes, content_hashes, eval_mask
 from components.data.field_map import FieldMap
 from components.data.lengths import LengthHistogram
+from components.data.mixture import DataSource, allocate, choose_rows
 from components.data.normalise import RowProblem, normalise
 from components.data.options import PrepareOptions
 from components.data.pairs import normalise_pairs
@@ -96,51 +98,145 @@ class _Tally:
     mapped_columns_seen: set[str] = field(default_factory=set)
 
 
+@dataclass(frozen=True)
+class SourceFiles:
+    """One entry of ``dataset_sources`` and the files it names, as the data step reads them."""
+
+    source: DataSource
+    files: list[Path]
+
+
 def prepare(
-    inputs: str, output_dir: Path, options: PrepareOptions = PrepareOptions(), objective: str = "sft"
+    inputs: str | Sequence[SourceFiles],
+    output_dir: Path,
+    options: PrepareOptions = PrepareOptions(),
+    objective: str = "sft",
 ) -> PrepareResult:
-    """Run the stage; raise ``UserError`` (outputs untouched) when the input is unusable."""
-    files = resolve_inputs(inputs)
-    fields = FieldMap.parse(options.field_map)  # validated with the options
+    """Run the stage; raise ``UserError`` (outputs untouched) when the input is unusable.
+
+    ``inputs``: a path, directory or glob, read with ``options.field_map``; or several sources, each read with its
+    own field_map into the shared eval split, their training rows mixed by their weights (components/data/mixture).
+    """
+    mixture = not isinstance(inputs, str)
+    sources = (
+        list(inputs)
+        if mixture
+        else [SourceFiles(DataSource(inputs, field_map=options.field_map), resolve_inputs(inputs))]
+    )
+    files = [path for source in sources for path in source.files]
     output_dir = Path(output_dir)
     tally = _Tally()
     seen = SeenHashes()
     digests = {TRAIN_SPLIT: hashlib.sha256(), EVAL_SPLIT: hashlib.sha256()}
+    kind = ROW_KINDS[objective]
     with staging_dir(output_dir) as stage:
-        kind = ROW_KINDS[objective]
-        writers = {name: _parquet_writer(stage.file(name), kind) for name in digests}
+        eval_writer = _parquet_writer(stage.file(EVAL_SPLIT), kind)
+        staged: list[tuple[Path, int]] = []  # each source's training rows and their count, before the mixing
         with open(stage.file(REJECTS), "w", encoding="utf-8") as rejects_out:
-            for chunk, parsed in _parsed_ahead(files, fields):
-                tally.mapped_columns_seen |= parsed.mapped_columns_seen
-                chunk_rejects = list(parsed.rejects)
-                tally.records += parsed.table.num_rows + len(parsed.rejects)
-                tally.blank_lines += parsed.blank_lines
-                raw_lines = None  # the chunk split into lines, only once a row in it is rejected
-                for table, lines in parsed.batches():
-                    normalised, problems = kind.normalise(table, options.system_prompt)
-                    if problems and raw_lines is None:
-                        raw_lines = split_lines(chunk.data)
-                    chunk_rejects += [
-                        Reject(
-                            chunk.source,
-                            int(lines[p.row]),
-                            p.reason,
-                            p.detail,
-                            _line_excerpt(chunk, raw_lines, int(lines[p.row])),
-                        )
-                        for p in problems
-                    ]
-                    _route_rows(normalised, kind, options, seen, writers, digests, tally)
-                _record_rejects(chunk_rejects, rejects_out, tally)
-        for writer in writers.values():
-            writer.close()
+            for number, source in enumerate(sources):
+                fields = FieldMap.parse(source.source.field_map)  # validated with the options or the source list
+                train_path = stage.file(f"{TRAIN_SPLIT}.source-{number}" if mixture else TRAIN_SPLIT)
+                train_writer = _parquet_writer(train_path, kind, with_keys=mixture)
+                before = tally.rows[TRAIN_SPLIT]
+                tally.mapped_columns_seen = set()  # the field_map check is each source's own
+                sink = _Sink({TRAIN_SPLIT: train_writer, EVAL_SPLIT: eval_writer}, with_keys=mixture)
+                _read_source(source.files, fields, kind, options, seen, sink, digests, tally, rejects_out)
+                train_writer.close()
+                staged.append((train_path, tally.rows[TRAIN_SPLIT] - before))
+                _check_mapped_columns(source.files, fields, tally)
+        eval_writer.close()
+        if mixture:
+            counts = _mixture_counts(sources, staged, stage)
+            tally.rows[TRAIN_SPLIT] = _mix(staged, counts, stage.file(TRAIN_SPLIT), kind, options, digests[TRAIN_SPLIT])
         stats = _stats(files, options, tally, digests, kind)
-        _check_mapped_columns(files, fields, tally)
         _check_usable(files, stats, options, tally, stage)
         stage.file(DATA_STATS).write_text(stats.text(), encoding="utf-8")  # published last, with the splits
         (output_dir / FAILED_REJECTS_FILE).unlink(missing_ok=True)
         stage.publish(TRAIN_SPLIT, EVAL_SPLIT, REJECTS, DATA_STATS)
     return PrepareResult(output_dir, stats)
+
+
+@dataclass
+class _Sink:
+    """Where a source's rows go: the split writers, and whether the training rows carry their content key (for a
+    mixture, whose fingerprint is taken over the rows chosen)."""
+
+    writers: dict[str, pq.ParquetWriter]
+    with_keys: bool
+
+
+def _read_source(
+    files: list[Path],
+    fields: FieldMap,
+    kind: RowKind,
+    options: PrepareOptions,
+    seen: SeenHashes,
+    sink: _Sink,
+    digests,
+    tally: _Tally,
+    rejects_out,
+) -> None:
+    """Every record of ``files`` parsed, checked and routed to the splits; rejects listed as they are found."""
+    for chunk, parsed in _parsed_ahead(files, fields):
+        tally.mapped_columns_seen |= parsed.mapped_columns_seen
+        chunk_rejects = list(parsed.rejects)
+        tally.records += parsed.table.num_rows + len(parsed.rejects)
+        tally.blank_lines += parsed.blank_lines
+        raw_lines = None  # the chunk split into lines, only once a row in it is rejected
+        for table, lines in parsed.batches():
+            normalised, problems = kind.normalise(table, options.system_prompt)
+            if problems and raw_lines is None:
+                raw_lines = split_lines(chunk.data)
+            chunk_rejects += [
+                Reject(
+                    chunk.source,
+                    int(lines[p.row]),
+                    p.reason,
+                    p.detail,
+                    _line_excerpt(chunk, raw_lines, int(lines[p.row])),
+                )
+                for p in problems
+            ]
+            _route_rows(normalised, kind, options, seen, sink, digests, tally)
+        _record_rejects(chunk_rejects, rejects_out, tally)
+
+
+KEY_COLUMN = "content_key"  # a staged training row's canonical content, for the mixture's fingerprint
+
+
+def _mixture_counts(sources: list[SourceFiles], staged: list[tuple[Path, int]], stage) -> tuple[int, ...]:
+    """How many training rows each source gives the mixture; a source with none stops the step, its rejects
+    published for the user to read."""
+    try:
+        return allocate([source.source for source in sources], [rows for _, rows in staged])
+    except ValueError as error:
+        _publish_failed_rejects(stage)
+        raise UserError(
+            f"dataset_sources: {error}: each of its records was rejected, a duplicate of an earlier one or held out "
+            f"for evaluation. Every reject and its reason is listed in {stage.target / FAILED_REJECTS_FILE}; fix "
+            "the records or the source's field_map, or leave the source out. Nothing was written to the output files."
+        ) from None
+
+
+def _mix(
+    staged: list[tuple[Path, int]], counts: Sequence[int], target: Path, kind: RowKind, options: PrepareOptions, digest
+) -> int:
+    """Write the training split from each source's staged rows, ``counts`` of each (chosen by the split seed);
+    return how many rows it holds."""
+    writer = _parquet_writer(target, kind)
+    for number, ((path, rows), count) in enumerate(zip(staged, counts, strict=True)):
+        chosen = choose_rows(rows, count, options.seed, number)
+        start = 0
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=65536):
+            end = start + batch.num_rows
+            lo, hi = np.searchsorted(chosen, [start, end])
+            if hi > lo:
+                taken = pa.Table.from_batches([batch]).take(pa.array(chosen[lo:hi] - start))
+                _update_digest(digest, taken.column(KEY_COLUMN).combine_chunks())
+                writer.write_table(taken.drop_columns([KEY_COLUMN]))
+            start = end
+    writer.close()
+    return int(sum(counts))
 
 
 def _parsed_ahead(files: list[Path], fields: FieldMap) -> Iterator[tuple[Chunk, ParsedChunk]]:
@@ -161,11 +257,12 @@ def _parsed_ahead(files: list[Path], fields: FieldMap) -> Iterator[tuple[Chunk, 
             yield pending[0], pending[1].result()
 
 
-def _parquet_writer(path: Path, kind: RowKind) -> pq.ParquetWriter:
+def _parquet_writer(path: Path, kind: RowKind, with_keys: bool = False) -> pq.ParquetWriter:
     # Dictionary encoding only pays off for the handful of role names; trying it
     # on unique message text costs a fifth of the write time for nothing.
     roles = [f"{column}.list.element.role" for column in kind.columns]
-    return pq.ParquetWriter(path, kind.schema, compression="zstd", use_dictionary=roles)
+    schema = kind.schema.append(pa.field(KEY_COLUMN, pa.string())) if with_keys else kind.schema
+    return pq.ParquetWriter(path, schema, compression="zstd", use_dictionary=roles)
 
 
 def _line_excerpt(chunk: Chunk, raw_lines: list[bytes], line: int) -> str:
@@ -186,7 +283,7 @@ def _record_rejects(rejects: list[Reject], out, tally: _Tally) -> None:
 
 
 def _route_rows(
-    normalised, kind: RowKind, options: PrepareOptions, seen: SeenHashes, writers, digests, tally: _Tally
+    normalised, kind: RowKind, options: PrepareOptions, seen: SeenHashes, sink: _Sink, digests, tally: _Tally
 ) -> None:
     hashes = content_hashes(normalised.content_keys, options.seed)
     keep = seen.first_occurrences(hashes)
@@ -199,9 +296,13 @@ def _route_rows(
             continue
         selection = pa.array(mask)
         columns = [pc.filter(getattr(normalised, column), selection) for column in kind.columns]
+        keys = pc.filter(normalised.content_keys, selection)
         table = pa.Table.from_arrays([pa.array(hashes[mask].view(np.int64)), *columns], schema=kind.schema)
-        writers[name].write_table(table)
-        _update_digest(digests[name], pc.filter(normalised.content_keys, selection))
+        if sink.with_keys and name == TRAIN_SPLIT:  # its fingerprint is taken when the rows are chosen
+            sink.writers[name].write_table(table.append_column(KEY_COLUMN, keys))
+        else:
+            sink.writers[name].write_table(table)
+            _update_digest(digests[name], keys)
         tally.rows[name] += int(mask.sum())
     per_shape = np.bincount(normalised.shapes[keep], minlength=len(SHAPES))
     tally.shapes.update({shape.name: int(per_shape[code]) for code, shape in enumerate(SHAPES) if per_shape[code]})
