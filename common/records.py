@@ -272,6 +272,24 @@ class VersionedFile:
 
 
 @dataclass(frozen=True)
+class SourceStats:
+    """One source of a mixture (``dataset_sources``) in ``data/stats.json``: what the data step read from it and
+    what of it the splits hold."""
+
+    uri: str  # as the source list gave it
+    weight: float | None  # its weight in the list; None: every row of every source
+    records: int  # the non-blank lines read from it
+    rejected: int
+    rejected_by_reason: dict[str, int]
+    duplicates_within: int  # repeats of an earlier record of this source
+    duplicates_across: int  # repeats of a record of an earlier source
+    train_available: int  # its training rows after the checks, the duplicates and the eval split
+    train_rows: int  # of those, the rows in the mixture (more than available when drawn with replacement)
+    eval_rows: int
+    realised_weight: float  # train_rows / the mixture's training rows
+
+
+@dataclass(frozen=True)
 class DataStats(VersionedFile):
     """``data/stats.json``: what the data step read, kept and rejected, and the fingerprint of what it wrote.
 
@@ -295,6 +313,8 @@ class DataStats(VersionedFile):
     fingerprint: str  # "sha256:..." of the options and both splits: what "the data changed" compares
     # Added later (2026-11-28): what the rows are, conversations (objective sft) or preference pairs (dpo)
     kind: str = "conversations"
+    # Added later: each source of a mixture (dataset_sources); none for one dataset_uri
+    sources: tuple[SourceStats, ...] = ()
 
     VERSION: ClassVar[int] = 1
     WHAT: ClassVar[str] = "data statistics"
@@ -317,7 +337,8 @@ class DataStats(VersionedFile):
         rows = stats.rows
         if not isinstance(rows, dict) or not all(isinstance(rows.get(split), int) for split in ("train", "eval")):
             raise UserError(f"{path}: its {cls.WHAT}' rows are not a count per split (train and eval). {cls.FIX}")
-        return dataclasses.replace(stats, inputs=tuple(stats.inputs))
+        sources = _entries(stats.sources, SourceStats, path, "sources", cls.FIX)
+        return dataclasses.replace(stats, inputs=tuple(stats.inputs), sources=sources)
 
 
 @dataclass(frozen=True)

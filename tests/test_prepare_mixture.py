@@ -8,6 +8,7 @@ import pytest
 from conftest import write_jsonl
 
 from common.errors import UserError
+from common.records import DataStats
 from components.data.mixture import DataSource
 from components.data.options import PrepareOptions
 from components.data.prepare import FAILED_REJECTS_FILE, SourceFiles, prepare
@@ -47,6 +48,16 @@ def test_the_weights_are_the_shares_of_the_training_rows_and_eval_holds_every_so
     assert held_out["Domain"] > 0 and held_out["General"] > 0
     # the largest mixture of these shares: every training row of the domain source, a third as many general ones
     assert from_domain == 400 - held_out["Domain"] and abs(from_general - from_domain / 3) < 1
+
+    # stats.json accounts for each source, and reads back as written
+    first, second = DataStats.read(result.stats_path).sources
+    assert (first.uri, first.weight, second.weight) == (str(domain), 3.0, 1.0)
+    assert (first.records, first.rejected, first.duplicates_within, first.duplicates_across) == (400, 0, 0, 0)
+    assert (first.train_available, first.train_rows, first.eval_rows) == (from_domain, from_domain, held_out["Domain"])
+    assert (second.train_rows, second.eval_rows) == (from_general, held_out["General"])
+    assert second.train_available == 400 - held_out["General"] > second.train_rows
+    assert first.realised_weight == pytest.approx(from_domain / len(train), abs=1e-6)
+    assert first.realised_weight + second.realised_weight == pytest.approx(1)
     assert not set(train) & set(evaluation)
 
 
@@ -59,12 +70,19 @@ def test_the_rows_chosen_follow_the_split_seed(two_sources, tmp_path):
     assert first.stats.fingerprint == again.stats.fingerprint != other.stats.fingerprint
 
 
-def test_without_weights_every_row_is_used_and_a_row_in_two_sources_is_one_duplicate(tmp_path):
-    first = write_jsonl(tmp_path / "first.jsonl", [{"question": f"Q{i}?", "answer": "A."} for i in range(50)])
+def test_without_weights_every_row_is_used_and_repeats_are_counted_where_they_come_from(tmp_path):
+    records = [{"question": f"Q{i}?", "answer": "A."} for i in range(50)]
+    first = write_jsonl(tmp_path / "first.jsonl", [*records, records[0], {"question": "", "answer": "A."}])
     second = write_jsonl(tmp_path / "second.jsonl", [{"question": f"Q{i}?", "answer": "A."} for i in range(40, 90)])
     sources = [SourceFiles(DataSource(str(first)), [first]), SourceFiles(DataSource(str(second)), [second])]
-    result = prepare(sources, tmp_path / "out", PrepareOptions(eval_fraction=0.2))
-    assert result.stats.duplicates == 10 and result.stats.train_rows + result.stats.eval_rows == 90
+    result = prepare(sources, tmp_path / "out", PrepareOptions(eval_fraction=0.2, max_reject_fraction=0.5))
+    assert result.stats.duplicates == 11 and result.stats.train_rows + result.stats.eval_rows == 90
+    one, two = result.stats.sources
+    assert (one.records, one.rejected, one.duplicates_within, one.duplicates_across) == (52, 1, 1, 0)
+    assert (two.records, two.rejected, two.duplicates_within, two.duplicates_across) == (50, 0, 0, 10)
+    assert one.rejected_by_reason and not two.rejected_by_reason
+    assert one.train_rows == one.train_available and two.train_rows == two.train_available  # every row
+    assert one.train_rows + two.train_rows == result.stats.train_rows
 
 
 def test_a_source_whose_every_record_is_rejected_is_named_and_nothing_is_written(two_sources, tmp_path):

@@ -8,6 +8,7 @@ of length statistics per distinct record.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections import Counter
@@ -24,7 +25,7 @@ import pyarrow.parquet as pq
 
 from common.atomic import staging_dir
 from common.errors import UserError
-from common.records import DataStats
+from common.records import DataStats, SourceStats
 from common.run_layout import DATA_STATS, EVAL_SPLIT, REJECTS, TRAIN_SPLIT
 from components.data.chunks import Chunk, read_chunks, resolve_inputs
 from components.data.dedup import SeenHashes, content_hashes, eval_mask
@@ -96,6 +97,7 @@ class _Tally:
     response_chars: LengthHistogram = field(default_factory=LengthHistogram)
     first_reject: Reject | None = None
     mapped_columns_seen: set[str] = field(default_factory=set)
+    duplicates_across: int = 0  # of the duplicates, repeats of an earlier source's record (a mixture's only)
 
 
 @dataclass(frozen=True)
@@ -132,28 +134,85 @@ def prepare(
     with staging_dir(output_dir) as stage:
         eval_writer = _parquet_writer(stage.file(EVAL_SPLIT), kind)
         staged: list[tuple[Path, int]] = []  # each source's training rows and their count, before the mixing
+        per_source: list[_Counts] = []
         with open(stage.file(REJECTS), "w", encoding="utf-8") as rejects_out:
             for number, source in enumerate(sources):
                 fields = FieldMap.parse(source.source.field_map)  # validated with the options or the source list
                 train_path = stage.file(f"{TRAIN_SPLIT}.source-{number}" if mixture else TRAIN_SPLIT)
                 train_writer = _parquet_writer(train_path, kind, with_keys=mixture)
-                before = tally.rows[TRAIN_SPLIT]
+                before = _Counts.of(tally)
                 tally.mapped_columns_seen = set()  # the field_map check is each source's own
-                sink = _Sink({TRAIN_SPLIT: train_writer, EVAL_SPLIT: eval_writer}, with_keys=mixture)
+                own = SeenHashes() if mixture else None
+                sink = _Sink({TRAIN_SPLIT: train_writer, EVAL_SPLIT: eval_writer}, mixture, own)
                 _read_source(source.files, fields, kind, options, seen, sink, digests, tally, rejects_out)
                 train_writer.close()
-                staged.append((train_path, tally.rows[TRAIN_SPLIT] - before))
+                read = _Counts.of(tally).minus(before)
+                per_source.append(read)
+                staged.append((train_path, read.train))
                 _check_mapped_columns(source.files, fields, tally)
         eval_writer.close()
+        source_stats: tuple[SourceStats, ...] = ()
         if mixture:
             counts = _mixture_counts(sources, staged, stage)
             tally.rows[TRAIN_SPLIT] = _mix(staged, counts, stage.file(TRAIN_SPLIT), kind, options, digests[TRAIN_SPLIT])
-        stats = _stats(files, options, tally, digests, kind)
+            source_stats = tuple(
+                read.stats(source.source, count, tally.rows[TRAIN_SPLIT])
+                for source, read, count in zip(sources, per_source, counts, strict=True)
+            )
+        stats = dataclasses.replace(_stats(files, options, tally, digests, kind), sources=source_stats)
         _check_usable(files, stats, options, tally, stage)
         stage.file(DATA_STATS).write_text(stats.text(), encoding="utf-8")  # published last, with the splits
         (output_dir / FAILED_REJECTS_FILE).unlink(missing_ok=True)
         stage.publish(TRAIN_SPLIT, EVAL_SPLIT, REJECTS, DATA_STATS)
     return PrepareResult(output_dir, stats)
+
+
+@dataclass(frozen=True)
+class _Counts:
+    """The running counts of ``_Tally`` at one moment: what one source added is the difference of two."""
+
+    records: int
+    rejects: Counter
+    duplicates: int
+    duplicates_across: int
+    train: int
+    eval: int
+
+    @classmethod
+    def of(cls, tally: _Tally) -> _Counts:
+        return cls(
+            tally.records,
+            Counter(tally.rejects),
+            tally.duplicates,
+            tally.duplicates_across,
+            tally.rows[TRAIN_SPLIT],
+            tally.rows[EVAL_SPLIT],
+        )
+
+    def minus(self, earlier: _Counts) -> _Counts:
+        return _Counts(
+            self.records - earlier.records,
+            self.rejects - earlier.rejects,
+            self.duplicates - earlier.duplicates,
+            self.duplicates_across - earlier.duplicates_across,
+            self.train - earlier.train,
+            self.eval - earlier.eval,
+        )
+
+    def stats(self, source: DataSource, used: int, mixture_rows: int) -> SourceStats:
+        return SourceStats(
+            uri=source.uri,
+            weight=source.weight,
+            records=self.records,
+            rejected=sum(self.rejects.values()),
+            rejected_by_reason=dict(sorted(self.rejects.items())),
+            duplicates_within=self.duplicates - self.duplicates_across,
+            duplicates_across=self.duplicates_across,
+            train_available=self.train,
+            train_rows=used,
+            eval_rows=self.eval,
+            realised_weight=round(used / mixture_rows, 6) if mixture_rows else 0.0,
+        )
 
 
 @dataclass
@@ -163,6 +222,7 @@ class _Sink:
 
     writers: dict[str, pq.ParquetWriter]
     with_keys: bool
+    own: SeenHashes | None = None  # a mixture's source's own records, to tell its repeats from an earlier source's
 
 
 def _read_source(
@@ -288,6 +348,8 @@ def _route_rows(
     hashes = content_hashes(normalised.content_keys, options.seed)
     keep = seen.first_occurrences(hashes)
     tally.duplicates += int(len(keep) - keep.sum())
+    if sink.own is not None:
+        tally.duplicates_across += int((sink.own.first_occurrences(hashes) & ~keep).sum())
     by_split_key = hashes if normalised.split_keys is normalised.content_keys else None  # conversations: the same
     split_hashes = by_split_key if by_split_key is not None else content_hashes(normalised.split_keys, options.seed)
     to_eval = eval_mask(split_hashes, options.eval_fraction)
