@@ -192,6 +192,7 @@ def build_pipeline(workspace: Workspace):
         prepared = workspace.mount(
             prepare_dataset(
                 dataset_uri=run["dataset_uri"],
+                dataset_sources=run["dataset_sources"],
                 workspace_root=workspace.root,
                 run_id=run_id,
                 **run_arguments("prepare_dataset", run),

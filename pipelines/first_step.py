@@ -13,6 +13,7 @@ from components.runtime_image import runtime_image
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
 def validate_parameters(
     dataset_uri: str,
+    dataset_sources: str,
     data_connection_secret: str,
     force: bool,
     base_model: str,

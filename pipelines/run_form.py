@@ -12,6 +12,7 @@ def with_run_form(body: Callable[[dict[str, Any]], None]) -> Callable[..., None]
 
     def fine_tune(
         dataset_uri: str = "",
+        dataset_sources: str = "",
         data_connection_secret: str = "aws-connection-training-data",
         force: bool = False,
         base_model: str = "",
@@ -130,6 +131,7 @@ def with_run_form(body: Callable[[dict[str, Any]], None]) -> Callable[..., None]
         body(
             {
                 "dataset_uri": dataset_uri,
+                "dataset_sources": dataset_sources,
                 "data_connection_secret": data_connection_secret,
                 "force": force,
                 "base_model": base_model,

@@ -75,7 +75,7 @@ STEPS = (
         "prepare_dataset",
         "components.data.stage",
         "Validate and normalise the JSONL dataset into train/eval Parquet on the workspace.",
-        (("dataset_uri", "str"), ("workspace_root", "str"), ("run_id", "str")),
+        (("dataset_uri", "str"), ("dataset_sources", "str"), ("workspace_root", "str"), ("run_id", "str")),
         options=(PrepareOptions,),
         shared=(Shared(TrainConfig, ("objective",)),),
         outputs=(("train_data", "Dataset"), ("eval_data", "Dataset"), ("rejects", "Dataset"), ("metrics", "Metrics")),

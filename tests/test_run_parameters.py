@@ -34,6 +34,7 @@ STEP_OPTIONS = [(COMPONENTS[step.name], options) for step in STEPS for options i
 # The run's inputs, shared by several steps under the same names.
 RUN_INPUT_STEPS = {
     "dataset_uri": [steps.prepare_dataset, steps.publish_model],
+    "dataset_sources": [steps.prepare_dataset],  # the card reads the sources from stats.json
     "force": [steps.check_data_changed, steps.evaluate_model],
     "base_model": [train_model, steps.publish_model],
     "data_connection_secret": [],  # a setting of the prepare step's pod, not an input (tests/test_compile.py)

@@ -21,12 +21,24 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from components.data.field_map import field_map_problem
 
+if TYPE_CHECKING:
+    import numpy as np
+
 EXAMPLE = '[{"uri": "s3://data/domain/", "weight": 3}, {"uri": "hf://datasets/org/general", "weight": 1}]'
+# The run parameter's help (components/run_form/options.py), which the data stage's --sources shows too.
+SOURCES_HELP = (
+    f"Several training sources mixed by weight, instead of dataset_uri: a JSON list such as {EXAMPLE}. Each "
+    "source is a URI of any kind dataset_uri takes, with optional keys weight (its share of the training rows; "
+    "give every source one, or none to use every row), field_map (its own; the run's field_map when left out), "
+    "max_rows (a cap on its training rows) and with_replacement (true lets a small source repeat rows to reach "
+    "its share; otherwise the mixture shrinks to what the smallest share allows). Each source's held-out rows "
+    "are split off before mixing, so the eval split holds every source's. stats.json, the report and the model "
+    "card account for each source."
+)
 
 
 @dataclass(frozen=True)
@@ -145,6 +157,8 @@ def choose_rows(available: int, count: int, seed: int, source_index: int) -> np.
     """Which of a source's ``available`` training rows make its ``count``, in ascending order: every row
     ``count // available`` times, then a sample without replacement for the rest. Drawn from ``seed`` and the
     source's place in the list, so the same run chooses the same rows."""
+    import numpy as np  # here, so that checking the run parameter needs no numpy
+
     rounds, rest = divmod(count, available)
     generator = np.random.default_rng([seed, source_index])
     sample = np.sort(generator.choice(available, size=rest, replace=False))

@@ -2,9 +2,11 @@
 
     python -m components.data.stage --input 'data/*.jsonl' --output-dir out/
     python -m components.data.stage --input s3://bucket/qa/ --output-dir out/
+    python -m components.data.stage --sources '[{"uri": "a.jsonl", "weight": 3}, {"uri": "b/", "weight": 1}]' \
+        --output-dir out/
 
 A URL input (https://, s3://, hf://datasets/owner/name) is first fetched into
-``out/source/`` (see ``components.data.sources``).
+``out/source/`` (see ``components.data.sources``); each source of a mixture into ``out/source/<n>/``.
 
 In a pipeline the stage writes the Parquet files to the run's directory on the
 shared workspace (where the training pods read them) and also returns them as
@@ -12,16 +14,19 @@ KFP Dataset artifacts, so they appear with lineage in the pipelines UI.
 """
 
 import argparse
+import dataclasses
 import shutil
 from pathlib import Path
 from typing import Any, Mapping
 
 from common.cli_options import add_options, options_from, options_from_inputs
-from common.errors import exit_on_user_error
+from common.errors import UserError, exit_on_user_error
 from common.run_layout import stage_dir
 from components.data import sources
+from components.data.chunks import resolve_inputs
+from components.data.mixture import SOURCES_HELP, parse_sources
 from components.data.options import PrepareOptions
-from components.data.prepare import PrepareResult, prepare
+from components.data.prepare import PrepareResult, SourceFiles, prepare
 from components.sample_data import bundled_dataset_path
 from trainer.config import TrainConfig
 
@@ -33,14 +38,15 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m components.data.stage",
         description="Validate and normalise JSONL question/answer data into train/eval Parquet.",
     )
-    parser.add_argument(
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument(
         "--input",
-        required=True,
         help=(
             "a .jsonl or .jsonl.gz file, a directory of them, a quoted glob, or a URL: "
             "https://..., s3://bucket/key-or-prefix, hf://datasets/owner/name"
         ),
     )
+    which.add_argument("--sources", help=SOURCES_HELP)
     parser.add_argument(
         "--output-dir",
         required=True,
@@ -71,8 +77,35 @@ def summary(result: PrepareResult) -> str:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     options = options_from(args, PrepareOptions)
-    inputs = resolve_dataset_uri(args.input, args.output_dir / SOURCE_DIR, args.objective)
+    inputs = resolve_inputs_of(
+        args.input or "", args.sources or "", args.output_dir / SOURCE_DIR, options, args.objective
+    )
     print(summary(prepare(inputs, args.output_dir, options, args.objective)), flush=True)
+
+
+def resolve_inputs_of(
+    dataset_uri: str, dataset_sources: str, download_dir: Path, options: PrepareOptions, objective: str
+) -> str | list[SourceFiles]:
+    """What ``prepare`` reads: ``dataset_uri`` resolved, or each source of ``dataset_sources`` with its files (a
+    remote one fetched into ``download_dir/<n>``) and its field_map (the run's where it names none)."""
+    try:
+        listed = parse_sources(dataset_sources)
+    except ValueError as error:
+        raise UserError(f"dataset_sources {error}.") from None
+    if not listed:
+        return resolve_dataset_uri(dataset_uri, download_dir, objective)
+    if dataset_uri.strip():
+        raise UserError(
+            "dataset_uri and dataset_sources are both set: a run reads one or the other. Add dataset_uri to "
+            "dataset_sources as one more source, or clear one of them."
+        )
+    shutil.rmtree(download_dir, ignore_errors=True)  # a retried step fetches afresh
+    resolved = []
+    for number, source in enumerate(listed, start=1):
+        where = resolve_dataset_uri(source.uri, download_dir / str(number), objective)
+        field_map = source.field_map or options.field_map
+        resolved.append(SourceFiles(dataclasses.replace(source, field_map=field_map), resolve_inputs(where)))
+    return resolved
 
 
 def resolve_dataset_uri(dataset_uri: str, download_dir: Path | None = None, objective: str = "sft") -> str:
@@ -91,6 +124,7 @@ def resolve_dataset_uri(dataset_uri: str, download_dir: Path | None = None, obje
 @exit_on_user_error
 def run_in_pipeline(
     dataset_uri: str,
+    dataset_sources: str,
     data_dir: str,
     options: PrepareOptions,
     objective: str,
@@ -100,7 +134,7 @@ def run_in_pipeline(
     metrics,
 ) -> tuple[str, str]:
     """What the KFP component does, kept here so it is plain, testable Python."""
-    source = resolve_dataset_uri(dataset_uri, Path(data_dir) / SOURCE_DIR, objective)
+    source = resolve_inputs_of(dataset_uri, dataset_sources, Path(data_dir) / SOURCE_DIR, options, objective)
     result = prepare(source, Path(data_dir), options, objective)
     print(summary(result), flush=True)
     stats = result.stats
@@ -125,6 +159,7 @@ def run_step(inputs: Mapping[str, Any]) -> tuple[str, str]:
     """What the ``prepare_dataset`` component calls with every input by name; returns (fingerprint, data_dir)."""
     return run_in_pipeline(
         inputs["dataset_uri"],
+        inputs["dataset_sources"],
         str(stage_dir(inputs["workspace_root"], inputs["run_id"], "data")),
         options_from_inputs(PrepareOptions, inputs),
         inputs["objective"],

@@ -14,6 +14,7 @@ from components.runtime_image import runtime_image
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
 def prepare_dataset(
     dataset_uri: str,
+    dataset_sources: str,
     workspace_root: str,
     run_id: str,
     eval_fraction: float,

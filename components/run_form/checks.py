@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping
 
 from common.cli_options import default_of
 from common.errors import UserError, exit_on_user_error
+from components.data.mixture import parse_sources
 from components.data.sources import (
     SECRET_URI,
     URL_ENV,
@@ -54,21 +55,37 @@ PIPELINE_RULES: dict[str, Callable[[Any], str | None]] = {"eval_fraction": _held
 
 def _input_rules(values: dict[str, Any]) -> dict[str, str]:
     """A dataset URL that carries a credential is never a run parameter: KFP keeps parameters in the run's record
-    and shows them in the UI and the pods' arguments. It comes from the data connection Secret instead."""
-    if "dataset_uri" not in values:
-        return {}
-    uri = values["dataset_uri"]
-    problem = secret_reference_problem(uri)
-    if problem:
-        return {"dataset_uri": problem}
-    secret = _data_connection_secret(values)
-    problem = credential_problem(
-        uri,
-        f"Put the URL in the key {URL_ENV} of the data connection Secret ({secret}, named by data_connection_secret): "
-        f"`oc create secret generic {secret} --from-literal={URL_ENV}=<url>` (or add the key to the existing Secret), "
-        f"and set dataset_uri to {SECRET_URI}",
-    )
-    return {"dataset_uri": problem} if problem else {}
+    and shows them in the UI and the pods' arguments. It comes from the data connection Secret instead. The same
+    holds for each source of ``dataset_sources``."""
+    found = {}
+    for name, uri in _dataset_uris(values):
+        secret = _data_connection_secret(values)
+        problem = secret_reference_problem(uri) or credential_problem(
+            uri,
+            f"Put the URL in the key {URL_ENV} of the data connection Secret ({secret}, named by "
+            f"data_connection_secret): `oc create secret generic {secret} --from-literal={URL_ENV}=<url>` (or add "
+            f"the key to the existing Secret), and "
+            + (f"set dataset_uri to {SECRET_URI}" if name == "dataset_uri" else f"make {SECRET_URI} that source's uri"),
+        )
+        if problem:
+            found.setdefault(name, _about(name, problem))
+    return found
+
+
+def _about(name: str, problem: str) -> str:
+    """A problem with one source of dataset_sources reads as the list's ("has a source that is ...")."""
+    return problem if name == "dataset_uri" else f"has a source that {problem}"
+
+
+def _dataset_uris(values: dict[str, Any]) -> list[tuple[str, str]]:
+    """(parameter name, URI) for each dataset URI the run reads: dataset_uri, and each source of dataset_sources
+    (none when the list does not parse; its own check says why)."""
+    uris = [("dataset_uri", values["dataset_uri"])] if "dataset_uri" in values else []
+    try:
+        sources = parse_sources(values.get("dataset_sources", ""))
+    except ValueError:
+        sources = ()
+    return uris + [("dataset_sources", source.uri) for source in sources]
 
 
 def _data_connection_secret(values: dict[str, Any]) -> str:
@@ -269,10 +286,11 @@ def secret_problems(values: dict[str, Any], environ: Mapping[str, str] = os.envi
     missing = missing_secrets(environ) if repo_id else []
     if missing:
         found["hub_repo_id"] = missing_secrets_problem(repo_id, missing)
-    if str(values.get("dataset_uri", "")).strip() == SECRET_URI:
-        problem = _dataset_url_problem(_data_connection_secret(values), environ.get(URL_ENV, "").strip())
-        if problem:
-            found["dataset_uri"] = problem
+    for name, uri in _dataset_uris(values):
+        if str(uri).strip() == SECRET_URI:
+            problem = _dataset_url_problem(_data_connection_secret(values), environ.get(URL_ENV, "").strip())
+            if problem:
+                found[name] = _about(name, problem)
     return found
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields
 
 from common.cli_options import choice_problems, run_option
 from common.kube import is_label_name, is_positive_quantity, is_subdomain_name
+from components.data.mixture import SOURCES_HELP, parse_sources
 from components.local_model import CLUSTER_BASE_MODEL, LOCAL_MODEL_NAME
 from components.tokenise.options import GIB, MAIN_MEMORY, WORKER_MEMORY
 
@@ -30,8 +31,9 @@ class RunInputs:
         "data_connection_secret names), or hf://datasets/owner/name[@revision][/path]. A URL that carries a "
         "credential (presigned, SAS) is refused here, since parameters are kept in the run's record: put it in "
         "that Secret's key DATASET_URL and write secret:DATASET_URL. Empty uses the practical-skills sample "
-        "bundled in the image.",
+        "bundled in the image. To train on several sources, leave it empty and use dataset_sources.",
     )
+    dataset_sources: str = run_option("", SOURCES_HELP)
     data_connection_secret: str = run_option(
         "aws-connection-training-data",
         "Secret of the OpenShift AI data connection with the S3 credentials and endpoint for an s3:// "
@@ -77,12 +79,23 @@ class WorkspaceOptions:
 
 def inputs_problems(inputs: RunInputs) -> dict[str, str]:
     """Field name -> what is wrong with its value."""
-    if is_subdomain_name(inputs.data_connection_secret):
-        return {}
-    return {
-        "data_connection_secret": f"{inputs.data_connection_secret!r} is not a valid Secret name (lowercase "
-        "letters, digits, '-' and '.'); the default is aws-connection-training-data"
-    }
+    found = {}
+    if not is_subdomain_name(inputs.data_connection_secret):
+        found["data_connection_secret"] = (
+            f"{inputs.data_connection_secret!r} is not a valid Secret name (lowercase letters, digits, '-' and '.'); "
+            "the default is aws-connection-training-data"
+        )
+    try:
+        sources = parse_sources(inputs.dataset_sources)
+    except ValueError as error:
+        found["dataset_sources"] = str(error)
+    else:
+        if sources and inputs.dataset_uri.strip():
+            found["dataset_sources"] = (
+                f"lists {len(sources)} source(s) and dataset_uri is {inputs.dataset_uri.strip()!r} too: a run reads "
+                "one or the other; add dataset_uri to the list as one more source, or clear one of them"
+            )
+    return found
 
 
 @dataclass(frozen=True)
