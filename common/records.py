@@ -55,11 +55,17 @@ def record_of(value: dict[str, Any], kind: type, path: Path, what: str, fix: str
 
 def _entries(value: Any, kind: type, path: Path, what: str, fix: str) -> tuple[Any, ...]:
     """``value`` (a list of JSON objects) as ``kind`` records, refused with the fields an entry lacks."""
+    return tuple(
+        record_of(entry, kind, path, f"entry {number} of its {what}", fix)
+        for number, entry in enumerate(_objects(value, path, what, fix), 1)
+    )
+
+
+def _objects(value: Any, path: Path, what: str, fix: str) -> list[dict[str, Any]]:
+    """``value``, refused unless it is a list of JSON objects."""
     if not isinstance(value, (list, tuple)) or not all(isinstance(entry, dict) for entry in value):
         raise UserError(f"{path}: its {what} are not a list of objects. {fix}")
-    return tuple(
-        record_of(entry, kind, path, f"entry {number} of its {what}", fix) for number, entry in enumerate(value, 1)
-    )
+    return list(value)
 
 
 @dataclass(frozen=True)
@@ -290,6 +296,51 @@ class SourceStats:
 
 
 @dataclass(frozen=True)
+class RemoteVersion:
+    """How the server a source was fetched from identified what was read; all empty for a local path."""
+
+    revision: str = ""  # a Hub dataset: the commit read
+    etag: str = ""  # one S3 object or HTTP file: the ETag the server sent with it
+    version_id: str = ""  # one S3 object in a versioned bucket: the version read
+    objects: str = ""  # an S3 prefix: "sha256:..." of every object's key, ETag and VersionId, in key order
+
+    def described(self) -> str:
+        """In words, for logs, reports and the model card; empty when the server named no version."""
+        parts = [
+            f"revision {self.revision}" if self.revision else "",
+            f"VersionId {self.version_id}" if self.version_id and self.version_id != "null" else "",
+            f"ETag {self.etag}" if self.etag else "",
+            f"objects {self.objects}" if self.objects else "",
+        ]
+        return ", ".join(part for part in parts if part)
+
+
+@dataclass(frozen=True)
+class SourceLineage:
+    """One source's identity as the data step read it: its content's digest and what its server called it.
+
+    Recorded in ``stats.json``, carried into the training summary, the model card's metadata and the Model
+    Registry version's properties; the change check compares the published model's with the new run's.
+    """
+
+    uri: str  # as the run gave it (secret:DATASET_URL for a URL from the Secret; never a credential)
+    content: str  # "sha256:..." of its JSONL text as read (decompressed), file after file in name order
+    files: int
+    remote: RemoteVersion = RemoteVersion()
+
+    @classmethod
+    def of(cls, value: Any, path: Path, what: str, fix: str) -> SourceLineage:
+        lineage = record_of(value, cls, path, what, fix)
+        remote = nested_record_of(lineage.remote, RemoteVersion, path, f"{what}'s remote version", fix)
+        return dataclasses.replace(lineage, remote=remote or RemoteVersion())
+
+    def described(self) -> str:
+        """``uri`` (content sha256:abc123456789…, revision …)."""
+        remote = self.remote.described()
+        return f"{self.uri} (content {self.content[:19]}…{', ' + remote if remote else ''})"
+
+
+@dataclass(frozen=True)
 class DataStats(VersionedFile):
     """``data/stats.json``: what the data step read, kept and rejected, and the fingerprint of what it wrote.
 
@@ -313,8 +364,10 @@ class DataStats(VersionedFile):
     fingerprint: str  # "sha256:..." of the options and both splits: what "the data changed" compares
     # Added later (2026-11-28): what the rows are, conversations (objective sft) or preference pairs (dpo)
     kind: str = "conversations"
-    # Added later: each source of a mixture (dataset_sources); none for one dataset_uri
+    # Added later (2026-11-29): each source of a mixture (dataset_sources); none for one dataset_uri
     sources: tuple[SourceStats, ...] = ()
+    # Added later (2026-11-29): each source's identity as read, dataset_uri's or each of dataset_sources'
+    lineage: tuple[SourceLineage, ...] = ()
 
     VERSION: ClassVar[int] = 1
     WHAT: ClassVar[str] = "data statistics"
@@ -338,7 +391,11 @@ class DataStats(VersionedFile):
         if not isinstance(rows, dict) or not all(isinstance(rows.get(split), int) for split in ("train", "eval")):
             raise UserError(f"{path}: its {cls.WHAT}' rows are not a count per split (train and eval). {cls.FIX}")
         sources = _entries(stats.sources, SourceStats, path, "sources", cls.FIX)
-        return dataclasses.replace(stats, inputs=tuple(stats.inputs), sources=sources)
+        lineage = tuple(
+            SourceLineage.of(entry, path, f"entry {number} of its lineage", cls.FIX)
+            for number, entry in enumerate(_objects(stats.lineage, path, "lineage", cls.FIX), 1)
+        )
+        return dataclasses.replace(stats, inputs=tuple(stats.inputs), sources=sources, lineage=lineage)
 
 
 @dataclass(frozen=True)

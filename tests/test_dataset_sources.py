@@ -3,6 +3,7 @@ it lists (local files, a glob and an object on the S3 server) with their own fie
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import boto3
@@ -125,6 +126,11 @@ def test_the_stage_cli_mixes_the_sources_it_is_given(tmp_path):
     assert domain_stats["train_rows"] == domain_stats["train_available"]
     assert abs(general_stats["train_rows"] - domain_stats["train_rows"] / 2) <= 1
     assert stats["rows"]["train"] == domain_stats["train_rows"] + general_stats["train_rows"]
+    digests = [f"sha256:{hashlib.sha256(path.read_bytes()).hexdigest()}" for path in (domain, general)]
+    assert [(entry["uri"], entry["content"], entry["files"]) for entry in stats["lineage"]] == [
+        (str(domain), digests[0], 1),
+        (str(general), digests[1], 1),
+    ]
 
     both = run_cli("--sources", listed, "--input", str(domain), "--output-dir", str(tmp_path / "other"))
     assert both.returncode == 2 and "not allowed with argument" in both.stderr

@@ -249,10 +249,12 @@ def test_the_bundled_preference_sample_prepares_cleanly_as_the_default_data_of_d
     the bundled conversations."""
     from components.data.options import PrepareOptions
     from components.data.prepare import prepare
-    from components.data.stage import resolve_dataset_uri
+    from components.data.stage import locate_dataset_uri
     from components.sample_data import bundled_dataset_path
 
-    result = prepare(resolve_dataset_uri("", tmp_path / "source", "dpo"), tmp_path / "out", PrepareOptions(), "dpo")
+    result = prepare(
+        locate_dataset_uri("", tmp_path / "source", "dpo").input, tmp_path / "out", PrepareOptions(), "dpo"
+    )
     questions = len(bundled_dataset_path().read_text().splitlines())
     stats = result.stats
     assert (stats.records, stats.rejected, stats.duplicates) == (questions, 0, 0)
@@ -263,13 +265,13 @@ def test_the_tokenise_step_refuses_data_of_the_other_kind_than_its_objective(tin
     from common.errors import UserError
     from components.data.options import PrepareOptions
     from components.data.prepare import prepare
-    from components.data.stage import resolve_dataset_uri
+    from components.data.stage import locate_dataset_uri
     from components.tokenise.build import build
     from trainer.token_cache import TokenSettings
 
     for objective, other in (("sft", "dpo"), ("dpo", "sft")):
         data = tmp_path / objective
-        prepare(resolve_dataset_uri("", tmp_path / "source", objective), data, PrepareOptions(), objective)
+        prepare(locate_dataset_uri("", tmp_path / "source", objective).input, data, PrepareOptions(), objective)
         settings = TokenSettings(128, "assistant", True, 0, objective=other)
         with pytest.raises(UserError, match=f"objective {other} trains on"):
             build(data, tiny_model_dir, settings, tmp_path / "cache", workers=1)

@@ -22,7 +22,7 @@ from conftest import REPO_ROOT, all_rows, read_rejects
 from common.records import DataStats
 from components.data.options import PrepareOptions
 from components.data.prepare import prepare
-from components.data.stage import resolve_dataset_uri
+from components.data.stage import locate_dataset_uri
 from components.sample_data import SAMPLE_FILE, bundled_dataset_path
 
 TOPICS = {
@@ -50,7 +50,7 @@ def test_bundled_path_is_an_existing_absolute_file():
     path = bundled_dataset_path()
     assert path.is_absolute() and path.is_file()
     assert path.name == SAMPLE_FILE
-    assert resolve_dataset_uri("") == resolve_dataset_uri("   ") == str(path)
+    assert locate_dataset_uri("").input == locate_dataset_uri("   ").input == str(path)
 
 
 def test_has_at_least_300_records(records):

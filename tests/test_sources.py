@@ -9,6 +9,7 @@ Hugging Face Hub on 127.0.0.1, for ``hf://datasets/...``.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
 import subprocess
@@ -26,8 +27,10 @@ from huggingface_hub import constants
 from local_server import LocalServer
 
 from common.errors import UserError
+from common.records import DataStats, RemoteVersion, SourceLineage
+from components.data.options import PrepareOptions
 from components.data.prepare import prepare
-from components.data.stage import resolve_dataset_uri
+from components.data.stage import locate_dataset_uri, resolve_inputs_of
 from components.sample_data import bundled_dataset_path
 
 SAMPLE = bundled_dataset_path().read_bytes()
@@ -40,6 +43,7 @@ class StaticServer(LocalServer):
     def __init__(self, routes: dict[str, list[tuple[int, bytes]]]) -> None:
         self.routes = routes
         self.hits: list[str] = []
+        self.etag = ""  # sent with every answer when set
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -53,6 +57,8 @@ class StaticServer(LocalServer):
                 status, body = answers.pop(0) if len(answers) > 1 else answers[0]
                 self.send_response(status)
                 self.send_header("Content-Length", str(len(body)))
+                if server.etag:
+                    self.send_header("ETag", server.etag)
                 self.end_headers()
                 self.wfile.write(body)
 
@@ -71,7 +77,7 @@ def web():
 def test_http_file_prepares_like_the_local_file(web, tmp_path, prepared_data_dir):
     """Same bytes, same prepared data: the fingerprint does not depend on where the file came from."""
     web.routes["/data/practical_skills.jsonl"] = [(200, SAMPLE)]
-    inputs = resolve_dataset_uri(f"{web.url}/data/practical_skills.jsonl", tmp_path / "out" / "source")
+    inputs = locate_dataset_uri(f"{web.url}/data/practical_skills.jsonl", tmp_path / "out" / "source").input
     assert inputs == str(tmp_path / "out" / "source" / "practical_skills.jsonl")
     result = prepare(inputs, tmp_path / "out")
     assert result.stats.fingerprint == read_stats(prepared_data_dir)["fingerprint"]
@@ -80,15 +86,34 @@ def test_http_file_prepares_like_the_local_file(web, tmp_path, prepared_data_dir
 
 def test_http_gzip_without_a_file_name_is_recognised(web, tmp_path, capsys):
     web.routes["/download"] = [(200, gzip.compress(LINES))]
-    inputs = resolve_dataset_uri(f"{web.url}/download?X-Amz-Signature=s3cr3t", tmp_path / "source")
+    inputs = locate_dataset_uri(f"{web.url}/download?X-Amz-Signature=s3cr3t", tmp_path / "source").input
     assert inputs.endswith("dataset.jsonl.gz")
     assert prepare(inputs, tmp_path / "out").stats.records == 3
     assert "s3cr3t" not in capsys.readouterr().out  # a presigned URL's query is never printed
 
 
+def test_lineage_of_a_local_file_and_of_an_http_file_with_its_etag(web, tmp_path):
+    """The content's digest is the text read, whatever carried it; the HTTP file adds the ETag its server sent."""
+    local = tmp_path / "qa.jsonl"
+    local.write_bytes(LINES)
+    (lineage,) = prepare(str(local), tmp_path / "local").stats.lineage
+    assert lineage == SourceLineage(str(local), f"sha256:{hashlib.sha256(LINES).hexdigest()}", 1, RemoteVersion())
+    assert DataStats.read(tmp_path / "local" / "stats.json").lineage == (lineage,)
+
+    web.routes["/qa.jsonl.gz"] = [(200, gzip.compress(LINES))]
+    web.etag = '"v1-abc"'
+    source = resolve_inputs_of(f"{web.url}/qa.jsonl.gz", "", tmp_path / "web" / "source", PrepareOptions(), "sft")
+    (fetched,) = prepare(source, tmp_path / "web").stats.lineage
+    assert (fetched.uri, fetched.content, fetched.remote) == (
+        f"{web.url}/qa.jsonl.gz",
+        lineage.content,  # the decompressed text
+        RemoteVersion(etag='"v1-abc"'),
+    )
+
+
 def test_http_server_error_is_retried(web, tmp_path):
     web.routes["/qa.jsonl"] = [(503, b"busy"), (200, LINES)]
-    inputs = resolve_dataset_uri(f"{web.url}/qa.jsonl", tmp_path / "source")
+    inputs = locate_dataset_uri(f"{web.url}/qa.jsonl", tmp_path / "source").input
     assert Path(inputs).read_bytes() == LINES and web.hits == ["/qa.jsonl", "/qa.jsonl"]
 
 
@@ -98,14 +123,14 @@ def test_http_server_error_is_retried(web, tmp_path):
 def test_http_errors_are_clear_and_leave_no_file(web, tmp_path, status, words):
     web.routes["/qa.jsonl"] = [(status, b"no")]
     with pytest.raises(UserError, match=words.replace("(", r"\(").replace(")", r"\)")) as raised:
-        resolve_dataset_uri(f"{web.url}/qa.jsonl?token=abc", tmp_path / "source")
+        locate_dataset_uri(f"{web.url}/qa.jsonl?token=abc", tmp_path / "source").input
     assert "token=abc" not in str(raised.value)
     assert list((tmp_path / "source").iterdir()) == []
 
 
 def test_unknown_scheme_is_refused(tmp_path):
     with pytest.raises(UserError, match="scheme 'ftp'.*hf://datasets/owner/name"):
-        resolve_dataset_uri("ftp://host/qa.jsonl", tmp_path / "source")
+        locate_dataset_uri("ftp://host/qa.jsonl", tmp_path / "source").input
 
 
 # --- S3 ----------------------------------------------------------------------------------------
@@ -140,7 +165,7 @@ def test_s3_prefix_fetches_every_jsonl_object_below_it(s3, tmp_path):
     )
     s3.put_object(Bucket="qa-data", Key="qa/README.txt", Body=b"not data")
     s3.put_object(Bucket="qa-data", Key="qa-old/c.jsonl", Body=b"{}\n")  # shares the prefix text, not the folder
-    inputs = resolve_dataset_uri("s3://qa-data/qa", tmp_path / "out" / "source")
+    inputs = locate_dataset_uri("s3://qa-data/qa", tmp_path / "out" / "source").input
     fetched = sorted(
         p.relative_to(tmp_path / "out" / "source").as_posix()
         for p in (tmp_path / "out" / "source").rglob("*")
@@ -150,9 +175,32 @@ def test_s3_prefix_fetches_every_jsonl_object_below_it(s3, tmp_path):
     assert prepare(inputs, tmp_path / "out").stats.records == 3
 
 
+def test_s3_lineage_names_the_object_version_read(s3, tmp_path):
+    """In a versioned bucket each object's VersionId and ETag are recorded; a new version of the object is a new
+    lineage, and the prefix form records a digest of every object's key, ETag and version."""
+    s3.put_bucket_versioning(Bucket="qa-data", VersioningConfiguration={"Status": "Enabled"})
+    first = s3.put_object(Bucket="qa-data", Key="qa/a.jsonl", Body=LINES)
+    source = resolve_inputs_of("s3://qa-data/qa/a.jsonl", "", tmp_path / "source", PrepareOptions(), "sft")
+    (lineage,) = prepare(source, tmp_path / "one").stats.lineage
+    assert lineage.uri == "s3://qa-data/qa/a.jsonl" and lineage.files == 1
+    assert lineage.remote == RemoteVersion(etag=first["ETag"], version_id=first["VersionId"])
+    assert first["VersionId"] in lineage.described()
+
+    second = s3.put_object(Bucket="qa-data", Key="qa/a.jsonl", Body=LINES + json.dumps(qa(9)).encode() + b"\n")
+    source = resolve_inputs_of("s3://qa-data/qa/a.jsonl", "", tmp_path / "source", PrepareOptions(), "sft")
+    (newer,) = prepare(source, tmp_path / "two").stats.lineage
+    assert newer.remote.version_id == second["VersionId"] != first["VersionId"]
+    assert newer.content != lineage.content
+
+    prefix = resolve_inputs_of("s3://qa-data/qa/", "", tmp_path / "source", PrepareOptions(), "sft")
+    assert prefix.remote.objects.startswith("sha256:") and not prefix.remote.version_id
+    for version in s3.list_object_versions(Bucket="qa-data")["Versions"]:
+        s3.delete_object(Bucket="qa-data", Key=version["Key"], VersionId=version["VersionId"])
+
+
 def test_s3_single_object(s3, tmp_path):
     s3.put_object(Bucket="qa-data", Key="exports/qa.jsonl", Body=LINES)
-    inputs = resolve_dataset_uri("s3://qa-data/exports/qa.jsonl", tmp_path / "source")
+    inputs = locate_dataset_uri("s3://qa-data/exports/qa.jsonl", tmp_path / "source").input
     assert Path(inputs).read_bytes() == LINES
 
 
@@ -166,7 +214,7 @@ def test_s3_single_object(s3, tmp_path):
 )
 def test_s3_missing_data_is_a_clear_error(s3, tmp_path, uri, words):
     with pytest.raises(UserError, match=words):
-        resolve_dataset_uri(uri, tmp_path / "source")
+        locate_dataset_uri(uri, tmp_path / "source").input
     assert [p for p in (tmp_path / "source").rglob("*") if p.is_file()] == []
 
 
@@ -178,7 +226,7 @@ def test_s3_without_credentials_names_the_variables(s3_server, monkeypatch, tmp_
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     with pytest.raises(UserError, match="AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"):
-        resolve_dataset_uri("s3://qa-data/qa.jsonl", tmp_path / "source")
+        locate_dataset_uri("s3://qa-data/qa.jsonl", tmp_path / "source").input
 
 
 # --- Hugging Face Hub datasets -----------------------------------------------------------------
@@ -208,7 +256,7 @@ def test_hub_dataset_fetches_only_its_jsonl_files(hub, tmp_path):
             "data/train.parquet": b"PAR1",
         },
     )
-    inputs = resolve_dataset_uri("hf://datasets/me/qa", tmp_path / "out" / "source")
+    inputs = locate_dataset_uri("hf://datasets/me/qa", tmp_path / "out" / "source").input
     files = sorted(
         p.relative_to(tmp_path / "out" / "source").as_posix() for p in (tmp_path / "out" / "source").glob("data/*")
     )
@@ -216,9 +264,16 @@ def test_hub_dataset_fetches_only_its_jsonl_files(hub, tmp_path):
     assert prepare(inputs, tmp_path / "out").stats.records == 6
 
 
+def test_hub_dataset_lineage_is_the_commit_read(hub, tmp_path):
+    repo = hub.add_repo("dataset", "me/qa", {"data/train.jsonl": LINES})
+    source = resolve_inputs_of("hf://datasets/me/qa", "", tmp_path / "source", PrepareOptions(), "sft")
+    (lineage,) = prepare(source, tmp_path / "out").stats.lineage
+    assert lineage.remote == RemoteVersion(revision=repo.head) and lineage.uri == "hf://datasets/me/qa"
+
+
 def test_hub_dataset_path_selects_one_file(hub, tmp_path):
     hub.add_repo("dataset", "me/qa", {"data/train.jsonl": LINES, "data/other.jsonl": b"{}\n"})
-    inputs = resolve_dataset_uri("hf://datasets/me/qa/data/train.jsonl", tmp_path / "source")
+    inputs = locate_dataset_uri("hf://datasets/me/qa/data/train.jsonl", tmp_path / "source").input
     assert prepare(inputs, tmp_path / "out").stats.records == 3
 
 
@@ -227,10 +282,12 @@ def test_private_hub_dataset_uses_hf_token(hub, tmp_path, monkeypatch):
     with pytest.raises(
         UserError, match="does not exist or this token cannot see it. If it is private or gated, set HF_TOKEN"
     ):
-        resolve_dataset_uri("hf://datasets/me/private-qa", tmp_path / "source")
+        locate_dataset_uri("hf://datasets/me/private-qa", tmp_path / "source").input
     monkeypatch.setenv("HF_TOKEN", HUB_TOKEN)
     assert (
-        prepare(resolve_dataset_uri("hf://datasets/me/private-qa", tmp_path / "source"), tmp_path / "out").stats.records
+        prepare(
+            locate_dataset_uri("hf://datasets/me/private-qa", tmp_path / "source").input, tmp_path / "out"
+        ).stats.records
         == 3
     )
 
@@ -247,7 +304,7 @@ def test_private_hub_dataset_uses_hf_token(hub, tmp_path, monkeypatch):
 def test_hub_dataset_errors_are_clear(hub, tmp_path, uri, words):
     hub.add_repo("dataset", "me/no-jsonl", {"train.parquet": b"PAR1"})
     with pytest.raises(UserError, match=words):
-        resolve_dataset_uri(uri, tmp_path / "source")
+        locate_dataset_uri(uri, tmp_path / "source").input
 
 
 def test_cli_takes_a_url(web, tmp_path):
@@ -263,7 +320,7 @@ def test_s3_endpoint_of_an_openshift_ai_data_connection(s3, s3_server, monkeypat
     s3.put_object(Bucket="qa-data", Key="qa.jsonl", Body=LINES)
     monkeypatch.delenv("AWS_ENDPOINT_URL")
     monkeypatch.setenv("AWS_S3_ENDPOINT", s3_server)
-    assert Path(resolve_dataset_uri("s3://qa-data/qa.jsonl", tmp_path / "source")).read_bytes() == LINES
+    assert Path(locate_dataset_uri("s3://qa-data/qa.jsonl", tmp_path / "source").input).read_bytes() == LINES
 
 
 # --- URLs that carry a credential: from the data connection Secret, never a run parameter ----------------------
@@ -295,6 +352,8 @@ class FlakyServer(LocalServer):
                     return
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
+                if server.etag:
+                    self.send_header("ETag", server.etag)
                 self.end_headers()
                 self.wfile.write(body)
 
@@ -440,9 +499,9 @@ def test_a_signed_url_from_the_secret_is_read_and_never_printed_or_written(tmp_p
 def test_a_secret_reference_without_the_variable_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.delenv("DATASET_URL", raising=False)
     with pytest.raises(UserError, match="dataset_uri is secret:DATASET_URL, but the environment variable DATASET_URL"):
-        resolve_dataset_uri("secret:DATASET_URL", tmp_path / "source")
+        locate_dataset_uri("secret:DATASET_URL", tmp_path / "source").input
     with pytest.raises(UserError, match="the only Secret reference is secret:DATASET_URL"):
-        resolve_dataset_uri("secret:AWS_SECRET_ACCESS_KEY", tmp_path / "source")
+        locate_dataset_uri("secret:AWS_SECRET_ACCESS_KEY", tmp_path / "source").input
 
 
 def test_the_secret_key_reaches_the_first_step_and_the_prepare_step_only():

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from common.atomic import staging_dir
 from common.errors import UserError
-from common.records import DataStats, SourceStats
+from common.records import DataStats, RemoteVersion, SourceLineage, SourceStats
 from common.run_layout import DATA_STATS, EVAL_SPLIT, REJECTS, TRAIN_SPLIT
 from components.data.chunks import Chunk, read_chunks, resolve_inputs
 from components.data.dedup import SeenHashes, content_hashes, eval_mask
@@ -102,29 +102,30 @@ class _Tally:
 
 @dataclass(frozen=True)
 class SourceFiles:
-    """One entry of ``dataset_sources`` and the files it names, as the data step reads them."""
+    """A source as the data step reads it: ``dataset_uri``, or one entry of ``dataset_sources``; the files it names,
+    and how its server identified them (``sources.fetch``)."""
 
     source: DataSource
     files: list[Path]
+    remote: RemoteVersion = RemoteVersion()
 
 
 def prepare(
-    inputs: str | Sequence[SourceFiles],
+    inputs: str | SourceFiles | Sequence[SourceFiles],
     output_dir: Path,
     options: PrepareOptions = PrepareOptions(),
     objective: str = "sft",
 ) -> PrepareResult:
     """Run the stage; raise ``UserError`` (outputs untouched) when the input is unusable.
 
-    ``inputs``: a path, directory or glob, read with ``options.field_map``; or several sources, each read with its
-    own field_map into the shared eval split, their training rows mixed by their weights (components/data/mixture).
+    ``inputs``: a path, directory or glob, read with ``options.field_map``, or one such source with its lineage; or
+    several sources, each read with its own field_map into the shared eval split, their training rows mixed by
+    their weights (components/data/mixture).
     """
-    mixture = not isinstance(inputs, str)
-    sources = (
-        list(inputs)
-        if mixture
-        else [SourceFiles(DataSource(inputs, field_map=options.field_map), resolve_inputs(inputs))]
-    )
+    mixture = not isinstance(inputs, (str, SourceFiles))
+    if isinstance(inputs, str):
+        inputs = SourceFiles(DataSource(inputs, field_map=options.field_map), resolve_inputs(inputs))
+    sources = list(inputs) if mixture else [inputs]
     files = [path for source in sources for path in source.files]
     output_dir = Path(output_dir)
     tally = _Tally()
@@ -135,6 +136,7 @@ def prepare(
         eval_writer = _parquet_writer(stage.file(EVAL_SPLIT), kind)
         staged: list[tuple[Path, int]] = []  # each source's training rows and their count, before the mixing
         per_source: list[_Counts] = []
+        lineage: list[SourceLineage] = []
         with open(stage.file(REJECTS), "w", encoding="utf-8") as rejects_out:
             for number, source in enumerate(sources):
                 fields = FieldMap.parse(source.source.field_map)  # validated with the options or the source list
@@ -144,8 +146,12 @@ def prepare(
                 tally.mapped_columns_seen = set()  # the field_map check is each source's own
                 own = SeenHashes() if mixture else None
                 sink = _Sink({TRAIN_SPLIT: train_writer, EVAL_SPLIT: eval_writer}, mixture, own)
-                _read_source(source.files, fields, kind, options, seen, sink, digests, tally, rejects_out)
+                content = hashlib.sha256()
+                _read_source(source.files, fields, kind, options, seen, sink, digests, tally, rejects_out, content)
                 train_writer.close()
+                lineage.append(
+                    SourceLineage(source.source.uri, f"sha256:{content.hexdigest()}", len(source.files), source.remote)
+                )
                 read = _Counts.of(tally).minus(before)
                 per_source.append(read)
                 staged.append((train_path, read.train))
@@ -159,7 +165,9 @@ def prepare(
                 read.stats(source.source, count, tally.rows[TRAIN_SPLIT])
                 for source, read, count in zip(sources, per_source, counts, strict=True)
             )
-        stats = dataclasses.replace(_stats(files, options, tally, digests, kind), sources=source_stats)
+        stats = dataclasses.replace(
+            _stats(files, options, tally, digests, kind), sources=source_stats, lineage=tuple(lineage)
+        )
         _check_usable(files, stats, options, tally, stage)
         stage.file(DATA_STATS).write_text(stats.text(), encoding="utf-8")  # published last, with the splits
         (output_dir / FAILED_REJECTS_FILE).unlink(missing_ok=True)
@@ -235,9 +243,12 @@ def _read_source(
     digests,
     tally: _Tally,
     rejects_out,
+    content,
 ) -> None:
-    """Every record of ``files`` parsed, checked and routed to the splits; rejects listed as they are found."""
+    """Every record of ``files`` parsed, checked and routed to the splits; rejects listed as they are found.
+    ``content`` digests the text read: the source's lineage."""
     for chunk, parsed in _parsed_ahead(files, fields):
+        content.update(chunk.data)
         tally.mapped_columns_seen |= parsed.mapped_columns_seen
         chunk_rejects = list(parsed.rejects)
         tally.records += parsed.table.num_rows + len(parsed.rejects)

@@ -29,16 +29,19 @@ for S3, huggingface_hub's backoff for the Hub.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Iterator
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from common.atomic import write_file_atomic
 from common.errors import UserError
+from common.records import RemoteVersion
 from common.s3 import ACCESS_DENIED, NOT_FOUND, bucket_and_key, client_from_environment, error_code, keys_under
 from components.data.chunks import SUFFIXES
 from components.hub_auth import READ_SECRET_NAME, TOKEN_ENV, hub_token, token_refused
@@ -175,9 +178,18 @@ def is_remote(dataset_uri: str) -> bool:
     return True
 
 
-def fetch(dataset_uri: str, destination: Path) -> str:
+@dataclass(frozen=True)
+class Located:
+    """Where the data stage reads a dataset_uri, and how the server it came from identified what was read (part of
+    the source's lineage; empty for a local path)."""
+
+    input: str  # a path or glob of the local files
+    remote: RemoteVersion = RemoteVersion()
+
+
+def fetch(dataset_uri: str, destination: Path) -> Located:
     """Download ``dataset_uri`` (or, for ``secret:DATASET_URL``, the URL in ``$DATASET_URL``) into
-    ``destination`` (emptied first) and return the input for the data stage."""
+    ``destination`` (emptied first): the input for the data stage, and the identity of what was read."""
     from_secret = is_secret_reference(dataset_uri)
     url = secret_url() if from_secret else dataset_uri
     shutil.rmtree(destination, ignore_errors=True)
@@ -186,7 +198,7 @@ def fetch(dataset_uri: str, destination: Path) -> str:
     print(f"fetching {describe_uri(url)}{f' (from {URL_ENV})' if from_secret else ''} into {destination}", flush=True)
     with redacted_url_logs():
         if scheme in ("http", "https"):
-            return str(_fetch_http(url, destination))
+            return _fetch_http(url, destination)
         if scheme == "s3":
             return _fetch_s3(url, destination)
         return _fetch_hub_dataset(url, destination)
@@ -223,7 +235,7 @@ def hub_dataset_id(dataset_uri: str) -> str | None:
 # --- HTTP(S) -----------------------------------------------------------------------------------
 
 
-def _fetch_http(url: str, destination: Path) -> Path:
+def _fetch_http(url: str, destination: Path) -> Located:
     import requests
     from requests.adapters import HTTPAdapter
     from urllib3.util.retry import Retry
@@ -245,12 +257,13 @@ def _fetch_http(url: str, destination: Path) -> Path:
                     raise UserError(_http_problem(shown, response.status_code))
                 target = destination / _local_name(PurePosixPath(urlsplit(response.url).path).name)
                 write_file_atomic(target, lambda handle: _copy_stream(response.iter_content(1 << 20), handle))
+                etag = response.headers.get("ETag", "")
         except requests.RequestException as error:
             raise UserError(
                 f"Could not download {shown}: {type(error).__name__} after {HTTP_RETRIES} retries. "
                 "Check that the host is reachable from the cluster (proxy, egress rules) and try again."
             ) from None
-    return _name_by_content(target)
+    return Located(str(_name_by_content(target)), RemoteVersion(etag=etag))
 
 
 def _http_problem(shown: str, status: int) -> str:
@@ -287,8 +300,11 @@ def _name_by_content(path: Path) -> Path:
 # --- S3 ----------------------------------------------------------------------------------------
 
 
-def _fetch_s3(uri: str, destination: Path) -> str:
-    """The one object's local path, or a glob of the objects under the prefix."""
+def _fetch_s3(uri: str, destination: Path) -> Located:
+    """The one object's local path, or a glob of the objects under the prefix, with their ETags and VersionIds.
+
+    Each object's head is read first and its download pinned to the version the head named (in a versioned
+    bucket), so the identity recorded is the one read even when the object is overwritten meanwhile."""
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
     shown = describe_uri(uri)
@@ -306,12 +322,22 @@ def _fetch_s3(uri: str, destination: Path) -> str:
             }
             if not objects:
                 raise UserError(f"No .jsonl or .jsonl.gz objects are under {shown}; check the bucket and prefix.")
+        versions = []
         for name, relative in objects.items():
+            head = client.head_object(Bucket=bucket, Key=name)
+            version = head.get("VersionId") or ""
+            pinned = {"VersionId": version} if version and version != "null" else {}
             write_file_atomic(
                 destination / _safe_relative(relative, shown),
-                lambda handle: client.download_fileobj(bucket, name, handle),
+                lambda handle: client.download_fileobj(bucket, name, handle, ExtraArgs=pinned),
             )
-        return str(destination / PurePosixPath(key).name) if key.endswith(SUFFIXES) else str(destination / ALL_JSONL)
+            versions.append((name, head.get("ETag", ""), version))
+        if key.endswith(SUFFIXES):
+            ((_, etag, version),) = versions
+            return Located(str(destination / PurePosixPath(key).name), RemoteVersion(etag=etag, version_id=version))
+        listing = "".join(f"{name}\0{etag}\0{version}\n" for name, etag, version in versions)
+        digest = f"sha256:{hashlib.sha256(listing.encode()).hexdigest()}"
+        return Located(str(destination / ALL_JSONL), RemoteVersion(objects=digest))
     except NoCredentialsError:
         raise UserError(
             f"No S3 credentials for {shown}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_ENDPOINT_URL for "
@@ -367,9 +393,10 @@ def _parse_hub_dataset(uri: str):
     return parsed
 
 
-def _fetch_hub_dataset(uri: str, destination: Path) -> str:
-    """The one file's local path, or a glob of the JSONL files fetched."""
-    from huggingface_hub import snapshot_download
+def _fetch_hub_dataset(uri: str, destination: Path) -> Located:
+    """The one file's local path, or a glob of the JSONL files fetched, and the commit they were read at: the
+    revision is resolved first and the download pinned to it, so a push meanwhile cannot mix two commits."""
+    from huggingface_hub import HfApi, snapshot_download
     from huggingface_hub.errors import (
         HfHubHTTPError,
         LocalEntryNotFoundError,
@@ -383,10 +410,11 @@ def _fetch_hub_dataset(uri: str, destination: Path) -> str:
     patterns = [path] if path.endswith(SUFFIXES) else [f"{prefix}*{suffix}" for suffix in SUFFIXES]
     token = hub_token()
     try:
+        commit = HfApi(token=token or False).dataset_info(parsed.id, revision=parsed.revision).sha
         snapshot_download(
             parsed.id,
             repo_type="dataset",
-            revision=parsed.revision,
+            revision=commit,
             allow_patterns=patterns,
             local_dir=destination,
             token=token or False,
@@ -417,4 +445,5 @@ def _fetch_hub_dataset(uri: str, destination: Path) -> str:
             f"The Hub dataset {parsed.id} has no .jsonl or .jsonl.gz files {where}. This pipeline reads JSONL "
             "question/answer records; point the URI at them (hf://datasets/owner/name/path/to/file.jsonl)."
         )
-    return str(destination / path) if path.endswith(SUFFIXES) else str(destination / ALL_JSONL)
+    located = str(destination / path) if path.endswith(SUFFIXES) else str(destination / ALL_JSONL)
+    return Located(located, RemoteVersion(revision=commit))

@@ -24,9 +24,10 @@ from common.errors import UserError, exit_on_user_error
 from common.run_layout import stage_dir
 from components.data import sources
 from components.data.chunks import resolve_inputs
-from components.data.mixture import SOURCES_HELP, parse_sources
+from components.data.mixture import SOURCES_HELP, DataSource, parse_sources
 from components.data.options import PrepareOptions
 from components.data.prepare import PrepareResult, SourceFiles, prepare
+from components.data.sources import Located
 from components.sample_data import bundled_dataset_path
 from trainer.config import TrainConfig
 
@@ -85,15 +86,20 @@ def main(argv: list[str] | None = None) -> None:
 
 def resolve_inputs_of(
     dataset_uri: str, dataset_sources: str, download_dir: Path, options: PrepareOptions, objective: str
-) -> str | list[SourceFiles]:
-    """What ``prepare`` reads: ``dataset_uri`` resolved, or each source of ``dataset_sources`` with its files (a
-    remote one fetched into ``download_dir/<n>``) and its field_map (the run's where it names none)."""
+) -> SourceFiles | list[SourceFiles]:
+    """What ``prepare`` reads, each source with its files (a remote one fetched), its field_map (the run's where a
+    source names none) and its server's version: ``dataset_uri``, or each of ``dataset_sources`` (fetched into
+    ``download_dir/<n>``)."""
     try:
         listed = parse_sources(dataset_sources)
     except ValueError as error:
         raise UserError(f"dataset_sources {error}.") from None
     if not listed:
-        return resolve_dataset_uri(dataset_uri, download_dir, objective)
+        located = locate_dataset_uri(dataset_uri, download_dir, objective)
+        shown = sources.describe_uri(dataset_uri) or located.input  # the bundled sample by its path
+        return SourceFiles(
+            DataSource(shown, field_map=options.field_map), resolve_inputs(located.input), located.remote
+        )
     if dataset_uri.strip():
         raise UserError(
             "dataset_uri and dataset_sources are both set: a run reads one or the other. Add dataset_uri to "
@@ -102,23 +108,26 @@ def resolve_inputs_of(
     shutil.rmtree(download_dir, ignore_errors=True)  # a retried step fetches afresh
     resolved = []
     for number, source in enumerate(listed, start=1):
-        where = resolve_dataset_uri(source.uri, download_dir / str(number), objective)
+        located = locate_dataset_uri(source.uri, download_dir / str(number), objective)
         field_map = source.field_map or options.field_map
-        resolved.append(SourceFiles(dataclasses.replace(source, field_map=field_map), resolve_inputs(where)))
+        resolved.append(
+            SourceFiles(dataclasses.replace(source, field_map=field_map), resolve_inputs(located.input), located.remote)
+        )
     return resolved
 
 
-def resolve_dataset_uri(dataset_uri: str, download_dir: Path | None = None, objective: str = "sft") -> str:
+def locate_dataset_uri(dataset_uri: str, download_dir: Path | None = None, objective: str = "sft") -> Located:
     """The input to read: the bundled sample data of ``objective``'s kind when ``dataset_uri`` is empty, a path or
-    glob as is, and for a URL (https://, s3://, hf://datasets/...) the files fetched into ``download_dir``."""
+    glob as is, and for a URL (https://, s3://, hf://datasets/...) the files fetched into ``download_dir``, with
+    the version their server named."""
     dataset_uri = dataset_uri.strip()
     if not dataset_uri:
-        return str(bundled_dataset_path(objective))
+        return Located(str(bundled_dataset_path(objective)))
     if sources.is_remote(dataset_uri):
         if download_dir is None:
             raise ValueError("a URL dataset_uri needs a download_dir to fetch into")
         return sources.fetch(dataset_uri, download_dir)
-    return dataset_uri
+    return Located(dataset_uri)
 
 
 @exit_on_user_error
