@@ -330,9 +330,18 @@ class SourceLineage:
 
     @classmethod
     def of(cls, value: Any, path: Path, what: str, fix: str) -> SourceLineage:
+        """One JSON object as a record, refused with the fields it lacks."""
         lineage = record_of(value, cls, path, what, fix)
         remote = nested_record_of(lineage.remote, RemoteVersion, path, f"{what}'s remote version", fix)
         return dataclasses.replace(lineage, remote=remote or RemoteVersion())
+
+    @classmethod
+    def all_of(cls, value: Any, path: Path, what: str, fix: str) -> tuple[SourceLineage, ...]:
+        """A JSON list of them (a file's ``what``) as records."""
+        return tuple(
+            cls.of(entry, path, f"entry {number} of its {what}", fix)
+            for number, entry in enumerate(_objects(value, path, what, fix), 1)
+        )
 
     def described(self) -> str:
         """``uri`` (content sha256:abc123456789…, revision …)."""
@@ -391,10 +400,7 @@ class DataStats(VersionedFile):
         if not isinstance(rows, dict) or not all(isinstance(rows.get(split), int) for split in ("train", "eval")):
             raise UserError(f"{path}: its {cls.WHAT}' rows are not a count per split (train and eval). {cls.FIX}")
         sources = _entries(stats.sources, SourceStats, path, "sources", cls.FIX)
-        lineage = tuple(
-            SourceLineage.of(entry, path, f"entry {number} of its lineage", cls.FIX)
-            for number, entry in enumerate(_objects(stats.lineage, path, "lineage", cls.FIX), 1)
-        )
+        lineage = SourceLineage.all_of(stats.lineage, path, "lineage", cls.FIX)
         return dataclasses.replace(stats, inputs=tuple(stats.inputs), sources=sources, lineage=lineage)
 
 
@@ -501,6 +507,8 @@ class TrainingSummary(VersionedFile):
     compile: dict[str, Any] | None = None  # the compiled path's counts (graphs, recompiles); None when eager
     speed_fallback: str | None = None  # why the run fell back to the proven path; None when it did not
     gradient_checkpointing: bool | None = None  # resolved: auto follows the method (2026-11-28)
+    # The sources of the data its tokens were made from (the data step's lineage); None when it was not found
+    data_sources: tuple[SourceLineage, ...] | None = None  # 2026-11-29
 
     VERSION: ClassVar[int] = 1
     WHAT: ClassVar[str] = "training summary"
@@ -543,7 +551,10 @@ class TrainingSummary(VersionedFile):
         if not isinstance(summary.devices, list):
             raise UserError(f"{path}: its {cls.WHAT}'s devices are not a list. {fix}")
         ranks = _entries(summary.ranks, RankFacts, path, "ranks", fix)
-        return dataclasses.replace(summary, devices=tuple(summary.devices), ranks=ranks)
+        sources = summary.data_sources
+        if sources is not None:
+            sources = SourceLineage.all_of(sources, path, "data_sources", fix)
+        return dataclasses.replace(summary, devices=tuple(summary.devices), ranks=ranks, data_sources=sources)
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,7 @@ TRAIN_SPLIT = "train.parquet"
 EVAL_SPLIT = "eval.parquet"
 REJECTS = "rejects.jsonl"
 DATA_STATS = "stats.json"
+DATA_REPORT = "report.md"  # what went in, source by source (components/data/report.py)
 # train/
 CHECKPOINTS = "checkpoints"
 ADAPTER = "adapter"

@@ -208,6 +208,7 @@ def build_pipeline(workspace: Workspace):
         changed = workspace.mount(
             check_data_changed(
                 fingerprint=prepared.outputs["fingerprint"],
+                data_dir=prepared.outputs["data_dir"],
                 repo_id=run["hub_repo_id"],
                 workspace_root=workspace.root,
                 force=run["force"],

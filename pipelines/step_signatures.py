@@ -78,18 +78,25 @@ STEPS = (
         (("dataset_uri", "str"), ("dataset_sources", "str"), ("workspace_root", "str"), ("run_id", "str")),
         options=(PrepareOptions,),
         shared=(Shared(TrainConfig, ("objective",)),),
-        outputs=(("train_data", "Dataset"), ("eval_data", "Dataset"), ("rejects", "Dataset"), ("metrics", "Metrics")),
+        outputs=(
+            ("train_data", "Dataset"),
+            ("eval_data", "Dataset"),
+            ("rejects", "Dataset"),
+            ("report", "Markdown"),
+            ("metrics", "Metrics"),
+        ),
         returns_tuple=("PrepareOutputs", (("fingerprint", "str"), ("data_dir", "str"))),
     ),
     StepSignature(
         "check_data_changed",
         "components.publish.change_check",
         "Whether to train: the prepared data's fingerprint differs from the last published model's\n"
-        "(Hub model card, else the record on the workspace), nothing was published yet, or ``force``.\n"
+        "(Hub model card, else the record on the workspace), nothing was published yet, or ``force``. The reason\n"
+        "names each source of ``data_dir``'s stats.json read at another version than the published model's.\n"
         "On unchanged data, ``finish`` says whether the published version still lacks store, register or serve (its\n"
         "run failed after publishing); ``version_run_id`` and ``version_train_dir`` are then that version's.\n\n"
         f"{HF_READ_TOKEN} read the Hub model card.",
-        (("fingerprint", "str"), ("repo_id", "str"), ("workspace_root", "str"), ("force", "bool")),
+        (("fingerprint", "str"), ("data_dir", "str"), ("repo_id", "str"), ("workspace_root", "str"), ("force", "bool")),
         returns_tuple=(
             "DataChange",
             (

@@ -23,7 +23,7 @@ from common.startup import imports_without_collection
 pytest_plugins = ("worker_groups",)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-PUBLISHED = ("train.parquet", "eval.parquet", "rejects.jsonl", "stats.json")
+PUBLISHED = ("train.parquet", "eval.parquet", "rejects.jsonl", "report.md", "stats.json")
 
 # --- No test reads beside the repository ---------------------------------------------------------
 # A file opened in the repository's parent directory (../<sibling>/...) fails the test or the collection
@@ -435,6 +435,31 @@ def s3_server():
     host, port = server.get_host_and_port()
     yield f"http://{host}:{port}"
     server.stop()
+
+
+DATA_BUCKET = "qa-data"
+
+
+@pytest.fixture
+def s3(s3_server, monkeypatch):
+    """The bucket DATA_BUCKET on the S3 server, reached as an S3-compatible store through AWS_ENDPOINT_URL; every
+    object version is deleted after the test (a test may turn versioning on)."""
+    import boto3
+
+    for name, value in {
+        "AWS_ENDPOINT_URL": s3_server,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    client = boto3.client("s3")
+    client.create_bucket(Bucket=DATA_BUCKET)
+    yield client
+    listing = client.list_object_versions(Bucket=DATA_BUCKET)
+    for version in listing.get("Versions", []) + listing.get("DeleteMarkers", []):
+        client.delete_object(Bucket=DATA_BUCKET, Key=version["Key"], VersionId=version["VersionId"])
+    client.delete_bucket(Bucket=DATA_BUCKET)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 
-import boto3
 import pytest
 from conftest import read_stats, run_cli, write_jsonl
 from first_step_run import paragraph, run_first_step
@@ -64,35 +63,18 @@ def test_the_first_step_refuses_a_bad_source_list_in_one_paragraph():
     assert "Traceback" not in result.stderr
 
 
-@pytest.fixture
-def s3(s3_server, monkeypatch):
-    for name, value in {
-        "AWS_ENDPOINT_URL": s3_server,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(name, value)
-    client = boto3.client("s3")
-    client.create_bucket(Bucket="mix-data")
-    yield client
-    for item in client.list_objects_v2(Bucket="mix-data").get("Contents", []):
-        client.delete_object(Bucket="mix-data", Key=item["Key"])
-    client.delete_bucket(Bucket="mix-data")
-
-
 def test_sources_resolve_to_their_files_with_their_field_maps(s3, tmp_path):
     """A local file, a glob and an S3 object: each remote one fetched into its own folder; a source without a
     field_map takes the run's."""
     local = write_jsonl(tmp_path / "local.jsonl", [{"q": "A?", "a": "B."}])
     write_jsonl(tmp_path / "many" / "1.jsonl", [{"question": "C?", "answer": "D."}])
     write_jsonl(tmp_path / "many" / "2.jsonl", [{"question": "E?", "answer": "F."}])
-    s3.put_object(Bucket="mix-data", Key="general.jsonl", Body=b'{"question": "G?", "answer": "H."}\n')
+    s3.put_object(Bucket="qa-data", Key="general.jsonl", Body=b'{"question": "G?", "answer": "H."}\n')
     listed = json.dumps(
         [
             {"uri": str(local)},
             {"uri": str(tmp_path / "many" / "*.jsonl"), "field_map": {"question": "question"}},
-            {"uri": "s3://mix-data/general.jsonl"},
+            {"uri": "s3://qa-data/general.jsonl"},
         ]
     )
     download = tmp_path / "out" / "source"

@@ -172,7 +172,13 @@ def test_the_step_hands_the_pipeline_the_version_to_finish(tmp_path):
     """The check_data_changed component's outputs: the finishing branch runs on that run id and train directory."""
     make_run(tmp_path)
     publish(str(tmp_path), "run-1", "", PublishOptions(), token=None)
-    inputs = {"fingerprint": FINGERPRINT, "repo_id": "", "workspace_root": str(tmp_path), "force": False}
+    inputs = {
+        "fingerprint": FINGERPRINT,
+        "data_dir": str(tmp_path / "runs" / "run-1" / "data"),
+        "repo_id": "",
+        "workspace_root": str(tmp_path),
+        "force": False,
+    }
     changed, reason, finish, run_id, train_dir = run_step(inputs)
     assert (changed, finish, run_id, train_dir) == (False, True, "run-1", str(tmp_path / "runs" / "run-1" / "train"))
     for step in DELIVERY_STEPS:

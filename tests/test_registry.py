@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler
 import pytest
 from conftest import run_module
 from fake_model_registry import FakeModelRegistry
-from fake_run import BASE_COMMIT, FINGERPRINT, make_run
+from fake_run import BASE_COMMIT, FINGERPRINT, SOURCE_CONTENT, make_run
 from local_server import HeaderRecorder, LocalServer, ipv6_loopback, non_loopback_address, self_signed_certificate
 
 from common.errors import UserError
@@ -127,6 +127,11 @@ def test_a_version_is_registered_with_its_artifacts_and_provenance(registry, tmp
     assert properties["gguf_verified"] is True and properties["method"] == "lora" and properties["lora_r"] == 16
     assert (properties["train_conversations"], properties["eval_conversations"]) == (270, 30)
     assert properties["objective"] == "sft" and "dpo_beta" not in properties and "reward_accuracy_new" not in properties
+    assert (properties["data_source_1"], properties["data_source_1_content"]) == (
+        "s3://qa-data/skills.jsonl",
+        SOURCE_CONTENT,
+    )
+    assert properties["data_source_1_version"] == 'VersionId v1, ETag "e1"'
     artifacts = {a["name"]: a for a in registry.version_artifacts(version["id"])}
     assert artifacts["smol-ft-s3"]["uri"] == S3_URI and artifacts["smol-ft-oci"]["uri"] == OCI_URI
     assert artifacts["smol-ft-s3"]["storageKey"] == "aws-connection-models"

@@ -17,7 +17,6 @@ import sys
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
-import boto3
 import pytest
 import yaml
 from conftest import REPO_ROOT, qa, read_split, read_stats, run_cli, write_jsonl
@@ -136,24 +135,6 @@ def test_unknown_scheme_is_refused(tmp_path):
 # --- S3 ----------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def s3(s3_server, monkeypatch):
-    """A bucket on the S3 server, reached as an S3-compatible store through AWS_ENDPOINT_URL."""
-    for name, value in {
-        "AWS_ENDPOINT_URL": s3_server,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(name, value)
-    client = boto3.client("s3")
-    client.create_bucket(Bucket="qa-data")
-    yield client
-    for item in client.list_objects_v2(Bucket="qa-data").get("Contents", []):
-        client.delete_object(Bucket="qa-data", Key=item["Key"])
-    client.delete_bucket(Bucket="qa-data")
-
-
 def test_s3_prefix_fetches_every_jsonl_object_below_it(s3, tmp_path):
     s3.put_object(
         Bucket="qa-data", Key="qa/a.jsonl", Body=write_jsonl(tmp_path / "a.jsonl", [qa(1), qa(2)]).read_bytes()
@@ -194,8 +175,6 @@ def test_s3_lineage_names_the_object_version_read(s3, tmp_path):
 
     prefix = resolve_inputs_of("s3://qa-data/qa/", "", tmp_path / "source", PrepareOptions(), "sft")
     assert prefix.remote.objects.startswith("sha256:") and not prefix.remote.version_id
-    for version in s3.list_object_versions(Bucket="qa-data")["Versions"]:
-        s3.delete_object(Bucket="qa-data", Key=version["Key"], VersionId=version["VersionId"])
 
 
 def test_s3_single_object(s3, tmp_path):
@@ -352,8 +331,6 @@ class FlakyServer(LocalServer):
                     return
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
-                if server.etag:
-                    self.send_header("ETag", server.etag)
                 self.end_headers()
                 self.wfile.write(body)
 
@@ -459,6 +436,7 @@ out = sys.argv[1]
 artifacts = {
     name: kind(uri=f"{out}/artifacts/{name}")
     for name, kind in (("train_data", dsl.Dataset), ("eval_data", dsl.Dataset), ("rejects", dsl.Dataset),
+                       ("report", dsl.Markdown),
                        ("metrics", dsl.Metrics))
 }
 outputs = prepare_dataset.python_func(

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO_ROOT, run_module, tokenised
+from conftest import REPO_ROOT, read_stats, run_module, tokenised
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from trainer import checkpoints
@@ -166,6 +166,7 @@ def test_two_ranks_split_the_data_agree_on_weights_and_only_rank_0_writes(tiny_m
 
     result = summary(output)
     assert result["world_size"] == 2 and len(result["devices"]) == 2
+    assert result["data_sources"] == read_stats(prepared_data_dir)["lineage"] != []  # the data step's lineage
     assert result["learning_rate"] == pytest.approx(2e-3)  # --scale-lr: 1e-3 times the world size
     assert result["precision"] == "fp32" and result["trained_weights_dtype"] == "float32"  # on CPU
     assert result["ranks"][0]["weights_sha256"] == result["ranks"][1]["weights_sha256"]

@@ -13,7 +13,8 @@ from datasets import Dataset
 from transformers import PreTrainedTokenizerBase
 
 from common.errors import UserError
-from common.run_layout import EVAL_ROWS, TRAIN_ROWS
+from common.records import DataStats, SourceLineage
+from common.run_layout import DATA_STATS, EVAL_ROWS, TRAIN_ROWS
 from trainer import token_cache
 from trainer.config import TrainConfig
 from trainer.token_cache import TokenManifest
@@ -62,3 +63,14 @@ def token_rows(
             "or shorten the system and user turns."
         )
     return manifest, train, token_cache.open_rows(config.tokens_dir, EVAL_ROWS)
+
+
+def data_sources(manifest: TokenManifest) -> tuple[SourceLineage, ...] | None:
+    """The lineage of the sources the tokens were made from, as the data step recorded it beside the splits
+    (``stats.json`` in the manifest's data directory); None when that file is gone (a cache entry kept after its
+    run's data directory was deleted): the summary then names no source rather than a guess."""
+    try:
+        stats = DataStats.read(Path(manifest.data_dir) / DATA_STATS)
+    except UserError:
+        return None
+    return stats.lineage if stats else None

@@ -25,8 +25,9 @@ from typing import Any
 from huggingface_hub import HfApi
 
 from common.errors import UserError
+from common.records import SourceLineage
 from common.run_layout import PUBLISH, UPLOAD, stage_dir
-from components.champion.card import CARD_NAME, read_fingerprint, read_history
+from components.champion.card import CARD_NAME, read_fingerprint, read_history, read_lineage
 from components.champion.hub import head_revision, published_card, repository_files
 from components.champion.record import read_record, record_path
 from components.champion.retries import DefaultRetries, Retries
@@ -45,6 +46,11 @@ class PublishedModel:
     folder: Path | None  # the upload folder of a workspace publish; None on the Hub
     card: str | None  # the model card text, None when there is none (or a workspace folder has lost it)
     published_at: str | None  # ISO 8601, from the workspace record; on the Hub, the card's history says
+
+    @property
+    def data_lineage(self) -> tuple[SourceLineage, ...]:
+        """Its data's sources as its card records them; none for a card from before lineage, or no card."""
+        return read_lineage(self.card) if self.card else ()
 
     @property
     def on_hub(self) -> bool:

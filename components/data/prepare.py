@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from common.atomic import staging_dir
 from common.errors import UserError
 from common.records import DataStats, RemoteVersion, SourceLineage, SourceStats
-from common.run_layout import DATA_STATS, EVAL_SPLIT, REJECTS, TRAIN_SPLIT
+from common.run_layout import DATA_REPORT, DATA_STATS, EVAL_SPLIT, REJECTS, TRAIN_SPLIT
 from components.data.chunks import Chunk, read_chunks, resolve_inputs
 from components.data.dedup import SeenHashes, content_hashes, eval_mask
 from components.data.field_map import FieldMap
@@ -36,6 +36,7 @@ from components.data.normalise import RowProblem, normalise
 from components.data.options import PrepareOptions
 from components.data.pairs import normalise_pairs
 from components.data.parse import ParsedChunk, Reject, excerpt, parse_chunk, split_lines
+from components.data.report import data_report
 from components.data.schema import OUTPUT_SCHEMA, PAIR_SCHEMA
 from components.data.shapes import SHAPES
 
@@ -81,6 +82,10 @@ class PrepareResult:
     @property
     def stats_path(self) -> Path:
         return self.output_dir / DATA_STATS
+
+    @property
+    def report_path(self) -> Path:
+        return self.output_dir / DATA_REPORT
 
 
 @dataclass
@@ -169,9 +174,10 @@ def prepare(
             _stats(files, options, tally, digests, kind), sources=source_stats, lineage=tuple(lineage)
         )
         _check_usable(files, stats, options, tally, stage)
+        stage.file(DATA_REPORT).write_text(data_report(stats), encoding="utf-8")
         stage.file(DATA_STATS).write_text(stats.text(), encoding="utf-8")  # published last, with the splits
         (output_dir / FAILED_REJECTS_FILE).unlink(missing_ok=True)
-        stage.publish(TRAIN_SPLIT, EVAL_SPLIT, REJECTS, DATA_STATS)
+        stage.publish(TRAIN_SPLIT, EVAL_SPLIT, REJECTS, DATA_REPORT, DATA_STATS)
     return PrepareResult(output_dir, stats)
 
 

@@ -69,6 +69,7 @@ def summary(result: PrepareResult) -> str:
             f"train   -> {result.train_path}",
             f"eval    -> {result.eval_path}",
             f"rejects -> {result.rejects_path}",
+            f"report  -> {result.report_path}",
             f"stats   -> {result.stats_path}",
         ]
     )
@@ -140,6 +141,7 @@ def run_in_pipeline(
     train_artifact,
     eval_artifact,
     rejects_artifact,
+    report_artifact,
     metrics,
 ) -> tuple[str, str]:
     """What the KFP component does, kept here so it is plain, testable Python."""
@@ -155,6 +157,9 @@ def run_in_pipeline(
         Path(artifact.path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, artifact.path)
         artifact.metadata.update({"rows": rows, "fingerprint": stats.fingerprint, "workspace_path": str(path)})
+    Path(report_artifact.path).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(result.report_path, report_artifact.path)  # the UI shows it: each source, its version
+    report_artifact.metadata.update({"sources": len(stats.lineage), "workspace_path": str(result.report_path)})
     metrics.log_metric("rows", stats.train_rows + stats.eval_rows)
     metrics.log_metric("train_rows", stats.train_rows)
     metrics.log_metric("eval_rows", stats.eval_rows)
@@ -175,6 +180,7 @@ def run_step(inputs: Mapping[str, Any]) -> tuple[str, str]:
         inputs["train_data"],
         inputs["eval_data"],
         inputs["rejects"],
+        inputs["report"],
         inputs["metrics"],
     )
 

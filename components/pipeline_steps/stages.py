@@ -26,6 +26,7 @@ def prepare_dataset(
     train_data: dsl.Output[dsl.Dataset],
     eval_data: dsl.Output[dsl.Dataset],
     rejects: dsl.Output[dsl.Dataset],
+    report: dsl.Output[dsl.Markdown],
     metrics: dsl.Output[dsl.Metrics],
 ) -> NamedTuple(
     "PrepareOutputs",
@@ -50,6 +51,7 @@ def prepare_dataset(
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
 def check_data_changed(
     fingerprint: str,
+    data_dir: str,
     repo_id: str,
     workspace_root: str,
     force: bool,
@@ -64,7 +66,8 @@ def check_data_changed(
     ],
 ):
     """Whether to train: the prepared data's fingerprint differs from the last published model's
-    (Hub model card, else the record on the workspace), nothing was published yet, or ``force``.
+    (Hub model card, else the record on the workspace), nothing was published yet, or ``force``. The reason
+    names each source of ``data_dir``'s stats.json read at another version than the published model's.
     On unchanged data, ``finish`` says whether the published version still lacks store, register or serve (its
     run failed after publishing); ``version_run_id`` and ``version_train_dir`` are then that version's.
 

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from common.errors import UserError, exit_on_user_error
 from common.records import DataStats
-from common.run_layout import TRAIN, stage_dir
+from common.run_layout import DATA_STATS, TRAIN, stage_dir
 from components.hub_auth import require_token
 from components.publish.changes import DataChange, compare_with_published, listed
 
@@ -43,9 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _fingerprint(stats_path: Path) -> str:
+def _stats(stats_path: Path) -> DataStats:
     if stats := DataStats.read(stats_path):
-        return stats.fingerprint
+        return stats
     raise UserError(f"{stats_path} does not exist; pass the data stage's stats.json (it holds the fingerprint).")
 
 
@@ -66,15 +66,20 @@ def describe(change: DataChange) -> str:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     token = require_token(args.repo_id)  # before anything, force or not: the run would publish to it
-    change = compare_with_published(_fingerprint(args.stats), args.repo_id, args.workspace_root, args.force, token)
+    stats = _stats(args.stats)
+    change = compare_with_published(
+        stats.fingerprint, args.repo_id, args.workspace_root, args.force, token, lineage=stats.lineage
+    )
     print(describe(change), flush=True)
 
 
 @exit_on_user_error
-def run_in_pipeline(fingerprint: str, repo_id: str, workspace_root: str, force: bool) -> CheckOutputs:
+def run_in_pipeline(fingerprint: str, data_dir: str, repo_id: str, workspace_root: str, force: bool) -> CheckOutputs:
     """What the KFP component does: decide and say why; return (changed, reason, finish, the run id and train
-    directory of the version to finish)."""
-    change = compare_with_published(fingerprint, repo_id, workspace_root, force, require_token(repo_id))
+    directory of the version to finish). ``data_dir``'s stats.json gives the sources' lineage."""
+    token = require_token(repo_id)
+    lineage = _stats(Path(data_dir) / DATA_STATS).lineage
+    change = compare_with_published(fingerprint, repo_id, workspace_root, force, token, lineage=lineage)
     print(describe(change), flush=True)
     version = change.version_run_id
     train_dir = str(stage_dir(workspace_root, version, TRAIN)) if version else ""
@@ -84,7 +89,9 @@ def run_in_pipeline(fingerprint: str, repo_id: str, workspace_root: str, force: 
 @exit_on_user_error
 def run_step(inputs: Mapping[str, Any]) -> CheckOutputs:
     """What the ``check_data_changed`` component calls with every input by name; returns ``CheckOutputs``."""
-    return run_in_pipeline(inputs["fingerprint"], inputs["repo_id"], inputs["workspace_root"], inputs["force"])
+    return run_in_pipeline(
+        inputs["fingerprint"], inputs["data_dir"], inputs["repo_id"], inputs["workspace_root"], inputs["force"]
+    )
 
 
 if __name__ == "__main__":

@@ -4,7 +4,10 @@ The data stage's fingerprint (sha256 of the normalised rows and the data
 options) is compared with the one recorded when the last model was published:
 in the Hub model card's metadata when a repository is set (without a token that
 is refused, not read from elsewhere), else in the dry runs' publish record on the
-workspace. ``force`` always says "changed".
+workspace. ``force`` always says "changed". Each source's lineage (its content's digest and the version its
+server named, ``common.records.SourceLineage``) is compared too, and the reason names every source that is new,
+gone, or read at another version or with other content: a new S3 object version with the same rows leaves the
+data unchanged, and says so.
 Training options are not part of the fingerprint: after changing them, set
 ``force`` for one run.
 
@@ -20,9 +23,11 @@ when this workspace agrees it is the published one (``disagreement``).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.records import SourceLineage
 from common.run_layout import PUBLISH, UPLOAD, stage_dir
 from components.champion.card import CARD_NAME, FINGERPRINT_KEY
 from components.champion.published import PublishedModel, find_published
@@ -49,8 +54,10 @@ def compare_with_published(
     force: bool,
     token: str | None,
     options: PublishOptions = PublishOptions(),
+    lineage: Sequence[SourceLineage] = (),
 ) -> DataChange:
-    """Whether to train: the data differs from the last published model's, nothing was published, or ``force``."""
+    """Whether to train: the data differs from the last published model's, nothing was published, or ``force``.
+    ``lineage``: the prepared data's sources, compared with the published model's for the reason."""
     if force:
         return DataChange(True, "force is set, so the model is retrained whatever the data.")
     published = find_published(repo_id, workspace_root, token, options)
@@ -64,17 +71,41 @@ def compare_with_published(
     source = published.description
     if not published.data_fingerprint:
         return DataChange(True, f"{source} holds no {FINGERPRINT_KEY}, so the data cannot be compared.")
+    sources = lineage_changes(published.data_lineage, lineage)
     if published.data_fingerprint == fingerprint:
+        also = f" Its sources differ ({sources}), but the rows prepared from them are the same." if sources else ""
         reason = (
             f"the prepared data has the fingerprint {fingerprint}, the same as the model in {source}: "
-            "training, export and publishing are skipped. Set force to retrain anyway."
+            f"training, export and publishing are skipped.{also} Set force to retrain anyway."
         )
         return unfinished(published, workspace_root, reason) or DataChange(False, reason)
     return DataChange(
         True,
         f"the data changed: its fingerprint is {fingerprint}, the published model's ({source}) is "
-        f"{published.data_fingerprint}.",
+        f"{published.data_fingerprint}." + (f" Since then: {sources}." if sources else ""),
     )
+
+
+def lineage_changes(published: Sequence[SourceLineage], now: Sequence[SourceLineage]) -> str:
+    """How the sources differ from the published model's, one clause per source ("" when they do not, or when the
+    published card records none: it was published before lineage)."""
+    if not published:
+        return ""
+    before = {entry.uri: entry for entry in published}
+    clauses = []
+    for current in now:
+        old = before.pop(current.uri, None)
+        if old is None:
+            clauses.append(f"{current.uri} is a new source")
+        elif old.remote != current.remote:
+            clauses.append(
+                f"{current.uri} was read at {old.remote.described() or 'no version'}, now at "
+                f"{current.remote.described() or 'no version'}"
+            )
+        elif old.content != current.content:
+            clauses.append(f"{current.uri} has new content ({old.content[:19]}…, now {current.content[:19]}…)")
+    clauses += [f"{uri} is no longer a source" for uri in before]
+    return "; ".join(clauses)
 
 
 def unfinished(published: PublishedModel, workspace_root: str, reason: str) -> DataChange | None:

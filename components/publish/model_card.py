@@ -14,6 +14,7 @@ llama.cpp and Ollama.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,9 @@ from huggingface_hub.utils import validate_repo_id
 
 from common.records import EvaluationResult, GateVerdict, TrainingSummary
 from common.run_layout import LORA_MARKER, MODELFILE
-from components.champion.card import FINGERPRINT_KEY, HISTORY_KEY
+from components.champion.card import FINGERPRINT_KEY, HISTORY_KEY, LINEAGE_KEY
 from components.champion.version import MERGED_CONFIG, RunOutputs
+from components.data.report import source_table
 from components.data.sources import describe_uri, hub_dataset_id
 from components.evaluation_tables import benchmark_note, benchmark_rows, change_headers, columns
 from components.local_model import LOCAL_MODEL_NAME
@@ -94,9 +96,8 @@ def render_model_card(outputs: RunOutputs, options: PublishOptions, context: Car
         quant=_outtype(gguf).upper(),
         ollama_name=repo_id.split("/")[-1].lower(),
         fingerprint=outputs.fingerprint,
-        dataset=f"`{describe_uri(context.dataset_uri)}`"
-        if context.dataset_uri.strip()
-        else "the practical-skills sample bundled with the pipeline",
+        dataset=_dataset(outputs, context),
+        data_sources=source_table(outputs.stats),
         run_id=context.run_id,
         history=_history_rows(context.history),
         earlier_revision=next(
@@ -108,9 +109,19 @@ def render_model_card(outputs: RunOutputs, options: PublishOptions, context: Car
     return str(card).rstrip("\n") + "\n"
 
 
+def _dataset(outputs: RunOutputs, context: CardContext) -> str:
+    """The training data in the Provenance list: the sources (their table follows), the URI or the sample."""
+    if outputs.stats.sources:
+        return f"{len(outputs.stats.sources)} sources, mixed as the table below says (`dataset_sources`)"
+    if context.dataset_uri.strip():
+        return f"`{describe_uri(context.dataset_uri)}`"
+    return "the practical-skills sample bundled with the pipeline"
+
+
 def card_data(outputs: RunOutputs, options: PublishOptions, context: CardContext, base_model: str) -> ModelCardData:
     method = outputs.summary.method
-    dataset = hub_dataset_id(context.dataset_uri)
+    uris = [context.dataset_uri, *(lineage.uri for lineage in outputs.stats.lineage)]
+    datasets = list(dict.fromkeys(dataset for uri in uris if (dataset := hub_dataset_id(uri))))
     tags = [
         "gguf",
         "llama.cpp",
@@ -120,11 +131,13 @@ def card_data(outputs: RunOutputs, options: PublishOptions, context: CardContext
         "llm-finetune-pipeline",
     ]
     extra: dict[str, Any] = {FINGERPRINT_KEY: outputs.fingerprint, HISTORY_KEY: context.history}
+    if outputs.stats.lineage:  # what the next run's change check compares its sources with
+        extra[LINEAGE_KEY] = [dataclasses.asdict(lineage) for lineage in outputs.stats.lineage]
     if base_model:
         extra["base_model_relation"] = "finetune"
     return ModelCardData(
         base_model=base_model or None,
-        datasets=[dataset] if dataset else None,
+        datasets=datasets or None,
         license=options.license or None,
         library_name="transformers" if MERGED_CONFIG in context.files else "llama.cpp",
         pipeline_tag="text-generation",

@@ -2,7 +2,7 @@
 
 Read from what the earlier stages left in the run's folders, so the registry
 says the same as the model card: the base model and its commit, the data's
-fingerprint and counts, the method and its key options, the evaluation loss of
+fingerprint and counts, each source's lineage, the method and its key options, the evaluation loss of
 the base, the published and the new model, the new model's standard benchmark
 scores, the gate's verdict and reason, the GGUF verification, and the pipeline run.
 """
@@ -12,12 +12,24 @@ from __future__ import annotations
 from typing import Any
 
 from common.errors import UserError
-from common.records import GgufVerification
+from common.records import GgufVerification, SourceLineage
 from common.run_layout import VERIFICATION_JSON
 from components.champion.version import RunDirs, read_run_outputs, written
 from trainer.methods import method_named
 
 Property = str | int | float | bool
+
+
+def source_properties(lineage: tuple[SourceLineage, ...]) -> dict[str, str]:
+    """Each source's lineage as flat properties (data_source_1, data_source_1_content, data_source_1_version):
+    where the version's data came from, as the model card's table says."""
+    properties = {}
+    for number, source in enumerate(lineage, start=1):
+        properties[f"data_source_{number}"] = source.uri
+        properties[f"data_source_{number}_content"] = source.content
+        if version := source.remote.described():
+            properties[f"data_source_{number}_version"] = version
+    return properties
 
 
 def version_properties(dirs: RunDirs, run_id: str) -> dict[str, Property]:
@@ -60,6 +72,7 @@ def version_properties(dirs: RunDirs, run_id: str) -> dict[str, Property]:
     properties |= {
         f"benchmark_{task}_{entry['metric'].split(' ', 1)[0]}": entry["value"] for task, entry in scores.items()
     }
+    properties |= source_properties(stats.lineage)
     properties["objective"] = summary.objective
     if summary.objective == "dpo":  # the preference settings, and the held-out pairs' preferences against the base
         properties |= {key: summary.config.get(key) for key in ("dpo_beta", "dpo_loss")}

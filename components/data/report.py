@@ -1,0 +1,67 @@
+"""What went into the training data, source by source: the data step's report and the model card's table.
+
+One table, rendered from ``stats.json`` alone, so the data step's report (``data/report.md``, the step's
+Markdown artifact in the pipelines UI) and the model card say the same: for each source the version its server
+named and its content's digest, and for a mixture (``dataset_sources``) what the checks, the duplicates and the
+weights made of it.
+"""
+
+from __future__ import annotations
+
+from common.records import DataStats, SourceLineage, SourceStats
+
+LINEAGE_HEADERS = ("source", "version read", "content")
+MIXTURE_HEADERS = (
+    "weight",
+    "training rows of available (share)",
+    "eval rows",
+    "records",
+    "rejected",
+    "duplicates (own / earlier sources')",
+)
+
+
+def data_report(stats: DataStats) -> str:
+    """``data/report.md``: the counts, then each source."""
+    kind = "preference pairs" if stats.kind == "preference pairs" else "conversations"
+    lines = [
+        "# Training data",
+        "",
+        f"{stats.records:,} records read: {stats.train_rows:,} training and {stats.eval_rows:,} eval {kind} "
+        f"written, {stats.rejected:,} rejected (listed with their reasons in rejects.jsonl), {stats.duplicates:,} "
+        f"duplicates dropped. Fingerprint `{stats.fingerprint}`.",
+    ]
+    table = source_table(stats)
+    if table:
+        lines += ["", "## Sources", "", table]
+    return "\n".join(lines) + "\n"
+
+
+def source_table(stats: DataStats) -> str:
+    """The sources as a Markdown table; empty for stats from before lineage was recorded."""
+    if not stats.lineage:
+        return ""
+    mixture = len(stats.sources) == len(stats.lineage)
+    headers = LINEAGE_HEADERS + (MIXTURE_HEADERS if mixture else ())
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(" --- " for _ in headers) + "|"]
+    for number, lineage in enumerate(stats.lineage):
+        cells = _lineage_cells(lineage) + (_mixture_cells(stats.sources[number]) if mixture else [])
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _lineage_cells(lineage: SourceLineage) -> list[str]:
+    files = f" ({lineage.files} files)" if lineage.files > 1 else ""
+    return [f"`{lineage.uri}`{files}", lineage.remote.described() or "—", f"`{lineage.content[:19]}…`"]
+
+
+def _mixture_cells(source: SourceStats) -> list[str]:
+    reasons = ", ".join(f"{reason} {count}" for reason, count in sorted(source.rejected_by_reason.items()))
+    return [
+        "—" if source.weight is None else f"{source.weight:g}",
+        f"{source.train_rows:,} of {source.train_available:,} ({source.realised_weight:.1%})",
+        f"{source.eval_rows:,}",
+        f"{source.records:,}",
+        f"{source.rejected:,}" + (f" ({reasons})" if reasons else ""),
+        f"{source.duplicates_within:,} / {source.duplicates_across:,}",
+    ]
