@@ -349,6 +349,21 @@ class SourceLineage:
         return f"{self.uri} (content {self.content[:19]}…{', ' + remote if remote else ''})"
 
 
+EVAL_SPLIT_NAME = "eval split"  # what an Overlap with the held-out rows is against
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """One source's training rows that share a 13-word sequence (lm-eval's decontamination: its normalisation, its
+    n) with text it must not train on: the eval split, or a benchmark task's documents."""
+
+    source: str  # as the run gave it
+    against: str  # EVAL_SPLIT_NAME, or a benchmark task's name
+    rows: int  # of its training rows (after the checks and the duplicates), those that overlap
+    dropped: bool  # taken out of the training split (decontaminate)
+    examples: tuple[str, ...]  # up to three of those rows' text, cut to 200 characters
+
+
 @dataclass(frozen=True)
 class DataStats(VersionedFile):
     """``data/stats.json``: what the data step read, kept and rejected, and the fingerprint of what it wrote.
@@ -377,6 +392,8 @@ class DataStats(VersionedFile):
     sources: tuple[SourceStats, ...] = ()
     # Added later (2026-11-29): each source's identity as read, dataset_uri's or each of dataset_sources'
     lineage: tuple[SourceLineage, ...] = ()
+    # Added later (2026-11-29): each source's training rows that overlap the eval split (and benchmark tasks)
+    contamination: tuple[Overlap, ...] = ()
 
     VERSION: ClassVar[int] = 1
     WHAT: ClassVar[str] = "data statistics"
@@ -390,6 +407,11 @@ class DataStats(VersionedFile):
     def eval_rows(self) -> int:
         return self.rows["eval"]
 
+    @property
+    def overlapping_eval(self) -> int:
+        """The training rows, of every source, that shared a 13-word sequence with the eval split."""
+        return sum(overlap.rows for overlap in self.contamination if overlap.against == EVAL_SPLIT_NAME)
+
     @classmethod
     def read(cls, path: Path) -> DataStats | None:
         """The statistics at ``path``; None when the data step has not written them."""
@@ -401,7 +423,13 @@ class DataStats(VersionedFile):
             raise UserError(f"{path}: its {cls.WHAT}' rows are not a count per split (train and eval). {cls.FIX}")
         sources = _entries(stats.sources, SourceStats, path, "sources", cls.FIX)
         lineage = SourceLineage.all_of(stats.lineage, path, "lineage", cls.FIX)
-        return dataclasses.replace(stats, inputs=tuple(stats.inputs), sources=sources, lineage=lineage)
+        contamination = tuple(
+            dataclasses.replace(overlap, examples=tuple(overlap.examples))
+            for overlap in _entries(stats.contamination, Overlap, path, "contamination", cls.FIX)
+        )
+        return dataclasses.replace(
+            stats, inputs=tuple(stats.inputs), sources=sources, lineage=lineage, contamination=contamination
+        )
 
 
 @dataclass(frozen=True)

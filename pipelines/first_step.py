@@ -22,6 +22,7 @@ def validate_parameters(
     max_reject_fraction: float,
     system_prompt: str,
     field_map: str,
+    decontaminate: bool,
     base_model_revision: str,
     objective: str,
     dpo_beta: float,

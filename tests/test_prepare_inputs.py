@@ -70,8 +70,9 @@ def test_gzip_gives_the_same_result_as_plain(tmp_path):
     assert read_rejects(tmp_path / "packed")[0]["source"] == str(packed)
     plain_stats, packed_stats = read_stats(tmp_path / "plain"), read_stats(tmp_path / "packed")
     assert packed_stats["fingerprint"] == plain_stats["fingerprint"]
-    assert {k: v for k, v in packed_stats.items() if k not in ("inputs", "lineage")} == {
-        k: v for k, v in plain_stats.items() if k not in ("inputs", "lineage")
+    named = ("inputs", "lineage", "contamination")  # these name the file read
+    assert {k: v for k, v in packed_stats.items() if k not in named} == {
+        k: v for k, v in plain_stats.items() if k not in named
     }
     assert packed_stats["lineage"][0]["content"] == plain_stats["lineage"][0]["content"]  # the text read
 
@@ -292,7 +293,9 @@ def test_successful_run_prints_a_summary(tmp_path):
     train, eval_ = stats["rows"]["train"], stats["rows"]["eval"]
     assert train + eval_ == 40 and eval_ > 0
     lines = result.stdout.splitlines()
-    assert lines[0] == f"records 42: train {train}, eval {eval_}, rejected 1, duplicates 1"
+    assert (
+        lines[0] == f"records 42: train {train}, eval {eval_}, rejected 1, duplicates 1, overlapping the eval split 0"
+    )
     assert lines[1] == f"fingerprint {stats['fingerprint']}"
     for name in PUBLISHED:
         assert any(line.endswith(str(out / name)) for line in lines[2:]), name

@@ -483,6 +483,7 @@ def test_stats_counts_and_reject_fraction(tmp_path):
         "max_reject_fraction": 0.2,
         "system_prompt": "",
         "field_map": "",
+        "decontaminate": True,
     }
 
 

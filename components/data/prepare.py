@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from common.atomic import staging_dir
 from common.errors import UserError
-from common.records import DataStats, RemoteVersion, SourceLineage, SourceStats
+from common.records import EVAL_SPLIT_NAME, DataStats, Overlap, RemoteVersion, SourceLineage, SourceStats
 from common.run_layout import DATA_REPORT, DATA_STATS, EVAL_SPLIT, REJECTS, TRAIN_SPLIT
 from components.data.chunks import Chunk, read_chunks, resolve_inputs
 from components.data.dedup import SeenHashes, content_hashes, eval_mask
@@ -33,7 +33,8 @@ from components.data.field_map import FieldMap
 from components.data.lengths import LengthHistogram
 from components.data.mixture import DataSource, allocate, choose_rows
 from components.data.normalise import RowProblem, normalise
-from components.data.options import PrepareOptions
+from components.data.options import PrepareOptions, fingerprinted
+from components.data.overlaps import index_of, overlapping
 from components.data.pairs import normalise_pairs
 from components.data.parse import ParsedChunk, Reject, excerpt, parse_chunk, split_lines
 from components.data.report import data_report
@@ -52,12 +53,15 @@ class RowKind:
     schema: pa.Schema
     columns: tuple[str, ...]
     name: str  # what a row is, as stats.json and the run's summary count them
+    learned: tuple[str, ...]  # the columns whose text the contamination check reads (components/data/overlaps)
 
 
 # By objective: supervised fine-tuning trains on conversations, preference tuning on pairs.
 ROW_KINDS = {
-    "sft": RowKind(normalise, OUTPUT_SCHEMA, ("messages",), "conversations"),
-    "dpo": RowKind(normalise_pairs, PAIR_SCHEMA, ("prompt", "chosen", "rejected"), "preference pairs"),
+    "sft": RowKind(normalise, OUTPUT_SCHEMA, ("messages",), "conversations", ("messages",)),
+    "dpo": RowKind(
+        normalise_pairs, PAIR_SCHEMA, ("prompt", "chosen", "rejected"), "preference pairs", ("prompt", "chosen")
+    ),
 }
 PERCENTILES = (50, 90, 99)
 
@@ -139,39 +143,52 @@ def prepare(
     kind = ROW_KINDS[objective]
     with staging_dir(output_dir) as stage:
         eval_writer = _parquet_writer(stage.file(EVAL_SPLIT), kind)
-        staged: list[tuple[Path, int]] = []  # each source's training rows and their count, before the mixing
+        staged: list[Path] = []  # each source's training rows with their content keys, before the mixing
         per_source: list[_Counts] = []
         lineage: list[SourceLineage] = []
         with open(stage.file(REJECTS), "w", encoding="utf-8") as rejects_out:
             for number, source in enumerate(sources):
                 fields = FieldMap.parse(source.source.field_map)  # validated with the options or the source list
-                train_path = stage.file(f"{TRAIN_SPLIT}.source-{number}" if mixture else TRAIN_SPLIT)
-                train_writer = _parquet_writer(train_path, kind, with_keys=mixture)
+                train_path = stage.file(f"{TRAIN_SPLIT}.source-{number}")
+                train_writer = _parquet_writer(train_path, kind, with_keys=True)
                 before = _Counts.of(tally)
                 tally.mapped_columns_seen = set()  # the field_map check is each source's own
                 own = SeenHashes() if mixture else None
-                sink = _Sink({TRAIN_SPLIT: train_writer, EVAL_SPLIT: eval_writer}, mixture, own)
+                sink = _Sink({TRAIN_SPLIT: train_writer, EVAL_SPLIT: eval_writer}, own)
                 content = hashlib.sha256()
                 _read_source(source.files, fields, kind, options, seen, sink, digests, tally, rejects_out, content)
                 train_writer.close()
                 lineage.append(
                     SourceLineage(source.source.uri, f"sha256:{content.hexdigest()}", len(source.files), source.remote)
                 )
-                read = _Counts.of(tally).minus(before)
-                per_source.append(read)
-                staged.append((train_path, read.train))
+                per_source.append(_Counts.of(tally).minus(before))
+                staged.append(train_path)
                 _check_mapped_columns(source.files, fields, tally)
         eval_writer.close()
+        held_out = index_of(stage.file(EVAL_SPLIT), kind.learned)
+        overlaps = [overlapping(path, kind.learned, held_out) for path in staged]
+        usable = [
+            _usable_rows(read.train, overlap.rows if options.decontaminate else None)
+            for read, overlap in zip(per_source, overlaps, strict=True)
+        ]
+        available = [len(rows) for rows in usable]
+        counts = _mixture_counts(sources, available, stage) if mixture else tuple(available)
+        tally.rows[TRAIN_SPLIT] = _mix(staged, usable, counts, stage.file(TRAIN_SPLIT), kind, options, digests)
         source_stats: tuple[SourceStats, ...] = ()
         if mixture:
-            counts = _mixture_counts(sources, staged, stage)
-            tally.rows[TRAIN_SPLIT] = _mix(staged, counts, stage.file(TRAIN_SPLIT), kind, options, digests[TRAIN_SPLIT])
             source_stats = tuple(
-                read.stats(source.source, count, tally.rows[TRAIN_SPLIT])
-                for source, read, count in zip(sources, per_source, counts, strict=True)
+                read.stats(source.source, rows, count, tally.rows[TRAIN_SPLIT])
+                for source, read, rows, count in zip(sources, per_source, available, counts, strict=True)
             )
+        contamination = tuple(
+            Overlap(source.source.uri, EVAL_SPLIT_NAME, len(overlap.rows), options.decontaminate, overlap.examples)
+            for source, overlap in zip(sources, overlaps, strict=True)
+        )
         stats = dataclasses.replace(
-            _stats(files, options, tally, digests, kind), sources=source_stats, lineage=tuple(lineage)
+            _stats(files, options, tally, digests, kind),
+            sources=source_stats,
+            lineage=tuple(lineage),
+            contamination=contamination,
         )
         _check_usable(files, stats, options, tally, stage)
         stage.file(DATA_REPORT).write_text(data_report(stats), encoding="utf-8")
@@ -213,7 +230,7 @@ class _Counts:
             self.eval - earlier.eval,
         )
 
-    def stats(self, source: DataSource, used: int, mixture_rows: int) -> SourceStats:
+    def stats(self, source: DataSource, available: int, used: int, mixture_rows: int) -> SourceStats:
         return SourceStats(
             uri=source.uri,
             weight=source.weight,
@@ -222,7 +239,7 @@ class _Counts:
             rejected_by_reason=dict(sorted(self.rejects.items())),
             duplicates_within=self.duplicates - self.duplicates_across,
             duplicates_across=self.duplicates_across,
-            train_available=self.train,
+            train_available=available,
             train_rows=used,
             eval_rows=self.eval,
             realised_weight=round(used / mixture_rows, 6) if mixture_rows else 0.0,
@@ -231,11 +248,10 @@ class _Counts:
 
 @dataclass
 class _Sink:
-    """Where a source's rows go: the split writers, and whether the training rows carry their content key (for a
-    mixture, whose fingerprint is taken over the rows chosen)."""
+    """Where a source's rows go: the split writers (the training rows staged with their content keys, for the
+    fingerprint of the rows the mixing keeps)."""
 
     writers: dict[str, pq.ParquetWriter]
-    with_keys: bool
     own: SeenHashes | None = None  # a mixture's source's own records, to tell its repeats from an earlier source's
 
 
@@ -281,35 +297,48 @@ def _read_source(
 KEY_COLUMN = "content_key"  # a staged training row's canonical content, for the mixture's fingerprint
 
 
-def _mixture_counts(sources: list[SourceFiles], staged: list[tuple[Path, int]], stage) -> tuple[int, ...]:
+def _usable_rows(staged_rows: int, dropped: np.ndarray | None) -> np.ndarray:
+    """The row numbers of a source's staged training rows that may be trained on: all, or all but ``dropped``."""
+    rows = np.arange(staged_rows)
+    return rows if dropped is None or not len(dropped) else np.setdiff1d(rows, dropped, assume_unique=True)
+
+
+def _mixture_counts(sources: list[SourceFiles], available: list[int], stage) -> tuple[int, ...]:
     """How many training rows each source gives the mixture; a source with none stops the step, its rejects
     published for the user to read."""
     try:
-        return allocate([source.source for source in sources], [rows for _, rows in staged])
+        return allocate([source.source for source in sources], available)
     except ValueError as error:
         _publish_failed_rejects(stage)
         raise UserError(
-            f"dataset_sources: {error}: each of its records was rejected, a duplicate of an earlier one or held out "
-            f"for evaluation. Every reject and its reason is listed in {stage.target / FAILED_REJECTS_FILE}; fix "
-            "the records or the source's field_map, or leave the source out. Nothing was written to the output files."
+            f"dataset_sources: {error}: each of its records was rejected, a duplicate of an earlier one, held out "
+            "for evaluation or dropped for sharing a 13-word sequence with the eval split (decontaminate). Every "
+            f"reject and its reason is listed in {stage.target / FAILED_REJECTS_FILE}; fix the records or the "
+            "source's field_map, or leave the source out. Nothing was written to the output files."
         ) from None
 
 
 def _mix(
-    staged: list[tuple[Path, int]], counts: Sequence[int], target: Path, kind: RowKind, options: PrepareOptions, digest
+    staged: list[Path],
+    usable: list[np.ndarray],
+    counts: Sequence[int],
+    target: Path,
+    kind: RowKind,
+    options: PrepareOptions,
+    digests,
 ) -> int:
-    """Write the training split from each source's staged rows, ``counts`` of each (chosen by the split seed);
-    return how many rows it holds."""
+    """Write the training split from each source's staged rows, ``counts`` of its ``usable`` ones (chosen by the
+    split seed; all of them, in order, for one source); return how many rows it holds."""
     writer = _parquet_writer(target, kind)
-    for number, ((path, rows), count) in enumerate(zip(staged, counts, strict=True)):
-        chosen = choose_rows(rows, count, options.seed, number)
+    for number, (path, rows, count) in enumerate(zip(staged, usable, counts, strict=True)):
+        chosen = rows[choose_rows(len(rows), count, options.seed, number)] if count else rows[:0]
         start = 0
         for batch in pq.ParquetFile(path).iter_batches(batch_size=65536):
             end = start + batch.num_rows
             lo, hi = np.searchsorted(chosen, [start, end])
             if hi > lo:
                 taken = pa.Table.from_batches([batch]).take(pa.array(chosen[lo:hi] - start))
-                _update_digest(digest, taken.column(KEY_COLUMN).combine_chunks())
+                _update_digest(digests[TRAIN_SPLIT], taken.column(KEY_COLUMN).combine_chunks())
                 writer.write_table(taken.drop_columns([KEY_COLUMN]))
             start = end
     writer.close()
@@ -377,7 +406,7 @@ def _route_rows(
         columns = [pc.filter(getattr(normalised, column), selection) for column in kind.columns]
         keys = pc.filter(normalised.content_keys, selection)
         table = pa.Table.from_arrays([pa.array(hashes[mask].view(np.int64)), *columns], schema=kind.schema)
-        if sink.with_keys and name == TRAIN_SPLIT:  # its fingerprint is taken when the rows are chosen
+        if name == TRAIN_SPLIT:  # its fingerprint is taken when the rows are chosen
             sink.writers[name].write_table(table.append_column(KEY_COLUMN, keys))
         else:
             sink.writers[name].write_table(table)
@@ -401,7 +430,7 @@ def _update_digest(digest, keys: pa.StringArray) -> None:
 
 def _stats(files: list[Path], options: PrepareOptions, tally: _Tally, digests, kind: RowKind) -> DataStats:
     fingerprint = hashlib.sha256()
-    fingerprint.update(json.dumps(asdict(options), sort_keys=True).encode())
+    fingerprint.update(json.dumps(fingerprinted(options), sort_keys=True).encode())
     for name in (TRAIN_SPLIT, EVAL_SPLIT):
         fingerprint.update(digests[name].digest())
     rejected = sum(tally.rejects.values())

@@ -8,7 +8,7 @@ weights made of it.
 
 from __future__ import annotations
 
-from common.records import DataStats, SourceLineage, SourceStats
+from common.records import DataStats, Overlap, SourceLineage, SourceStats
 
 LINEAGE_HEADERS = ("source", "version read", "content")
 MIXTURE_HEADERS = (
@@ -34,7 +34,32 @@ def data_report(stats: DataStats) -> str:
     table = source_table(stats)
     if table:
         lines += ["", "## Sources", "", table]
+    if stats.contamination:
+        lines += ["", "## Overlap with held-out text", "", CHECK, ""] + overlap_lines(stats.contamination)
     return "\n".join(lines) + "\n"
+
+
+CHECK = (
+    "A training row overlaps when it shares a 13-word sequence with the held-out text (lm-eval's decontamination: "
+    "ASCII letters lowercased, ASCII punctuation removed, words split on whitespace). A conversation's text is all "
+    "its messages; a preference pair's, its prompt and chosen answer."
+)
+
+
+def overlap_lines(overlaps: tuple[Overlap, ...]) -> list[str]:
+    """One item per source and what it was checked against, with the overlapping rows quoted."""
+    lines = []
+    for overlap in overlaps:
+        if not overlap.rows:
+            lines.append(f"- `{overlap.source}`: none of its training rows overlaps the {overlap.against}.")
+            continue
+        fate = "dropped (decontaminate)" if overlap.dropped else "kept (decontaminate is false)"
+        lines.append(
+            f"- `{overlap.source}`: {overlap.rows:,} of its training rows overlap the {overlap.against}, {fate}; "
+            "for example:"
+        )
+        lines += [f"  - {example}" for example in overlap.examples]
+    return lines
 
 
 def source_table(stats: DataStats) -> str:

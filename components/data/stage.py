@@ -64,7 +64,8 @@ def summary(result: PrepareResult) -> str:
     return "\n".join(
         [
             f"records {stats.records}: train {stats.train_rows}, eval {stats.eval_rows}, "
-            f"rejected {stats.rejected}, duplicates {stats.duplicates}",
+            f"rejected {stats.rejected}, duplicates {stats.duplicates}, overlapping the eval split "
+            f"{stats.overlapping_eval}",
             f"fingerprint {stats.fingerprint}",
             f"train   -> {result.train_path}",
             f"eval    -> {result.eval_path}",
@@ -165,6 +166,7 @@ def run_in_pipeline(
     metrics.log_metric("eval_rows", stats.eval_rows)
     metrics.log_metric("rejected", stats.rejected)
     metrics.log_metric("duplicates", stats.duplicates)
+    metrics.log_metric("train_rows_overlapping_eval", stats.overlapping_eval)
     return stats.fingerprint, str(result.output_dir)
 
 

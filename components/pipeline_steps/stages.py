@@ -22,6 +22,7 @@ def prepare_dataset(
     max_reject_fraction: float,
     system_prompt: str,
     field_map: str,
+    decontaminate: bool,
     objective: str,
     train_data: dsl.Output[dsl.Dataset],
     eval_data: dsl.Output[dsl.Dataset],

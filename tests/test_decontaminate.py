@@ -1,0 +1,92 @@
+"""The data step's contamination check against the eval split: a training row that shares a 13-word sequence
+with a held-out row (lm-eval's normalisation) is counted per source, quoted, and dropped under decontaminate."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+from conftest import write_jsonl
+
+from common.records import EVAL_SPLIT_NAME, DataStats
+from components.data.mixture import DataSource
+from components.data.options import PrepareOptions
+from components.data.prepare import SourceFiles, prepare
+
+WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa".split()
+
+
+def record(i: int) -> dict:
+    """A record whose every 13-word sequence is its own: the words of i's digits, spelt out, never repeat."""
+    spelt = " ".join(f"{WORDS[int(digit)]}{position}" for position, digit in enumerate(f"{i:06d}" * 3))
+    return {"question": f"What is record {i}?", "answer": f"Record {i} reads {spelt}."}
+
+
+def questions(path) -> list[str]:
+    return [row["messages"][0]["content"] for row in pq.read_table(path).to_pylist()]
+
+
+@pytest.fixture
+def planted(tmp_path):
+    """300 records, then 40 that each copy an eval row's answer after a question of their own, in another case
+    and with other punctuation: what lm-eval's normalisation reads as the same words. The second file holds the
+    copies and 100 clean records; the list, the 300 and the copies."""
+    options = PrepareOptions(eval_fraction=0.2, decontaminate=False)
+    plain = write_jsonl(tmp_path / "plain.jsonl", [record(i) for i in range(300)])
+    held_out = questions(prepare(str(plain), tmp_path / "first", options).eval_path)
+    copied = [int(question.split()[-1].rstrip("?")) for question in held_out][:40]
+    copies = [
+        {"question": f"Which record comes after {i}?", "answer": record(i)["answer"].upper().replace(".", "!")}
+        for i in copied
+    ]
+    with_clean_rows = copies + [record(i) for i in range(1000, 1100)]
+    return plain, write_jsonl(tmp_path / "copies.jsonl", with_clean_rows), [record(i) for i in range(300)] + copies
+
+
+def test_decontamination_drops_exactly_the_planted_rows_in_training(planted, tmp_path):
+    _, _, records = planted
+    both = write_jsonl(tmp_path / "both.jsonl", records)
+    kept = prepare(str(both), tmp_path / "kept", PrepareOptions(eval_fraction=0.2, decontaminate=False))
+    dropped = prepare(str(both), tmp_path / "dropped", PrepareOptions(eval_fraction=0.2))
+    planted_in_training = {q for q in questions(kept.train_path) if q.startswith("Which record")}
+    assert planted_in_training  # some of the copies were split into training
+    assert set(questions(kept.train_path)) - set(questions(dropped.train_path)) == planted_in_training
+    assert questions(dropped.eval_path) == questions(kept.eval_path)  # the eval split is never touched
+
+    (overlap,) = dropped.stats.contamination
+    assert (overlap.source, overlap.against, overlap.rows, overlap.dropped) == (
+        str(both),
+        EVAL_SPLIT_NAME,
+        len(planted_in_training),
+        True,
+    )
+    assert overlap.examples and all(example.startswith("Which record comes after") for example in overlap.examples)
+    assert len(overlap.examples) == min(3, len(planted_in_training))
+    (counted,) = kept.stats.contamination
+    assert (counted.rows, counted.dropped) == (len(planted_in_training), False)  # counted, kept
+    assert DataStats.read(dropped.stats_path).contamination == dropped.stats.contamination
+    assert kept.stats.fingerprint != dropped.stats.fingerprint
+    report = (tmp_path / "dropped" / "report.md").read_text()
+    assert f"{len(planted_in_training)} of its training rows overlap the eval split, dropped" in report
+    assert "  - Which record comes after" in report
+
+
+def test_each_source_is_checked_against_the_eval_split_of_all(planted, tmp_path):
+    plain, copies, _ = planted
+    sources = [SourceFiles(DataSource(str(plain), 1), [plain]), SourceFiles(DataSource(str(copies), 1), [copies])]
+    result = prepare(sources, tmp_path / "out", PrepareOptions(eval_fraction=0.2))
+    first, second = result.stats.contamination
+    assert (first.source, first.rows) == (str(plain), 0)
+    assert second.source == str(copies) and second.rows > 0
+    mixed = questions(result.train_path)
+    assert not [question for question in mixed if question.startswith("Which record")]
+    copied = result.stats.sources[1]  # its 140 records: held out, dropped, or available to the mixture
+    assert copied.train_available == 140 - copied.eval_rows - second.rows > 0
+
+
+def test_an_unchanged_default_keeps_the_fingerprint_of_data_prepared_before_the_option(tmp_path):
+    """decontaminate is left out of the fingerprint at its default: data prepared before it existed (with no
+    overlap to drop) is not 'changed' by it; set to false, it is."""
+    from components.data.options import fingerprinted
+
+    assert "decontaminate" not in fingerprinted(PrepareOptions())
+    assert fingerprinted(PrepareOptions(decontaminate=False))["decontaminate"] is False
