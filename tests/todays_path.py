@@ -68,8 +68,11 @@ def main() -> int:
         splits = {
             split: tokenise_split(data.load_split(parquet, split), tokenizer, config.loss_on) for split in data.SPLITS
         }
-        # the token manifest's counts that the trainer reads (trainer.token_cache.TokenManifest)
-        counts = SimpleNamespace(**{split: SimpleNamespace(conversations=len(rows)) for split, rows in splits.items()})
+        # the token manifest's counts and data directory that the trainer reads (trainer.token_cache.TokenManifest)
+        counts = SimpleNamespace(
+            data_dir=str(parquet),
+            **{split: SimpleNamespace(conversations=len(rows)) for split, rows in splits.items()},
+        )
         return counts, splits["train"], splits["eval"]
 
     plain_sft_arguments = train.OBJECTIVES["sft"].arguments
