@@ -362,6 +362,17 @@ class Overlap:
     rows: int  # of its training rows (after the checks and the duplicates), those that overlap
     dropped: bool  # taken out of the training split (decontaminate)
     examples: tuple[str, ...]  # up to three of those rows' text, cut to 200 characters
+    # A benchmark task only: of its scored documents of 13 words or more (what the check can see), how many the
+    # source's rows overlap; their share is what max_contamination bounds
+    documents_hit: int | None = None
+    documents: int | None = None
+
+    @property
+    def share(self) -> float | None:
+        """The share of the task's checkable documents the source overlaps; None for the eval split."""
+        if self.documents is None or self.documents_hit is None:
+            return None
+        return self.documents_hit / self.documents if self.documents else 0.0
 
 
 @dataclass(frozen=True)

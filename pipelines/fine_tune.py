@@ -198,6 +198,9 @@ def build_pipeline(workspace: Workspace):
                 **run_arguments("prepare_dataset", run),
             ).after(validated)
         )
+        # The benchmark tasks' data, which the data step checks the training rows against, into the Hub cache on the
+        # PVC, where the evaluate step finds it.
+        prepared.set_env_variable("HF_HOME", f"{workspace.root}/{HF_HOME}")
         with_hub_token(
             with_data_connection(
                 sized(prepared, run["prepare_cpu"], run["prepare_memory"]),

@@ -23,6 +23,7 @@ def validate_parameters(
     system_prompt: str,
     field_map: str,
     decontaminate: bool,
+    max_contamination: float,
     base_model_revision: str,
     objective: str,
     dpo_beta: float,

@@ -77,7 +77,10 @@ STEPS = (
         "Validate and normalise the JSONL dataset into train/eval Parquet on the workspace.",
         (("dataset_uri", "str"), ("dataset_sources", "str"), ("workspace_root", "str"), ("run_id", "str")),
         options=(PrepareOptions,),
-        shared=(Shared(TrainConfig, ("objective",)),),
+        shared=(
+            Shared(TrainConfig, ("objective",)),
+            Shared(EvaluateOptions, ("benchmark_tasks", "benchmark_limit", "benchmark_allow_code")),
+        ),
         outputs=(
             ("train_data", "Dataset"),
             ("eval_data", "Dataset"),

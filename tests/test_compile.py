@@ -295,12 +295,14 @@ def test_hub_token_comes_only_from_the_secret(tmp_path, platform):
     assert [(name, source(pipeline, *find_task(pipeline, name), "hf_token_secret")) for name, _ in token_inputs] == [
         ("train-model", ("constant", "hf-read-token"))  # the Secret's name, for the training pods
     ]
-    # The only literal environment is the evaluate step's Hub cache on the PVC; no token is a literal value.
+    # The only literal environment is the Hub cache on the PVC of the steps that read the benchmarks (the data step
+    # checks the training rows against them, the evaluate step scores them); no token is a literal value.
+    hub_cache = [{"name": "HF_HOME", "value": "/mnt/workspace/.cache/huggingface"}]
     assert {
         label: e["container"]["env"]
         for label, e in pipeline["deploymentSpec"]["executors"].items()
         if "env" in e.get("container", {})
-    } == {"exec-evaluate-model": [{"name": "HF_HOME", "value": "/mnt/workspace/.cache/huggingface"}]}
+    } == {"exec-evaluate-model": hub_cache, "exec-prepare-dataset": hub_cache}
     # Each Hub token is an optional Secret reference (which steps get which: SECRET_MOUNTS below).
     for label, executor in platform["deploymentSpec"]["executors"].items():
         for secret in executor.get("secretAsEnv", []):

@@ -3,9 +3,11 @@ with a held-out row (lm-eval's normalisation) is counted per source, quoted, and
 
 from __future__ import annotations
 
+import json
+
 import pyarrow.parquet as pq
 import pytest
-from conftest import write_jsonl
+from conftest import run_cli, write_jsonl
 
 from common.records import EVAL_SPLIT_NAME, DataStats
 from components.data.mixture import DataSource
@@ -90,3 +92,51 @@ def test_an_unchanged_default_keeps_the_fingerprint_of_data_prepared_before_the_
 
     assert "decontaminate" not in fingerprinted(PrepareOptions())
     assert fingerprinted(PrepareOptions(decontaminate=False))["decontaminate"] is False
+
+
+# --- Benchmark tasks: the bundled practical_skills_mc, whose documents are a question and four choices ---------
+
+
+def benchmark_copies(count: int) -> list[dict]:
+    """Training records that quote practical_skills_mc's questions and right answers, as a scraped quiz would."""
+    from components.sample_data import bundled_task_dir
+
+    lines = (bundled_task_dir() / "practical_skills_mc.jsonl").read_text().splitlines()
+    quiz = [json.loads(line) for line in lines][:count]
+    return [{"question": item["question"], "answer": item["choices"][item["answer"]]} for item in quiz]
+
+
+def test_a_planted_benchmark_question_is_found_and_reported_under_its_source_and_task(tmp_path):
+    """The check reads the task the evaluation scores (loaded as it loads it); a source that quotes the task's
+    questions and answers is counted against it, and the other source is not."""
+    from components.data.benchmark_documents import task_documents
+
+    documents = task_documents(["practical_skills_mc"], tmp_path, 0, False)
+    checkable = sum(len(text.split()) >= 13 for text in documents["practical_skills_mc"])
+    clean = write_jsonl(tmp_path / "clean.jsonl", [record(i) for i in range(200)])
+    quiz = write_jsonl(tmp_path / "quiz.jsonl", benchmark_copies(40) + [record(i) for i in range(500, 600)])
+    sources = [SourceFiles(DataSource(str(clean)), [clean]), SourceFiles(DataSource(str(quiz)), [quiz])]
+    result = prepare(sources, tmp_path / "out", PrepareOptions(eval_fraction=0.1), benchmarks=documents)
+    on_task = [overlap for overlap in result.stats.contamination if overlap.against == "practical_skills_mc"]
+    assert [(overlap.source, overlap.rows > 0) for overlap in on_task] == [(str(clean), False), (str(quiz), True)]
+    quoted = on_task[1]
+    assert quoted.documents == checkable and 0 < quoted.documents_hit <= checkable
+    assert not quoted.dropped and quoted.examples  # counted and shown, not dropped: max_contamination decides
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert f"`{quiz}`: {quoted.rows} of its training rows overlap the benchmark task practical_skills_mc" in report
+    assert f"`{clean}`: none of its training rows overlaps the benchmark task practical_skills_mc." in report
+
+
+def test_max_contamination_refuses_naming_the_source_and_the_task(tmp_path):
+    """From the stage's command line, as a user runs it: one paragraph, nothing written."""
+    quiz = write_jsonl(tmp_path / "quiz.jsonl", benchmark_copies(40) + [record(i) for i in range(100)])
+    args = ("--input", str(quiz), "--benchmark-tasks", "practical_skills_mc", "--eval-fraction", "0.1")
+    refused = run_cli(*args, "--output-dir", str(tmp_path / "out"), "--max-contamination", "0.05")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    message = " ".join(refused.stderr.split())
+    assert message.startswith(f"error: The training data holds benchmark answers: {quiz} overlaps ")
+    assert "documents of the benchmark task practical_skills_mc" in message
+    assert "than max_contamination (5.0%) allows" in message
+    assert not (tmp_path / "out" / "stats.json").exists()
+    allowed = run_cli(*args, "--output-dir", str(tmp_path / "ok"))  # the default, 1, never refuses
+    assert allowed.returncode == 0, allowed.stderr

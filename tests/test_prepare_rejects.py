@@ -484,6 +484,7 @@ def test_stats_counts_and_reject_fraction(tmp_path):
         "system_prompt": "",
         "field_map": "",
         "decontaminate": True,
+        "max_contamination": 1.0,
     }
 
 

@@ -442,7 +442,8 @@ artifacts = {
 outputs = prepare_dataset.python_func(
     dataset_uri="secret:DATASET_URL", dataset_sources="", workspace_root=f"{out}/workspace", run_id="run-1",
     eval_fraction=0.3, seed=42,
-    max_reject_fraction=0.05, system_prompt="", field_map="", decontaminate=True, objective="sft", **artifacts
+    max_reject_fraction=0.05, system_prompt="", field_map="", decontaminate=True, max_contamination=1.0,
+    objective="sft", benchmark_tasks="", benchmark_limit=0, benchmark_allow_code=False, **artifacts
 )
 print(json.dumps({"outputs": list(outputs), **{name: a.metadata for name, a in artifacts.items()}}))
 """

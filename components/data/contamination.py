@@ -68,8 +68,13 @@ class NgramIndex:
 
     PREFIX_BITS = 24
 
-    def __init__(self, hashes: np.ndarray) -> None:
-        self.hashes = np.unique(hashes)
+    def __init__(self, hashes: np.ndarray, documents: np.ndarray | None = None) -> None:
+        """``documents``: the document each hash is from, to tell which documents a text overlaps (an n-gram that
+        several documents share is kept as the first's)."""
+        self.hashes, first = np.unique(hashes, return_index=True)
+        self.documents = documents[first] if documents is not None else None
+        # how many documents have an n-gram at all (of NGRAM words or more): the ones an overlap can be found with
+        self.document_count = len(np.unique(documents)) if documents is not None else 0
         self._prefixes = np.zeros(1 << self.PREFIX_BITS, dtype=bool)
         self._prefixes[self.hashes >> np.uint64(64 - self.PREFIX_BITS)] = True
 
@@ -79,14 +84,25 @@ class NgramIndex:
         parts = [np.unique(ngram_hashes(batch)[0]) for batch in batches]
         return cls(np.concatenate(parts) if parts else np.zeros(0, np.uint64))
 
+    @classmethod
+    def of_documents(cls, documents: pa.Array) -> NgramIndex:
+        """The index of ``documents`` (strings), each n-gram knowing its document's position."""
+        hashes, rows = ngram_hashes(documents)
+        return cls(hashes, rows)
+
     def __len__(self) -> int:
         return len(self.hashes)
 
     def overlaps(self, texts: pa.Array) -> np.ndarray:
         """How many of each text's n-grams are in the index."""
-        hashes, rows = ngram_hashes(texts)
+        return self.matches(*ngram_hashes(texts), len(texts))[0]
+
+    def matches(self, hashes: np.ndarray, rows: np.ndarray, texts: int) -> tuple[np.ndarray, np.ndarray]:
+        """Of ``texts`` texts' n-grams (``ngram_hashes``: each hash and its text), how many of each text's are in
+        the index, and the documents they are from (distinct, sorted; empty for an index made without them)."""
         candidates = self._prefixes[hashes >> np.uint64(64 - self.PREFIX_BITS)]
         hashes, rows = hashes[candidates], rows[candidates]
         places = np.searchsorted(self.hashes, hashes).clip(max=max(len(self.hashes) - 1, 0))
         found = self.hashes[places] == hashes if len(self.hashes) else np.zeros(0, dtype=bool)
-        return np.bincount(rows[found], minlength=len(texts))
+        documents = np.unique(self.documents[places[found]]) if self.documents is not None else np.zeros(0, np.int64)
+        return np.bincount(rows[found], minlength=texts), documents

@@ -65,6 +65,14 @@ class PrepareOptions:
         "rows the model never saw. false keeps them; either way stats.json and the data report count them per "
         "source, with examples.",
     )
+    max_contamination: float = run_option(
+        1.0,
+        "Refuse the run when a source's training rows overlap more than this share of a benchmark task's scored "
+        "documents (each document: its question and correct answer, 13 words or more; an overlap: a shared "
+        "13-word sequence, as lm-eval's decontamination finds it), naming the source and the task: a model "
+        "that trained on a benchmark's answers makes its score meaningless. In [0, 1]; 1 never refuses, and the "
+        "data report counts the overlaps either way. The tasks are benchmark_tasks'.",
+    )
 
     def __post_init__(self) -> None:
         found = option_problems(self)
@@ -77,14 +85,17 @@ class PrepareOptions:
 # Options added after the first release, and their defaults: one at its default is left out of the fingerprint, so
 # data prepared before the option existed keeps its fingerprint (and a scheduled run does not retrain for it).
 ADDED_LATER = {"decontaminate": True}
+# Options that refuse data but never change it: never part of the fingerprint.
+CHECKS_ONLY = ("max_contamination",)
 
 
 def fingerprinted(options: PrepareOptions) -> dict[str, object]:
-    """The options as the fingerprint takes them: every one, but those of ``ADDED_LATER`` at their defaults."""
+    """The options as the fingerprint takes them: every one that shapes the rows, those of ``ADDED_LATER`` only
+    away from their defaults."""
     return {
         name: value
         for name, value in dataclasses.asdict(options).items()
-        if name not in ADDED_LATER or value != ADDED_LATER[name]
+        if name not in CHECKS_ONLY and (name not in ADDED_LATER or value != ADDED_LATER[name])
     }
 
 
@@ -95,6 +106,8 @@ def option_problems(options: PrepareOptions) -> dict[str, str]:
         for name in ("eval_fraction", "max_reject_fraction")
         if not 0.0 <= getattr(options, name) < 1.0
     }
+    if not 0.0 <= options.max_contamination <= 1.0:
+        problems["max_contamination"] = f"must be between 0 and 1 (got {options.max_contamination})"
     if not 0 <= options.seed < MAX_SEED:
         problems["seed"] = f"must be between 0 and 2**64 - 1 (got {options.seed})"
     if options.system_prompt and not options.system_prompt.strip():

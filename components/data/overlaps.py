@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from components.data.contamination import NgramIndex
+from components.data.contamination import NgramIndex, ngram_hashes
 
 BATCH_ROWS = 8192
 EXAMPLES = 3  # overlapping rows quoted per source, in the report
@@ -26,10 +26,12 @@ EXAMPLE_CHARS = 200
 
 @dataclass(frozen=True)
 class SourceOverlap:
-    """A source's training rows that overlap the index: their positions in its staged rows, and a few of them."""
+    """A source's training rows that overlap an index: their positions in its staged rows, a few of them, and the
+    index's documents they overlap."""
 
     rows: np.ndarray  # ascending row numbers
     examples: tuple[str, ...]
+    documents: np.ndarray  # distinct, sorted; empty for an index of the eval split (made without documents)
 
 
 def row_texts(batch: pa.RecordBatch, columns: tuple[str, ...]) -> pa.Array:
@@ -50,19 +52,33 @@ def index_of(path: Path, columns: tuple[str, ...]) -> NgramIndex:
     return NgramIndex.of(row_texts(batch, columns) for batch in batches)
 
 
-def overlapping(path: Path, columns: tuple[str, ...], index: NgramIndex) -> SourceOverlap:
-    """The rows of the Parquet file at ``path`` that share an n-gram with ``index``."""
-    found: list[np.ndarray] = []
-    examples: list[str] = []
+def overlapping(path: Path, columns: tuple[str, ...], indexes: list[NgramIndex]) -> list[SourceOverlap]:
+    """The rows of the Parquet file at ``path`` that share an n-gram with each of ``indexes``: one pass, each
+    batch's n-grams hashed once."""
+    found: list[list[np.ndarray]] = [[] for _ in indexes]
+    documents: list[list[np.ndarray]] = [[] for _ in indexes]
+    examples: list[list[str]] = [[] for _ in indexes]
     start = 0
-    if len(index):
+    if any(len(index) for index in indexes):
         for batch in pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS, columns=list(columns)):
             texts = row_texts(batch, columns)
-            hits = np.flatnonzero(index.overlaps(texts))
-            found.append(hits + start)
-            examples += [_excerpt(texts[int(row)].as_py()) for row in hits[: EXAMPLES - len(examples)]]
+            hashes, rows = ngram_hashes(texts)
+            for number, index in enumerate(indexes):
+                counts, hit = index.matches(hashes, rows, len(texts))
+                overlapping_rows = np.flatnonzero(counts)
+                found[number].append(overlapping_rows + start)
+                documents[number].append(hit)
+                wanted = EXAMPLES - len(examples[number])
+                examples[number] += [_excerpt(texts[int(row)].as_py()) for row in overlapping_rows[:wanted]]
             start += batch.num_rows
-    return SourceOverlap(np.concatenate(found) if found else np.zeros(0, np.int64), tuple(examples))
+    return [
+        SourceOverlap(_joined(rows), tuple(quoted), np.unique(_joined(hit)))
+        for rows, quoted, hit in zip(found, examples, documents, strict=True)
+    ]
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
 def _excerpt(text: str) -> str:

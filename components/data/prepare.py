@@ -12,10 +12,11 @@ import dataclasses
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -28,6 +29,7 @@ from common.errors import UserError
 from common.records import EVAL_SPLIT_NAME, DataStats, Overlap, RemoteVersion, SourceLineage, SourceStats
 from common.run_layout import DATA_REPORT, DATA_STATS, EVAL_SPLIT, REJECTS, TRAIN_SPLIT
 from components.data.chunks import Chunk, read_chunks, resolve_inputs
+from components.data.contamination import NgramIndex
 from components.data.dedup import SeenHashes, content_hashes, eval_mask
 from components.data.field_map import FieldMap
 from components.data.lengths import LengthHistogram
@@ -124,12 +126,14 @@ def prepare(
     output_dir: Path,
     options: PrepareOptions = PrepareOptions(),
     objective: str = "sft",
+    benchmarks: Mapping[str, Sequence[str]] = MappingProxyType({}),
 ) -> PrepareResult:
     """Run the stage; raise ``UserError`` (outputs untouched) when the input is unusable.
 
     ``inputs``: a path, directory or glob, read with ``options.field_map``, or one such source with its lineage; or
     several sources, each read with its own field_map into the shared eval split, their training rows mixed by
-    their weights (components/data/mixture).
+    their weights (components/data/mixture). ``benchmarks``: each benchmark task's documents
+    (components/data/benchmark_documents), which every source's training rows are checked against.
     """
     mixture = not isinstance(inputs, (str, SourceFiles))
     if isinstance(inputs, str):
@@ -166,7 +170,23 @@ def prepare(
                 _check_mapped_columns(source.files, fields, tally)
         eval_writer.close()
         held_out = index_of(stage.file(EVAL_SPLIT), kind.learned)
-        overlaps = [overlapping(path, kind.learned, held_out) for path in staged]
+        tasks = {name: NgramIndex.of_documents(pa.array(texts, pa.string())) for name, texts in benchmarks.items()}
+        checked = [overlapping(path, kind.learned, [held_out, *tasks.values()]) for path in staged]
+        overlaps = [found[0] for found in checked]
+        task_overlaps = tuple(
+            Overlap(
+                source.source.uri,
+                name,
+                len(found.rows),
+                False,
+                found.examples,
+                documents_hit=len(found.documents),
+                documents=index.document_count,
+            )
+            for source, per_index in zip(sources, checked, strict=True)
+            for (name, index), found in zip(tasks.items(), per_index[1:], strict=True)
+        )
+        _refuse_contaminated(task_overlaps, options)
         usable = [
             _usable_rows(read.train, overlap.rows if options.decontaminate else None)
             for read, overlap in zip(per_source, overlaps, strict=True)
@@ -180,9 +200,12 @@ def prepare(
                 read.stats(source.source, rows, count, tally.rows[TRAIN_SPLIT])
                 for source, read, rows, count in zip(sources, per_source, available, counts, strict=True)
             )
-        contamination = tuple(
-            Overlap(source.source.uri, EVAL_SPLIT_NAME, len(overlap.rows), options.decontaminate, overlap.examples)
-            for source, overlap in zip(sources, overlaps, strict=True)
+        contamination = (
+            tuple(
+                Overlap(source.source.uri, EVAL_SPLIT_NAME, len(overlap.rows), options.decontaminate, overlap.examples)
+                for source, overlap in zip(sources, overlaps, strict=True)
+            )
+            + task_overlaps
         )
         stats = dataclasses.replace(
             _stats(files, options, tally, digests, kind),
@@ -295,6 +318,25 @@ def _read_source(
 
 
 KEY_COLUMN = "content_key"  # a staged training row's canonical content, for the mixture's fingerprint
+
+
+def _refuse_contaminated(overlaps: tuple[Overlap, ...], options: PrepareOptions) -> None:
+    """Stop the step when a source overlaps a benchmark task's documents more than ``max_contamination`` allows."""
+    above = [overlap for overlap in overlaps if (overlap.share or 0.0) > options.max_contamination]
+    if not above:
+        return
+    found = "; ".join(
+        f"{overlap.source} overlaps {overlap.documents_hit} of the {overlap.documents} documents of the benchmark "
+        f"task {overlap.against} ({overlap.share:.1%}) with {overlap.rows} training rows, such as "
+        f"{overlap.examples[0]!r}"
+        for overlap in above
+    )
+    raise UserError(
+        f"The training data holds benchmark answers: {found}. That is more than max_contamination "
+        f"({options.max_contamination:.1%}) allows, and a model trained on them would score on the benchmark what it "
+        "memorised. Remove those rows from the source (a run with max_contamination 1 lists them in its data report), "
+        "take the task out of benchmark_tasks, or raise max_contamination. Nothing was written to the output files."
+    )
 
 
 def _usable_rows(staged_rows: int, dropped: np.ndarray | None) -> np.ndarray:

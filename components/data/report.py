@@ -42,7 +42,8 @@ def data_report(stats: DataStats) -> str:
 CHECK = (
     "A training row overlaps when it shares a 13-word sequence with the held-out text (lm-eval's decontamination: "
     "ASCII letters lowercased, ASCII punctuation removed, words split on whitespace). A conversation's text is all "
-    "its messages; a preference pair's, its prompt and chosen answer."
+    "its messages; a preference pair's, its prompt and chosen answer; a benchmark document's, its question and "
+    "correct answer (a document of fewer than 13 words cannot be found, and is not counted)."
 )
 
 
@@ -50,13 +51,16 @@ def overlap_lines(overlaps: tuple[Overlap, ...]) -> list[str]:
     """One item per source and what it was checked against, with the overlapping rows quoted."""
     lines = []
     for overlap in overlaps:
+        against = overlap.against if overlap.share is None else f"benchmark task {overlap.against}"
         if not overlap.rows:
-            lines.append(f"- `{overlap.source}`: none of its training rows overlaps the {overlap.against}.")
+            lines.append(f"- `{overlap.source}`: none of its training rows overlaps the {against}.")
             continue
-        fate = "dropped (decontaminate)" if overlap.dropped else "kept (decontaminate is false)"
+        if overlap.share is None:
+            fate = "dropped (decontaminate)" if overlap.dropped else "kept (decontaminate is false)"
+        else:
+            fate = f"{overlap.documents_hit:,} of its {overlap.documents:,} documents ({overlap.share:.1%})"
         lines.append(
-            f"- `{overlap.source}`: {overlap.rows:,} of its training rows overlap the {overlap.against}, {fate}; "
-            "for example:"
+            f"- `{overlap.source}`: {overlap.rows:,} of its training rows overlap the {against}, {fate}; for example:"
         )
         lines += [f"  - {example}" for example in overlap.examples]
     return lines

@@ -23,11 +23,13 @@ from common.cli_options import add_options, options_from, options_from_inputs
 from common.errors import UserError, exit_on_user_error
 from common.run_layout import stage_dir
 from components.data import sources
+from components.data.benchmark_documents import task_documents
 from components.data.chunks import resolve_inputs
 from components.data.mixture import SOURCES_HELP, DataSource, parse_sources
 from components.data.options import PrepareOptions
 from components.data.prepare import PrepareResult, SourceFiles, prepare
 from components.data.sources import Located
+from components.evaluate.options import EvaluateOptions, task_entries
 from components.sample_data import bundled_dataset_path
 from trainer.config import TrainConfig
 
@@ -56,6 +58,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_options(parser, PrepareOptions)
     add_options(parser.add_argument_group("the training option the data depends on"), TrainConfig, only=("objective",))
+    benchmarks = parser.add_argument_group("the benchmarks the training rows are checked against")
+    benchmarks.add_argument(
+        "--benchmark-tasks",
+        default="",
+        help="comma-separated lm-eval task names, practical_skills_mc or task directories, as the run parameter "
+        "benchmark_tasks takes them (a pipeline run passes its own). Default: none, no benchmark is checked.",
+    )
+    add_options(benchmarks, EvaluateOptions, only=("benchmark_limit", "benchmark_allow_code"))
     return parser
 
 
@@ -80,10 +90,13 @@ def summary(result: PrepareResult) -> str:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     options = options_from(args, PrepareOptions)
+    benchmarks = task_documents(
+        task_entries(args.benchmark_tasks), Path.cwd(), args.benchmark_limit, args.benchmark_allow_code
+    )
     inputs = resolve_inputs_of(
         args.input or "", args.sources or "", args.output_dir / SOURCE_DIR, options, args.objective
     )
-    print(summary(prepare(inputs, args.output_dir, options, args.objective)), flush=True)
+    print(summary(prepare(inputs, args.output_dir, options, args.objective, benchmarks)), flush=True)
 
 
 def resolve_inputs_of(
@@ -139,6 +152,7 @@ def run_in_pipeline(
     data_dir: str,
     options: PrepareOptions,
     objective: str,
+    benchmarks: Mapping[str, list[str]],
     train_artifact,
     eval_artifact,
     rejects_artifact,
@@ -147,7 +161,7 @@ def run_in_pipeline(
 ) -> tuple[str, str]:
     """What the KFP component does, kept here so it is plain, testable Python."""
     source = resolve_inputs_of(dataset_uri, dataset_sources, Path(data_dir) / SOURCE_DIR, options, objective)
-    result = prepare(source, Path(data_dir), options, objective)
+    result = prepare(source, Path(data_dir), options, objective, benchmarks)
     print(summary(result), flush=True)
     stats = result.stats
     for artifact, path, rows in (
@@ -179,6 +193,12 @@ def run_step(inputs: Mapping[str, Any]) -> tuple[str, str]:
         str(stage_dir(inputs["workspace_root"], inputs["run_id"], "data")),
         options_from_inputs(PrepareOptions, inputs),
         inputs["objective"],
+        task_documents(  # the benchmarks the evaluation scores, with their task directories on the workspace
+            task_entries(inputs["benchmark_tasks"]),
+            Path(inputs["workspace_root"]),
+            inputs["benchmark_limit"],
+            inputs["benchmark_allow_code"],
+        ),
         inputs["train_data"],
         inputs["eval_data"],
         inputs["rejects"],

@@ -45,6 +45,7 @@ Leaderboard reports them), else the first metric it reports (the first of its
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 from dataclasses import dataclass
@@ -89,6 +90,7 @@ class BenchmarkTasks:
     examples: dict[str, int]  # task -> examples scored per model (after the limit)
     generative: tuple[str, ...]  # the tasks that generate text, not only score choices
     manager: Any  # lm_eval.tasks.TaskManager, shared by every model's simple_evaluate
+    loaded: dict[str, Any] = dataclasses.field(default_factory=dict)  # task -> lm-eval's task object (its documents)
 
 
 def is_local(entry: str) -> bool:
@@ -420,6 +422,7 @@ def load_tasks(entries: list[str], root: Path, limit: int, allow_code: bool = Fa
     examples: dict[str, int] = {}
     generative: list[str] = []
     listed_by: dict[str, str] = {}  # task -> the entry that brought it, to refuse a task listed twice
+    loaded_tasks: dict[str, Any] = {}
     for entry in entries:
         for spec in local.get(entry, [entry]):
             try:
@@ -437,6 +440,7 @@ def load_tasks(entries: list[str], root: Path, limit: int, allow_code: bool = Fa
                         "or tag holds its tasks). Keep one of them."
                     )
                 listed_by[name] = entry
+                loaded_tasks[name] = task
                 count = _first_document_renders(task, name, entry)
                 examples[name] = min(count, limit) if limit else count
                 if task.OUTPUT_TYPE == "generate_until":
@@ -451,7 +455,7 @@ def load_tasks(entries: list[str], root: Path, limit: int, allow_code: bool = Fa
                 examples[spec] = sum(examples[name] for name in loaded["tasks"])
             names += [spec] if group is not None else list(loaded["tasks"])
             specs.append(spec)
-    return BenchmarkTasks(tuple(specs), tuple(names), examples, tuple(generative), manager)
+    return BenchmarkTasks(tuple(specs), tuple(names), examples, tuple(generative), manager, loaded_tasks)
 
 
 def check_placement(tasks: BenchmarkTasks, on_gpu: bool, parameters: int, model: str) -> None:
