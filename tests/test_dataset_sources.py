@@ -116,3 +116,13 @@ def test_the_stage_cli_mixes_the_sources_it_is_given(tmp_path):
 
     both = run_cli("--sources", listed, "--input", str(domain), "--output-dir", str(tmp_path / "other"))
     assert both.returncode == 2 and "not allowed with argument" in both.stderr
+
+
+def test_a_missing_source_stops_the_step_in_one_paragraph_naming_it(tmp_path):
+    present = write_jsonl(tmp_path / "present.jsonl", [{"question": "A?", "answer": "B."}])
+    listed = json.dumps([str(present), str(tmp_path / "gone" / "*.jsonl")])
+    result = run_cli("--sources", listed, "--output-dir", str(tmp_path / "out"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    message = " ".join(result.stderr.split())
+    assert message.startswith(f"error: dataset_sources, source 2 ({tmp_path}/gone/*.jsonl): No .jsonl or .jsonl.gz")
+    assert not (tmp_path / "out" / "stats.json").exists()

@@ -123,11 +123,13 @@ def resolve_inputs_of(
     shutil.rmtree(download_dir, ignore_errors=True)  # a retried step fetches afresh
     resolved = []
     for number, source in enumerate(listed, start=1):
-        located = locate_dataset_uri(source.uri, download_dir / str(number), objective)
+        try:
+            located = locate_dataset_uri(source.uri, download_dir / str(number), objective)
+            files = resolve_inputs(located.input)
+        except UserError as error:
+            raise UserError(f"dataset_sources, source {number} ({source.uri}): {error}") from None
         field_map = source.field_map or options.field_map
-        resolved.append(
-            SourceFiles(dataclasses.replace(source, field_map=field_map), resolve_inputs(located.input), located.remote)
-        )
+        resolved.append(SourceFiles(dataclasses.replace(source, field_map=field_map), files, located.remote))
     return resolved
 
 
