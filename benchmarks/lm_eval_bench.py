@@ -68,7 +68,7 @@ def write_task(directory: Path, name: str, docs: int, seed: int) -> Path:
 
 def ours(model_dir: Path, task_dir: Path) -> tuple[float, float]:
     """(seconds, acc_norm) of the stage's scoring; the model is loaded beforehand, as the stage has it."""
-    from components.evaluate.benchmarks import BenchmarkSettings, load_tasks, score
+    from components.benchmark_tasks.tasks import BenchmarkSettings, load_tasks, score
     from components.evaluate.models import load_model, load_tokenizer
 
     tokenizer, model = load_tokenizer(model_dir), load_model(model_dir)

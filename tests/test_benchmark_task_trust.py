@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from common.errors import UserError
-from components.evaluate.benchmarks import load_tasks
+from components.benchmark_tasks.tasks import load_tasks
 from components.evaluate.options import EvaluateOptions
 from components.run_form.checks import problems
 from components.sample_data import SAMPLE_TASK, bundled_task_dir

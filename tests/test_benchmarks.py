@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from common.errors import UserError
-from components.evaluate.benchmarks import (
+from components.benchmark_tasks.tasks import (
     CPU_GENERATION_PARAMETERS,
     BenchmarkTasks,
     check_placement,

@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import run_cli, write_jsonl
 
+from common.errors import UserError
 from common.records import EVAL_SPLIT_NAME, DataStats
 from components.data.mixture import DataSource
 from components.data.options import PrepareOptions
@@ -85,13 +86,38 @@ def test_each_source_is_checked_against_the_eval_split_of_all(planted, tmp_path)
     assert copied.train_available == 140 - copied.eval_rows - second.rows > 0
 
 
-def test_an_unchanged_default_keeps_the_fingerprint_of_data_prepared_before_the_option(tmp_path):
-    """decontaminate is left out of the fingerprint at its default: data prepared before it existed (with no
-    overlap to drop) is not 'changed' by it; set to false, it is."""
-    from components.data.options import fingerprinted
+def test_the_options_stay_out_of_the_fingerprint_and_a_system_prompt_or_template_is_no_overlap(tmp_path):
+    """decontaminate and max_contamination never enter the fingerprint (what decontaminate drops shows in the rows
+    themselves), so data prepared before them keeps its fingerprint. A passage every row repeats, a long system
+    prompt or a template's instructions, is no overlap: otherwise every row would be dropped."""
+    template = "Below is an instruction that describes a task. Write a response that appropriately completes it."
+    records = [{**record(i), "question": f"{template} {record(i)['question']}"} for i in range(200)]
+    data = write_jsonl(tmp_path / "templated.jsonl", records)
+    system = "You are a careful assistant who answers questions about records in full sentences, citing their words."
+    results = {
+        decontaminate: prepare(
+            str(data),
+            tmp_path / str(decontaminate),
+            PrepareOptions(system_prompt=system, decontaminate=decontaminate, max_contamination=0.5),
+        )
+        for decontaminate in (True, False)
+    }
+    assert results[True].stats.fingerprint == results[False].stats.fingerprint
+    assert results[True].stats.overlapping_eval == 0 and results[True].stats.train_rows > 150
 
-    assert "decontaminate" not in fingerprinted(PrepareOptions())
-    assert fingerprinted(PrepareOptions(decontaminate=False))["decontaminate"] is False
+
+def test_a_source_whose_every_training_row_overlaps_is_refused_not_emptied(planted, tmp_path):
+    """The eval split's own rows and copies of them under other questions: every copy split into training overlaps,
+    and dropping them all would leave nothing to train on."""
+    plain, copies, _ = planted
+    first = prepare(str(plain), tmp_path / "first", PrepareOptions(eval_fraction=0.2))
+    held_out = {question for question in questions(first.eval_path)}
+    originals = [record(i) for i in range(300) if record(i)["question"] in held_out]
+    copied = [row for row in map(json.loads, copies.read_text().splitlines()) if row["question"].startswith("Which")]
+    data = write_jsonl(tmp_path / "copied.jsonl", originals + copied)
+    with pytest.raises(UserError, match=r"^Every one of the \d+ training rows of .*copied.jsonl shares a 13-word"):
+        prepare(str(data), tmp_path / "out", PrepareOptions(eval_fraction=0.2))
+    assert not (tmp_path / "out" / "stats.json").exists()
 
 
 # --- Benchmark tasks: the bundled practical_skills_mc, whose documents are a question and four choices ---------
@@ -109,7 +135,7 @@ def benchmark_copies(count: int) -> list[dict]:
 def test_a_planted_benchmark_question_is_found_and_reported_under_its_source_and_task(tmp_path):
     """The check reads the task the evaluation scores (loaded as it loads it); a source that quotes the task's
     questions and answers is counted against it, and the other source is not."""
-    from components.data.benchmark_documents import task_documents
+    from components.benchmark_tasks.documents import task_documents
 
     documents = task_documents(["practical_skills_mc"], tmp_path, 0, False)
     checkable = sum(len(text.split()) >= 13 for text in documents["practical_skills_mc"])

@@ -104,3 +104,20 @@ def test_over_many_seeds_each_row_is_chosen_as_often_as_any_other():
     for seed in range(2000):
         times += np.bincount(choose_rows(50, 10, seed, 0), minlength=50)
     assert np.abs(times - 400).max() < 5 * np.sqrt(400 * (1 - 10 / 50))
+
+
+def test_a_weight_rounded_to_no_rows_is_refused_and_replacement_needs_a_weight():
+    """A share too small for the mixture's size would silently drop its source; without weights there is no share
+    to draw toward, so with_replacement repeats nothing."""
+    tiny, large = DataSource("tiny", 1.0), DataSource("large", 1000.0)
+    with pytest.raises(ValueError, match=r"^tiny would give no training rows: its weight 1 is too small a share"):
+        allocate([tiny, large], [5, 400])
+    unweighted = DataSource("small", max_rows=50, with_replacement=True)
+    assert allocate([unweighted, DataSource("other")], [10, 20]) == (10, 20)
+
+
+def test_a_uri_is_named_without_its_query_string():
+    """A query may carry a credential the first step's check does not know by name: never repeated."""
+    with pytest.raises(ValueError, match=r"^source 1 \(https://data.example/qa.jsonl\) has the weight 0") as raised:
+        parse_sources('[{"uri": "https://data.example/qa.jsonl?code=s3cr3t", "weight": 0}]')
+    assert "s3cr3t" not in str(raised.value)

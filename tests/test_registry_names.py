@@ -12,8 +12,8 @@ import lm_eval.tasks
 import pytest
 from conftest import REPO_ROOT
 
-from components.evaluate import registry_names
-from components.evaluate.benchmarks import registry_problem
+from components.benchmark_tasks import registry_names
+from components.benchmark_tasks.tasks import registry_problem
 from components.local_model import CACHE_ENV_VAR
 
 
@@ -76,7 +76,7 @@ def test_the_real_index_is_saved_under_lm_evals_version(tmp_path):
     """lm-eval's own TaskManager in a process of its own saves its names; a second process, which could not index
     (its TaskManager is gone), checks names against them."""
     env = {**os.environ, CACHE_ENV_VAR: str(tmp_path)}
-    check = "from components.evaluate.benchmarks import registry_problem; print(registry_problem(['arc_easy']))"
+    check = "from components.benchmark_tasks.tasks import registry_problem; print(registry_problem(['arc_easy']))"
     for prelude in ("", "import lm_eval.tasks; lm_eval.tasks.TaskManager = None; "):
         result = subprocess.run(
             [sys.executable, "-c", prelude + check], cwd=REPO_ROOT, env=env, capture_output=True, text=True

@@ -110,6 +110,28 @@ def test_lineage_of_a_local_file_and_of_an_http_file_with_its_etag(web, tmp_path
     )
 
 
+def test_a_source_is_recorded_without_its_query_string(web, tmp_path):
+    """A dataset_sources URL whose query holds a credential under a name the first step's check does not know
+    (the command line is not checked at all): fetched with it, recorded and reported without it."""
+    web.routes["/qa.jsonl"] = [(200, LINES)]
+    listed = json.dumps(
+        [{"uri": f"{web.url}/qa.jsonl?code=s3cr3t"}, {"uri": str(write_jsonl(tmp_path / "b.jsonl", [qa(7)]))}]
+    )
+    sources = resolve_inputs_of("", listed, tmp_path / "out" / "source", PrepareOptions(), "sft")
+    prepare(sources, tmp_path / "out")
+    assert web.hits == ["/qa.jsonl"]
+    for name in ("stats.json", "report.md"):
+        text = (tmp_path / "out" / name).read_text()
+        assert f"{web.url}/qa.jsonl" in text and "s3cr3t" not in text
+
+
+def test_an_unreachable_hub_is_a_clear_error(monkeypatch, tmp_path):
+    """Nothing listens on the endpoint: the revision cannot be resolved, and the step says so in one sentence."""
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
+    with pytest.raises(UserError, match="^Could not reach the Hub to download the dataset me/qa; check the connection"):
+        locate_dataset_uri("hf://datasets/me/qa", tmp_path / "source")
+
+
 def test_http_server_error_is_retried(web, tmp_path):
     web.routes["/qa.jsonl"] = [(503, b"busy"), (200, LINES)]
     inputs = locate_dataset_uri(f"{web.url}/qa.jsonl", tmp_path / "source").input

@@ -20,6 +20,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 NGRAM = 13  # lm-eval's decontamination (lm_eval/decontamination/janitor.py, Janitor.ngram_n)
+# A sequence that this many of the texts checked against share is boilerplate (a template's instruction, a stock
+# phrase), not a row or a document to find: leaving it out keeps a data set whose rows all carry it from
+# overlapping everywhere. lm-eval's Janitor has no such rule; its n-grams come from benchmark questions alone.
+BOILERPLATE_TEXTS = 3
 ASCII_PUNCTUATION = r"[!-/:-@\[-`{-~]"  # string.punctuation, which Janitor deletes
 # Odd multipliers of the polynomial hash over a window's word hashes, one per position in the window.
 _POWERS = np.array([pow(0x9E3779B97F4A7C15, NGRAM - 1 - j, 2**64) for j in range(NGRAM)], dtype=np.uint64)
@@ -40,6 +44,15 @@ def _word_hashes(words: pa.Array) -> np.ndarray:
         dtype=np.uint64,
     )
     return table[encoded.indices.to_numpy(zero_copy_only=False)] if len(distinct) else np.zeros(0, np.uint64)
+
+
+def _per_text(hashes: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each text's n-gram hashes once (a text repeating a sequence counts it once), sorted by hash."""
+    order = np.lexsort((rows, hashes))
+    hashes, rows = hashes[order], rows[order]
+    first = np.ones(len(hashes), dtype=bool)
+    first[1:] = (hashes[1:] != hashes[:-1]) | (rows[1:] != rows[:-1])
+    return hashes[first], rows[first]
 
 
 def ngram_hashes(texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -80,15 +93,20 @@ class NgramIndex:
 
     @classmethod
     def of(cls, batches: Iterable[pa.Array]) -> NgramIndex:
-        """The index of every text in ``batches`` (arrays of strings, read one at a time)."""
-        parts = [np.unique(ngram_hashes(batch)[0]) for batch in batches]
-        return cls(np.concatenate(parts) if parts else np.zeros(0, np.uint64))
+        """The index of every text in ``batches`` (arrays of strings, read one at a time), boilerplate left out."""
+        parts = [_per_text(*ngram_hashes(batch))[0] for batch in batches]
+        hashes = np.concatenate(parts) if parts else np.zeros(0, np.uint64)
+        distinct, texts = np.unique(hashes, return_counts=True)
+        return cls(distinct[texts < BOILERPLATE_TEXTS])
 
     @classmethod
     def of_documents(cls, documents: pa.Array) -> NgramIndex:
-        """The index of ``documents`` (strings), each n-gram knowing its document's position."""
-        hashes, rows = ngram_hashes(documents)
-        return cls(hashes, rows)
+        """The index of ``documents`` (strings), each n-gram knowing its document's position; boilerplate left
+        out."""
+        hashes, rows = _per_text(*ngram_hashes(documents))
+        distinct, first, texts = np.unique(hashes, return_index=True, return_counts=True)
+        unique = texts < BOILERPLATE_TEXTS
+        return cls(distinct[unique], rows[first[unique]])
 
     def __len__(self) -> int:
         return len(self.hashes)

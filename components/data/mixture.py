@@ -8,7 +8,7 @@ https://, s3:// or hf:// URL), with its own ``field_map``, and optionally:
 - ``max_rows``: at most this many of the source's training rows.
 - ``with_replacement``: a source smaller than its share is drawn from again (each row once more before any row a
   third time). Without it the mixture shrinks to what the smallest share allows, so that no row is repeated
-  unless asked for.
+  unless asked for. Without weights there is no share to draw toward, and it changes nothing.
 
 The rows are chosen after each source is read, checked, de-duplicated and split: each source's held-out rows are
 split off before the mixing, so the eval split holds every source's. The choice depends only on the split seed.
@@ -24,6 +24,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 from components.data.field_map import field_map_problem
+from components.data.sources import describe_uri
 
 if TYPE_CHECKING:
     import numpy as np
@@ -79,7 +80,7 @@ def parse_sources(text: str) -> tuple[DataSource, ...]:
     uris = [source.uri for source in sources]
     repeated = sorted({uri for uri in uris if uris.count(uri) > 1})
     if repeated:
-        raise ValueError(f"lists {repeated[0]} more than once; give each source once, with its weight")
+        raise ValueError(f"lists {describe_uri(repeated[0])} more than once; give each source once, with its weight")
     return sources
 
 
@@ -97,7 +98,7 @@ def _source(entry: object, number: int) -> DataSource:
     uri = entry.get("uri")
     if not isinstance(uri, str) or not uri.strip():
         raise ValueError(f'{where} has no "uri": name the file, directory, glob or URL to read')
-    where = f"source {number} ({uri.strip()})"
+    where = f"source {number} ({describe_uri(uri)})"
     weight = entry.get("weight")
     if weight is not None and (isinstance(weight, bool) or not isinstance(weight, (int, float))):
         raise ValueError(f"{where} has the weight {json.dumps(weight)}, which is not a number")
@@ -128,15 +129,18 @@ def allocate(sources: Sequence[DataSource], available: Sequence[int]) -> tuple[i
     are rounded so that they add up to the mixture's size (largest remainders). ``ValueError`` names a source that
     has no rows to give.
     """
+    empty = [source.uri for source, rows in zip(sources, available) if rows == 0]
+    if empty:
+        raise ValueError(
+            f"{empty[0]} has no usable training rows: each of its records was rejected, a repeat of an earlier "
+            "record, held out for evaluation or dropped for sharing a 13-word sequence with the eval split"
+        )
+    if sources[0].weight is None:  # every row, under max_rows: with_replacement draws only toward a weight
+        return tuple(min(rows, source.max_rows or rows) for source, rows in zip(sources, available, strict=True))
     caps = [
         source.max_rows if source.with_replacement and source.max_rows else min(rows, source.max_rows or rows)
         for source, rows in zip(sources, available, strict=True)
     ]
-    empty = [source.uri for source, rows in zip(sources, available) if rows == 0]
-    if empty:
-        raise ValueError(f"{empty[0]} has no usable training rows")
-    if sources[0].weight is None:
-        return tuple(caps)
     total_weight = sum(source.weight or 0.0 for source in sources)
     shares = [(source.weight or 0.0) / total_weight for source in sources]
     limits = [
@@ -150,6 +154,13 @@ def allocate(sources: Sequence[DataSource], available: Sequence[int]) -> tuple[i
     by_remainder = sorted(range(len(counts)), key=lambda index: counts[index] - exact[index])
     for index in by_remainder[: size - sum(counts)]:
         counts[index] += 1
+    starved = [source for source, count in zip(sources, counts) if count == 0]
+    if starved:
+        raise ValueError(
+            f"{starved[0].uri} would give no training rows: its weight {starved[0].weight:g} is too small a share "
+            f"of the {size} rows the other sources allow; raise its weight, or let the others give more rows "
+            "(max_rows, with_replacement)"
+        )
     return tuple(counts)
 
 

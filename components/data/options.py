@@ -82,21 +82,15 @@ class PrepareOptions:
             )
 
 
-# Options added after the first release, and their defaults: one at its default is left out of the fingerprint, so
-# data prepared before the option existed keeps its fingerprint (and a scheduled run does not retrain for it).
-ADDED_LATER = {"decontaminate": True}
-# Options that refuse data but never change it: never part of the fingerprint.
-CHECKS_ONLY = ("max_contamination",)
+# Options the fingerprint leaves out, added after the first release: max_contamination refuses data but never
+# changes it, and what decontaminate drops shows in the rows' own digest. So data prepared before they existed keeps
+# its fingerprint, and a scheduled run does not retrain for them.
+NOT_FINGERPRINTED = ("decontaminate", "max_contamination")
 
 
 def fingerprinted(options: PrepareOptions) -> dict[str, object]:
-    """The options as the fingerprint takes them: every one that shapes the rows, those of ``ADDED_LATER`` only
-    away from their defaults."""
-    return {
-        name: value
-        for name, value in dataclasses.asdict(options).items()
-        if name not in CHECKS_ONLY and (name not in ADDED_LATER or value != ADDED_LATER[name])
-    }
+    """The options as the fingerprint takes them."""
+    return {name: value for name, value in dataclasses.asdict(options).items() if name not in NOT_FINGERPRINTED}
 
 
 def option_problems(options: PrepareOptions) -> dict[str, str]:

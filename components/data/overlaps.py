@@ -35,21 +35,26 @@ class SourceOverlap:
 
 
 def row_texts(batch: pa.RecordBatch, columns: tuple[str, ...]) -> pa.Array:
-    """Each row's messages' contents (of every message column: a pair's prompt, chosen and rejected), joined by
-    newlines."""
+    """Each row's messages' contents (of every message column: a pair's prompt and chosen answer), joined by
+    newlines; system messages left out, since a system prompt is the same in every row of a data set."""
     joined = []
     for column in columns:
         messages = batch.column(column)
-        contents = pc.struct_field(messages.flatten(), "content")
-        as_lists = pa.ListArray.from_arrays(pc.subtract(messages.offsets, messages.offsets[0]), contents)
-        joined.append(pc.binary_join(as_lists, "\n"))
+        flat = messages.flatten()
+        kept = pc.not_equal(pc.struct_field(flat, "role"), "system").to_numpy(zero_copy_only=False)
+        parents = pc.list_parent_indices(messages).to_numpy(zero_copy_only=False)
+        counts = np.bincount(parents[kept], minlength=len(messages))
+        offsets = pa.array(np.concatenate([[0], np.cumsum(counts)]), pa.int32())
+        contents = pc.filter(pc.struct_field(flat, "content"), pa.array(kept))
+        joined.append(pc.binary_join(pa.ListArray.from_arrays(offsets, contents), "\n"))
     return joined[0] if len(joined) == 1 else pc.binary_join_element_wise(*joined, "\n")
 
 
 def index_of(path: Path, columns: tuple[str, ...]) -> NgramIndex:
-    """The n-grams of every row of the Parquet file at ``path``."""
-    batches = pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS, columns=list(columns))
-    return NgramIndex.of(row_texts(batch, columns) for batch in batches)
+    """The n-grams of the rows of the Parquet file at ``path`` (boilerplate left out: ``NgramIndex.of``)."""
+    with pq.ParquetFile(path) as parquet:
+        batches = parquet.iter_batches(batch_size=BATCH_ROWS, columns=list(columns))
+        return NgramIndex.of(row_texts(batch, columns) for batch in batches)
 
 
 def overlapping(path: Path, columns: tuple[str, ...], indexes: list[NgramIndex]) -> list[SourceOverlap]:
@@ -60,17 +65,18 @@ def overlapping(path: Path, columns: tuple[str, ...], indexes: list[NgramIndex])
     examples: list[list[str]] = [[] for _ in indexes]
     start = 0
     if any(len(index) for index in indexes):
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS, columns=list(columns)):
-            texts = row_texts(batch, columns)
-            hashes, rows = ngram_hashes(texts)
-            for number, index in enumerate(indexes):
-                counts, hit = index.matches(hashes, rows, len(texts))
-                overlapping_rows = np.flatnonzero(counts)
-                found[number].append(overlapping_rows + start)
-                documents[number].append(hit)
-                wanted = EXAMPLES - len(examples[number])
-                examples[number] += [_excerpt(texts[int(row)].as_py()) for row in overlapping_rows[:wanted]]
-            start += batch.num_rows
+        with pq.ParquetFile(path) as parquet:
+            for batch in parquet.iter_batches(batch_size=BATCH_ROWS, columns=list(columns)):
+                texts = row_texts(batch, columns)
+                hashes, rows = ngram_hashes(texts)
+                for number, index in enumerate(indexes):
+                    counts, hit = index.matches(hashes, rows, len(texts))
+                    overlapping_rows = np.flatnonzero(counts)
+                    found[number].append(overlapping_rows + start)
+                    documents[number].append(hit)
+                    wanted = EXAMPLES - len(examples[number])
+                    examples[number] += [_excerpt(texts[int(row)].as_py()) for row in overlapping_rows[:wanted]]
+                start += batch.num_rows
     return [
         SourceOverlap(_joined(rows), tuple(quoted), np.unique(_joined(hit)))
         for rows, quoted, hit in zip(found, examples, documents, strict=True)

@@ -193,6 +193,14 @@ def prepare(
         ]
         available = [len(rows) for rows in usable]
         counts = _mixture_counts(sources, available, stage) if mixture else tuple(available)
+        if not mixture and per_source[0].train and not available[0]:
+            raise UserError(
+                f"Every one of the {per_source[0].train} training rows of {sources[0].source.uri} shares a 13-word "
+                "sequence with a row of the eval split, and decontaminate drops such rows: nothing would be left to "
+                f"train on. Such overlaps are usually a passage every record repeats (a template or instructions in "
+                "each question); the data step's report, with decontaminate false, quotes them. Remove the repeated "
+                "passage from the records, or set decontaminate to false. Nothing was written to the output files."
+            )
         tally.rows[TRAIN_SPLIT] = _mix(staged, usable, counts, stage.file(TRAIN_SPLIT), kind, options, digests)
         source_stats: tuple[SourceStats, ...] = ()
         if mixture:
@@ -353,10 +361,9 @@ def _mixture_counts(sources: list[SourceFiles], available: list[int], stage) -> 
     except ValueError as error:
         _publish_failed_rejects(stage)
         raise UserError(
-            f"dataset_sources: {error}: each of its records was rejected, a duplicate of an earlier one, held out "
-            "for evaluation or dropped for sharing a 13-word sequence with the eval split (decontaminate). Every "
-            f"reject and its reason is listed in {stage.target / FAILED_REJECTS_FILE}; fix the records or the "
-            "source's field_map, or leave the source out. Nothing was written to the output files."
+            f"dataset_sources: {error}. Every reject and its reason is listed in "
+            f"{stage.target / FAILED_REJECTS_FILE}; fix the records, the source's field_map or the weights, or leave "
+            "the source out. Nothing was written to the output files."
         ) from None
 
 

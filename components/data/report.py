@@ -52,6 +52,11 @@ def overlap_lines(overlaps: tuple[Overlap, ...]) -> list[str]:
     lines = []
     for overlap in overlaps:
         against = overlap.against if overlap.share is None else f"benchmark task {overlap.against}"
+        if overlap.documents == 0:
+            lines.append(
+                f"- `{overlap.source}`: not checked against the {against}, none of whose documents has 13 words."
+            )
+            continue
         if not overlap.rows:
             lines.append(f"- `{overlap.source}`: none of its training rows overlaps the {against}.")
             continue

@@ -396,10 +396,12 @@ def _parse_hub_dataset(uri: str):
 def _fetch_hub_dataset(uri: str, destination: Path) -> Located:
     """The one file's local path, or a glob of the JSONL files fetched, and the commit they were read at: the
     revision is resolved first and the download pinned to it, so a push meanwhile cannot mix two commits."""
+    import httpx2  # huggingface_hub's HTTP client: its transport errors are an unreachable Hub
     from huggingface_hub import HfApi, snapshot_download
     from huggingface_hub.errors import (
         HfHubHTTPError,
         LocalEntryNotFoundError,
+        OfflineModeIsEnabled,
         RepositoryNotFoundError,
         RevisionNotFoundError,
     )
@@ -435,7 +437,7 @@ def _fetch_hub_dataset(uri: str, destination: Path) -> Located:
         if status in (401, 403):
             raise UserError(token_refused(status, f"download the dataset {parsed.id}")) from None
         raise UserError(f"The Hub answered HTTP {status} for the dataset {parsed.id}; try again later.") from None
-    except LocalEntryNotFoundError:
+    except (LocalEntryNotFoundError, OfflineModeIsEnabled, httpx2.TransportError):
         raise UserError(
             f"Could not reach the Hub to download the dataset {parsed.id}; check the connection (and HF_ENDPOINT)."
         ) from None

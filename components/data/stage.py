@@ -22,14 +22,14 @@ from typing import Any, Mapping
 from common.cli_options import add_options, options_from, options_from_inputs
 from common.errors import UserError, exit_on_user_error
 from common.run_layout import stage_dir
+from components.benchmark_tasks.documents import task_documents
+from components.benchmark_tasks.tasks import task_entries
 from components.data import sources
-from components.data.benchmark_documents import task_documents
 from components.data.chunks import resolve_inputs
 from components.data.mixture import SOURCES_HELP, DataSource, parse_sources
 from components.data.options import PrepareOptions
 from components.data.prepare import PrepareResult, SourceFiles, prepare
 from components.data.sources import Located
-from components.evaluate.options import EvaluateOptions, task_entries
 from components.sample_data import bundled_dataset_path
 from trainer.config import TrainConfig
 
@@ -63,9 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--benchmark-tasks",
         default="",
         help="comma-separated lm-eval task names, practical_skills_mc or task directories, as the run parameter "
-        "benchmark_tasks takes them (a pipeline run passes its own). Default: none, no benchmark is checked.",
+        "benchmark_tasks takes them. Every document of each task is checked, and a task directory holding Python "
+        "is refused (a pipeline run passes its benchmark_limit and benchmark_allow_code). Default: none.",
     )
-    add_options(benchmarks, EvaluateOptions, only=("benchmark_limit", "benchmark_allow_code"))
     return parser
 
 
@@ -90,9 +90,7 @@ def summary(result: PrepareResult) -> str:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     options = options_from(args, PrepareOptions)
-    benchmarks = task_documents(
-        task_entries(args.benchmark_tasks), Path.cwd(), args.benchmark_limit, args.benchmark_allow_code
-    )
+    benchmarks = task_documents(task_entries(args.benchmark_tasks), Path.cwd(), limit=0, allow_code=False)
     inputs = resolve_inputs_of(
         args.input or "", args.sources or "", args.output_dir / SOURCE_DIR, options, args.objective
     )
@@ -127,9 +125,13 @@ def resolve_inputs_of(
             located = locate_dataset_uri(source.uri, download_dir / str(number), objective)
             files = resolve_inputs(located.input)
         except UserError as error:
-            raise UserError(f"dataset_sources, source {number} ({source.uri}): {error}") from None
-        field_map = source.field_map or options.field_map
-        resolved.append(SourceFiles(dataclasses.replace(source, field_map=field_map), files, located.remote))
+            raise UserError(f"dataset_sources, source {number} ({sources.describe_uri(source.uri)}): {error}") from None
+        # Recorded (stats.json, the report, the card, the registry) without a query string or user info, which may
+        # carry a credential the first step's check does not know by name.
+        shown = dataclasses.replace(
+            source, uri=sources.describe_uri(source.uri), field_map=source.field_map or options.field_map
+        )
+        resolved.append(SourceFiles(shown, files, located.remote))
     return resolved
 
 

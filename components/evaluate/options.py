@@ -16,7 +16,7 @@ from typing import Sequence
 
 from common.cli_options import add_options, option, options_from, run_option
 from common.errors import UserError
-from components.evaluate.benchmarks import path_problem
+from components.benchmark_tasks.tasks import path_problem, task_entries
 
 # The questions of the original project's demo, asked of both models in every run.
 DEFAULT_QUESTIONS = (
@@ -144,11 +144,6 @@ class EvaluateOptions:
     def questions(self) -> list[str]:
         """The built-in questions, then the user's (stripped, each asked once)."""
         return list(dict.fromkeys([*DEFAULT_QUESTIONS, *(question.strip() for question in self.extra_questions)]))
-
-
-def task_entries(benchmark_tasks: str) -> list[str]:
-    """The entries of a benchmark_tasks value, stripped, each once, in order."""
-    return list(dict.fromkeys(entry.strip() for entry in benchmark_tasks.split(",") if entry.strip()))
 
 
 def option_problems(options: EvaluateOptions) -> dict[str, str]:

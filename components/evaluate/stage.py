@@ -48,14 +48,14 @@ from common.run_layout import (
     TRAINING_SUMMARY,
     stage_dir,
 )
-from components.champion.published import PublishedModel, find_published
-from components.evaluate.benchmarks import (
+from components.benchmark_tasks.tasks import (
     BenchmarkSettings,
     BenchmarkTasks,
     check_placement,
     load_tasks,
 )
-from components.evaluate.benchmarks import score as score_benchmarks
+from components.benchmark_tasks.tasks import score as score_benchmarks
+from components.champion.published import PublishedModel, find_published
 from components.evaluate.champion import (
     FORCE_FIX,
     Champion,

@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping
 
 from common.cli_options import default_of
 from common.errors import UserError, exit_on_user_error
+from components.benchmark_tasks.tasks import task_entries
 from components.data.mixture import parse_sources
 from components.data.sources import (
     SECRET_URI,
@@ -32,7 +33,6 @@ from components.data.sources import (
     secret_reference_problem,
     secret_url_problem,
 )
-from components.evaluate.options import task_entries
 from components.hub_auth import missing_secrets, missing_secrets_problem
 from components.publish.options import PublishOptions
 from components.run_form.options import RunInputs
@@ -216,7 +216,7 @@ def _benchmark_rules(values: dict[str, Any]) -> dict[str, str]:
     local task directory is checked by the evaluate step, which mounts the workspace it lives on."""
     if "benchmark_tasks" not in values:
         return {}
-    from components.evaluate.benchmarks import is_local, registry_problem
+    from components.benchmark_tasks.tasks import is_local, registry_problem
 
     named = [entry for entry in task_entries(values["benchmark_tasks"]) if not is_local(entry)]
     problem = registry_problem(named)

@@ -53,8 +53,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from common.errors import UserError, one_line
-from components.evaluate import registry_names
-from components.evaluate.task_checks import ALLOW_CODE, TaskFile, checked_config
+from components.benchmark_tasks import registry_names
+from components.benchmark_tasks.task_checks import ALLOW_CODE, TaskFile, checked_config
 from components.sample_data import SAMPLE_TASK, bundled_task_dir
 
 PREFERRED_METRIC = "acc_norm"
@@ -91,6 +91,11 @@ class BenchmarkTasks:
     generative: tuple[str, ...]  # the tasks that generate text, not only score choices
     manager: Any  # lm_eval.tasks.TaskManager, shared by every model's simple_evaluate
     loaded: dict[str, Any] = dataclasses.field(default_factory=dict)  # task -> lm-eval's task object (its documents)
+
+
+def task_entries(benchmark_tasks: str) -> list[str]:
+    """The entries of a benchmark_tasks value, stripped, each once, in order."""
+    return list(dict.fromkeys(entry.strip() for entry in benchmark_tasks.split(",") if entry.strip()))
 
 
 def is_local(entry: str) -> bool:

@@ -5,7 +5,7 @@ query when the task names one, else the prompt it renders, without the "Question
 templates put around it, which a copy of the question and answer in training data does not hold) and its correct
 answer (the right choice of a multiple-choice task, the target of a generative one). The documents are the ones
 the evaluation scores: the first ``benchmark_limit`` of the task's evaluation split (all with 0). Loading is the
-evaluation's own (``components.evaluate.benchmarks.load_tasks``): the same names, task directories and refusal of
+evaluation's own (``components.benchmark_tasks.tasks.load_tasks``): the same names, task directories and refusal of
 Python.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from common.errors import UserError, one_line
-from components.evaluate.benchmarks import load_tasks
+from components.benchmark_tasks.tasks import load_tasks
 
 
 def task_documents(entries: list[str], root: Path, limit: int, allow_code: bool) -> dict[str, list[str]]:
