@@ -96,3 +96,16 @@ def test_a_source_whose_every_record_is_rejected_is_named_and_nothing_is_written
     assert message.startswith(f"dataset_sources: {broken} has no usable training rows: each of its records was")
     assert str(out / FAILED_REJECTS_FILE) in message and (out / FAILED_REJECTS_FILE).is_file()
     assert not (out / "train.parquet").exists() and not (out / "stats.json").exists()
+
+
+def test_a_misspelt_field_map_of_a_source_names_that_source(two_sources, tmp_path):
+    domain, general = two_sources
+    sources = [
+        SourceFiles(DataSource(str(domain), 3), [domain]),
+        SourceFiles(DataSource(str(general), 1, '{"question": "inptu"}'), [general]),
+    ]
+    with pytest.raises(UserError) as raised:
+        prepare(sources, tmp_path / "out", PrepareOptions(eval_fraction=0.1))
+    assert str(raised.value).startswith(
+        f"dataset_sources source 2 ({general}): its field_map reads question -> inptu, but no record of {general}"
+    )

@@ -167,7 +167,8 @@ def prepare(
                 )
                 per_source.append(_Counts.of(tally).minus(before))
                 staged.append(train_path)
-                _check_mapped_columns(source.files, fields, tally)
+                whose = f"dataset_sources source {number + 1} ({source.source.uri}): its field_map" if mixture else ""
+                _check_mapped_columns(source.files, fields, tally, whose or "field_map")
         eval_writer.close()
         held_out = index_of(stage.file(EVAL_SPLIT), kind.learned)
         tasks = {name: NgramIndex.of_documents(pa.array(texts, pa.string())) for name, texts in benchmarks.items()}
@@ -503,14 +504,15 @@ def _stats(files: list[Path], options: PrepareOptions, tally: _Tally, digests, k
     )
 
 
-def _check_mapped_columns(files: list[Path], fields: FieldMap, tally: _Tally) -> None:
-    """A field_map column that no record has is a misspelt name, not a file of rejects."""
+def _check_mapped_columns(files: list[Path], fields: FieldMap, tally: _Tally, whose: str) -> None:
+    """A field_map column that no record has is a misspelt name, not a file of rejects. ``whose``: the field map
+    named as the user set it (the run's field_map, or a source's)."""
     missing = [column for column in fields.mapped_columns if column not in tally.mapped_columns_seen]
     if missing:
         names = ", ".join(str(path) for path in files)
         renamed = ", ".join(f"{ours} -> {column}" for ours, column in fields.renamed if column in missing)
         raise UserError(
-            f"field_map reads {renamed}, but no record of {names} has a column named "
+            f"{whose} reads {renamed}, but no record of {names} has a column named "
             f"{' or '.join(map(repr, missing))}. Check the spelling against the file's keys (they are "
             "case-sensitive). Nothing was written to the output files."
         )
