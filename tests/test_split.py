@@ -81,7 +81,7 @@ def test_same_input_twice_gives_byte_identical_outputs(tmp_path):
         result = run_cli("--input", src, "--output-dir", tmp_path / out, "--eval-fraction", "0.2")
         assert result.returncode == 0, result.stderr
     first, second = snapshot(tmp_path / "a"), snapshot(tmp_path / "b")
-    assert set(first) == {"train.parquet", "eval.parquet", "rejects.jsonl", "stats.json"}
+    assert set(first) == {"train.parquet", "eval.parquet", "rejects.jsonl", "report.md", "stats.json"}
     assert first == second
     assert read_stats(tmp_path / "a")["rows"]["eval"] > 0
 
