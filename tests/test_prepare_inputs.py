@@ -297,6 +297,7 @@ def test_successful_run_prints_a_summary(tmp_path):
         lines[0] == f"records 42: train {train}, eval {eval_}, rejected 1, duplicates 1, overlapping the eval split 0"
     )
     assert lines[1] == f"fingerprint {stats['fingerprint']}"
+    assert lines[2] == f"source  {src} (content {stats['lineage'][0]['content'][:19]}…)"  # a local file: no version
     for name in PUBLISHED:
         assert any(line.endswith(str(out / name)) for line in lines[2:]), name
     assert set(snapshot(out)) == set(PUBLISHED)

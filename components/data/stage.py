@@ -77,6 +77,7 @@ def summary(result: PrepareResult) -> str:
             f"rejected {stats.rejected}, duplicates {stats.duplicates}, overlapping the eval split "
             f"{stats.overlapping_eval}",
             f"fingerprint {stats.fingerprint}",
+            *(f"source  {lineage.described()}" for lineage in stats.lineage),  # what each source was when read
             f"train   -> {result.train_path}",
             f"eval    -> {result.eval_path}",
             f"rejects -> {result.rejects_path}",
