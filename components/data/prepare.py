@@ -133,7 +133,7 @@ def prepare(
     ``inputs``: a path, directory or glob, read with ``options.field_map``, or one such source with its lineage; or
     several sources, each read with its own field_map into the shared eval split, their training rows mixed by
     their weights (components/data/mixture). ``benchmarks``: each benchmark task's documents
-    (components/data/benchmark_documents), which every source's training rows are checked against.
+    (components/benchmark_tasks/documents.py), which every source's training rows are checked against.
     """
     mixture = not isinstance(inputs, (str, SourceFiles))
     if isinstance(inputs, str):
@@ -167,8 +167,8 @@ def prepare(
                 )
                 per_source.append(_Counts.of(tally).minus(before))
                 staged.append(train_path)
-                whose = f"dataset_sources source {number + 1} ({source.source.uri}): its field_map" if mixture else ""
-                _check_mapped_columns(source.files, fields, tally, whose or "field_map")
+                whose = f"dataset_sources source {number + 1} ({source.source.uri}): its field_map"
+                _check_mapped_columns(source.files, fields, tally, whose if mixture else "field_map")
         eval_writer.close()
         held_out = index_of(stage.file(EVAL_SPLIT), kind.learned)
         tasks = {name: NgramIndex.of_documents(pa.array(texts, pa.string())) for name, texts in benchmarks.items()}
