@@ -39,7 +39,7 @@ def test_the_rows_are_those_trl_s_own_preparation_makes(tiny_model_dir, tmp_path
         processing_class=tokenizer,
         peft_config=LoraConfig(r=4, target_modules="all-linear", task_type="CAUSAL_LM"),
     )
-    assert dropped == 0
+    assert dropped == []
     assert {name: trainer.train_dataset[name] for name in PAIR_COLUMNS} == rows
 
 
@@ -49,4 +49,4 @@ def test_a_pair_whose_prompt_fills_max_length_is_dropped_and_counted(tiny_model_
     lengths = [len(ids) for ids in tokenise_pairs(tokenizer, prompts, chosen, rejected, 1024)[0]["prompt_ids"]]
     assert lengths[0] != lengths[1]
     rows, dropped = tokenise_pairs(tokenizer, prompts, chosen, rejected, max_length=min(lengths) + 1)
-    assert dropped == 1 and [len(ids) for ids in rows["prompt_ids"]] == [min(lengths)]
+    assert dropped == [lengths.index(max(lengths))] and [len(ids) for ids in rows["prompt_ids"]] == [min(lengths)]

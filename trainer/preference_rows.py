@@ -41,18 +41,18 @@ def tokenise_pairs(
     chosen: list[list[dict[str, Any]]],
     rejected: list[list[dict[str, Any]]],
     max_length: int,
-) -> tuple[dict[str, list[list[int]]], int]:
-    """The pairs' token rows (``PAIR_COLUMNS``), and how many pairs were dropped for a prompt of ``max_length``
-    tokens or more."""
+) -> tuple[dict[str, list[list[int]]], list[int]]:
+    """The pairs' token rows (``PAIR_COLUMNS``), and the positions of the pairs dropped for a prompt of
+    ``max_length`` tokens or more (the tokenise step counts them, source by source)."""
     prompt_ids = _rendered(tokenizer, prompts, add_generation_prompt=True)
     with_chosen = _rendered(tokenizer, [p + c for p, c in zip(prompts, chosen)])
     with_rejected = _rendered(tokenizer, [p + r for p, r in zip(prompts, rejected)])
     rows: dict[str, list[list[int]]] = {name: [] for name in PAIR_COLUMNS}
-    dropped = 0
-    for prompt, whole_chosen, whole_rejected in zip(prompt_ids, with_chosen, with_rejected):
+    dropped: list[int] = []
+    for position, (prompt, whole_chosen, whole_rejected) in enumerate(zip(prompt_ids, with_chosen, with_rejected)):
         start = min(_shared(prompt, whole_chosen), _shared(prompt, whole_rejected))
         if start >= max_length:
-            dropped += 1
+            dropped.append(position)
             continue
         rows["prompt_ids"].append(prompt[:start])
         rows["chosen_ids"].append(whole_chosen[start:])
