@@ -296,6 +296,27 @@ class SourceStats:
 
 
 @dataclass(frozen=True)
+class SourceTokens:
+    """One source's rows of the tokenised training split: what the tokenise step made of them.
+
+    The data step writes the mixed training split source by source, in the list's order (``DataStats.sources``,
+    each ``train_rows`` long), so each source is a contiguous range of rows. Tokens depend on the tokenizer, which
+    the data step never loads: the tokenise step counts them, into the token manifest; the trainer carries them
+    into the training summary, and the model card shows them beside the rows.
+    """
+
+    uri: str  # as the source list gave it
+    conversations: int  # its training rows tokenised (preference pairs, for dpo)
+    tokens: int  # as tokenised, before truncation (a pair: its prompt twice, and both answers)
+    loss_tokens: int  # the tokens of its rows that the training computes a loss on, after truncation
+
+    @classmethod
+    def all_of(cls, value: Any, path: Path, what: str, fix: str) -> tuple[SourceTokens, ...]:
+        """A JSON list of them (a file's ``what``) as records."""
+        return _entries(value, cls, path, what, fix)
+
+
+@dataclass(frozen=True)
 class RemoteVersion:
     """How the server a source was fetched from identified what was read; all empty for a local path."""
 
@@ -548,6 +569,8 @@ class TrainingSummary(VersionedFile):
     gradient_checkpointing: bool | None = None  # resolved: auto follows the method (2026-11-28)
     # The sources of the data its tokens were made from (the data step's lineage); None when it was not found
     data_sources: tuple[SourceLineage, ...] | None = None  # 2026-11-29
+    # A mixture's sources' share of the training tokens (the token manifest's); empty for one source
+    source_tokens: tuple[SourceTokens, ...] = ()  # 2026-11-29
 
     VERSION: ClassVar[int] = 1
     WHAT: ClassVar[str] = "training summary"
@@ -593,7 +616,10 @@ class TrainingSummary(VersionedFile):
         sources = summary.data_sources
         if sources is not None:
             sources = SourceLineage.all_of(sources, path, "data_sources", fix)
-        return dataclasses.replace(summary, devices=tuple(summary.devices), ranks=ranks, data_sources=sources)
+        tokens = SourceTokens.all_of(summary.source_tokens, path, "source_tokens", fix)
+        return dataclasses.replace(
+            summary, devices=tuple(summary.devices), ranks=ranks, data_sources=sources, source_tokens=tokens
+        )
 
 
 @dataclass(frozen=True)

@@ -18,13 +18,17 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import REPO_ROOT, run_module
+from conftest import REPO_ROOT, run_module, write_jsonl
 from todays_path import tokenise_split, trl_prepared
 from transformers import AutoTokenizer
 
 import components.tokenise.build as build_module
 from common.errors import UserError
-from common.run_layout import EVAL_CONVERSATIONS, EVAL_ROWS, TOKENS_MANIFEST, TRAIN_ROWS
+from common.records import DataStats
+from common.run_layout import DATA_STATS, EVAL_CONVERSATIONS, EVAL_ROWS, TOKENS_MANIFEST, TRAIN_ROWS
+from components.data.mixture import DataSource
+from components.data.options import PrepareOptions
+from components.data.prepare import SourceFiles, prepare
 from components.data.schema import OUTPUT_SCHEMA
 from components.tokenise.build import (
     STALE_BUILD_SECONDS,
@@ -34,7 +38,7 @@ from components.tokenise.build import (
     eval_sample,
     in_order,
 )
-from components.tokenise.stage import check_memory
+from components.tokenise.stage import check_memory, source_lines
 from trainer import data, token_cache
 from trainer.config import TrainConfig
 from trainer.token_cache import TokenManifest, TokenSettings, open_rows
@@ -356,3 +360,80 @@ def test_a_manifest_of_another_format_or_missing_a_field_is_refused_naming_it(tm
     message = str(refused.value)
     assert str(tmp_path) in message and says in message and "tokenise step again" in message
     assert "\n" not in message
+
+
+def mixture_splits(tmp_path: Path, objective: str) -> Path:
+    """A data step's output of two sources: long conversations (many truncated at 128 tokens) and short ones; for
+    dpo, pairs, two of the second source's with a prompt too long to keep any answer."""
+    rng = random.Random(7)
+    if objective == "dpo":
+        first = [{"prompt": f"Which knot, case {i}?", "chosen": "A bowline.", "rejected": "Any."} for i in range(300)]
+        second = [{"prompt": f"Tent pegs {i}?", "chosen": "Angle them away.", "rejected": "Push."} for i in range(200)]
+        for i in (3, 150):
+            second[i]["prompt"] = f"Tent pegs {i}: " + " ".join(rng.choice(TOPICS) for _ in range(200)) + "?"
+    else:
+        first = [{"messages": conversation(rng)} for _ in range(300)]
+        second = [{"question": f"{rng.choice(TOPICS)} tip {i}?", "answer": f"Keep it short, {i}."} for i in range(200)]
+    sources = [
+        SourceFiles(DataSource(str(path)), [write_jsonl(path, rows)])
+        for path, rows in ((tmp_path / "first.jsonl", first), (tmp_path / "second.jsonl", second))
+    ]
+    return prepare(sources, tmp_path / "data", PrepareOptions(eval_fraction=0.1), objective).output_dir
+
+
+@pytest.mark.parametrize(
+    ("objective", "packing"), [("sft", True), ("sft", False), ("dpo", True)], ids=["packed", "truncated", "pairs"]
+)
+def test_each_sources_tokens_are_what_tokenising_its_rows_alone_counts(
+    tiny_model_dir, tmp_path, monkeypatch, objective, packing
+):
+    """A mixture's train split is tokenised in chunks that cross from one source to the next, by two workers; each
+    source's share in the manifest equals what tokenising that source's rows alone counts, and the shares add up to
+    the split's counts."""
+    monkeypatch.setattr(build_module, "CHUNK_ROWS", 128)
+    data_dir = mixture_splits(tmp_path, objective)
+    stats = DataStats.read(data_dir / DATA_STATS)
+    settings = TokenSettings(max_length=128, loss_on="assistant", packing=packing, eval_max_rows=0, objective=objective)
+    manifest = TokenManifest.read(build(data_dir, tiny_model_dir, settings, tmp_path / "cache", workers=2)[0])
+    sources = manifest.train.sources
+    assert [source.uri for source in sources] == [source.uri for source in stats.sources]
+    assert [source.conversations for source in sources] == [source.train_rows for source in stats.sources]
+    assert sum(source.tokens for source in sources) == manifest.train.tokens
+    assert sum(source.loss_tokens for source in sources) == manifest.train.loss_tokens
+
+    train = pq.read_table(data_dir / "train.parquet")
+    start = 0
+    for number, source in enumerate(sources):
+        alone = tmp_path / f"alone-{number}"
+        alone.mkdir()
+        pq.write_table(train.slice(start, source.conversations), alone / "train.parquet")
+        shutil.copy(data_dir / "eval.parquet", alone / "eval.parquet")  # no stats.json: one source
+        counted = TokenManifest.read(build(alone, tiny_model_dir, settings, tmp_path / "cache", workers=1)[0]).train
+        assert (counted.conversations, counted.tokens, counted.loss_tokens) == (
+            source.conversations,
+            source.tokens,
+            source.loss_tokens,
+        )
+        assert counted.sources == ()
+        start += source.conversations
+    if objective == "dpo":
+        assert manifest.train.prompts_too_long == 2  # both in the second source: its loss tokens leave them out
+    else:
+        assert manifest.train.longest_conversation_tokens > 128  # some rows really were truncated
+    lines = source_lines(manifest.train)
+    assert lines[1].startswith(f"source 2: {stats.sources[1].uri}: {sources[1].conversations} conversations, ")
+
+
+def test_stats_that_do_not_describe_the_train_split_are_refused_naming_both(tiny_model_dir, tmp_path):
+    data_dir = mixture_splits(tmp_path, "sft")
+    stats = DataStats.read(data_dir / DATA_STATS)
+    first = dataclasses.replace(stats.sources[0], train_rows=stats.sources[0].train_rows + 1)
+    dataclasses.replace(stats, sources=(first, *stats.sources[1:])).write(data_dir / DATA_STATS)
+    settings = TokenSettings(max_length=128, loss_on="assistant", packing=True, eval_max_rows=0)
+    with pytest.raises(UserError) as refused:
+        build(data_dir, tiny_model_dir, settings, tmp_path / "cache", workers=1)
+    rows = stats.train_rows
+    assert f"says its 2 sources gave {rows + 1} training rows, and {data_dir / 'train.parquet'} holds {rows}" in str(
+        refused.value
+    )
+    assert not list((tmp_path / "cache").glob("*"))  # nothing left half-built

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from common.atomic import write_json
 from common.errors import UserError
-from common.records import nested_record_of, record_of
+from common.records import SourceTokens, nested_record_of, record_of
 from common.run_layout import TOKENS_MANIFEST
 
 if TYPE_CHECKING:  # every command that reads the run form's options imports this module for its constants
@@ -116,6 +116,8 @@ class SplitTokens:
     eval_max_rows: int | None = None
     # Preference pairs only (None for conversations): those dropped for a prompt of max_length tokens or more
     prompts_too_long: int | None = None
+    # The train split of a mixture only: each source's rows of it, in the data step's order (empty otherwise)
+    sources: tuple[SourceTokens, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -166,9 +168,7 @@ class TokenManifest:
             )
         manifest = record_of(value, cls, path, "its token cache manifest", cls.FIX)
         return dataclasses.replace(
-            manifest,
-            train=nested_record_of(manifest.train, SplitTokens, path, "train split", cls.FIX),
-            eval=nested_record_of(manifest.eval, SplitTokens, path, "eval split", cls.FIX),
+            manifest, train=_split(manifest.train, path, "train"), eval=_split(manifest.eval, path, "eval")
         )
 
     def check_matches(self, tokens_dir: Path, wanted: dict[str, Any], tokenizer: str) -> None:
@@ -185,6 +185,15 @@ class TokenManifest:
                 f"the tokenised data in {tokens_dir} was made with " + "; ".join(differ) + ". Run the tokenise step "
                 "with this run's model and options (the pipeline does), and pass the directory it prints."
             )
+
+
+def _split(value: Any, path: Path, name: str) -> SplitTokens:
+    """One split's counts in a manifest, its sources as records too."""
+    if value is None:
+        raise UserError(f"{path}: its {name} split is null. {TokenManifest.FIX}")
+    split = nested_record_of(value, SplitTokens, path, f"{name} split", TokenManifest.FIX)
+    sources = SourceTokens.all_of(split.sources, path, f"{name} split's sources", TokenManifest.FIX)
+    return dataclasses.replace(split, sources=sources)
 
 
 def open_rows(tokens_dir: Path, name: str) -> Dataset:

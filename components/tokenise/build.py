@@ -27,7 +27,7 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -38,7 +38,8 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from trl.data_utils import pack_dataset
 
 from common.errors import UserError
-from common.run_layout import EVAL_CONVERSATIONS, EVAL_ROWS, TOKENS_MANIFEST, TRAIN_ROWS
+from common.records import DataStats, SourceStats, SourceTokens
+from common.run_layout import DATA_STATS, EVAL_CONVERSATIONS, EVAL_ROWS, TOKENS_MANIFEST, TRAIN_ROWS
 from trainer import token_cache
 from trainer.data import SPLITS, split_path
 from trainer.masking import TemplateError, tokenise_batch
@@ -79,6 +80,7 @@ class SplitStats:
     split_conversations: int | None = None  # the eval split's, of which eval_max_rows were kept
     eval_max_rows: int | None = None
     prompts_too_long: int | None = None  # preference pairs dropped for a prompt of max_length tokens or more
+    sources: tuple[SourceTokens, ...] = ()  # a mixture's train split: each source's rows of it
 
     def counts(self) -> SplitTokens:
         """What the manifest records of this split."""
@@ -94,6 +96,32 @@ class SplitStats:
             split_conversations=self.split_conversations,
             eval_max_rows=self.eval_max_rows,
             prompts_too_long=self.prompts_too_long,
+            sources=self.sources,
+        )
+
+
+class SourceTally:
+    """Each source's share of a mixture's train split, summed chunk by chunk: the data step wrote the split source
+    by source in the order of ``stats.sources``, so the source of a row is known from its position alone."""
+
+    def __init__(self, sources: Sequence[SourceStats]) -> None:
+        self.uris = [source.uri for source in sources]
+        self.ends = np.cumsum([source.train_rows for source in sources])
+        self.conversations, self.tokens, self.loss_tokens = (np.zeros(len(sources), np.int64) for _ in range(3))
+
+    def add(self, first_row: int, chunk: Chunk) -> None:
+        """The counts of a chunk whose first conversation is row ``first_row`` of the split."""
+        which = np.searchsorted(self.ends, first_row + np.arange(len(chunk.row_tokens)), side="right")
+        np.add.at(self.conversations, which, 1)
+        np.add.at(self.tokens, which, chunk.row_tokens)
+        np.add.at(self.loss_tokens, which, chunk.row_loss_tokens)
+
+    def records(self) -> tuple[SourceTokens, ...]:
+        return tuple(
+            SourceTokens(uri, int(conversations), int(tokens), int(loss_tokens))
+            for uri, conversations, tokens, loss_tokens in zip(
+                self.uris, self.conversations, self.tokens, self.loss_tokens, strict=True
+            )
         )
 
 
@@ -106,6 +134,10 @@ class Chunk:
     tokens: int
     loss_tokens: int
     longest: int
+    # Per conversation (or pair) of the chunk, in order: its tokens and loss tokens, as the split's counts them
+    # (zero loss tokens for one dropped); the main process sums them over each source's rows
+    row_tokens: np.ndarray
+    row_loss_tokens: np.ndarray
     prompts_too_long: int = 0  # pairs dropped
 
 
@@ -141,7 +173,9 @@ def tokenise_chunk(messages: pa.Table, keep_conversations: bool) -> Chunk:
     )
     prepared = packed(rows, settings.max_length) if settings.packing else truncated(rows, settings.max_length)
     loss_tokens = int(pc.sum(pc.not_equal(pc.list_flatten(prepared.column("labels")), -100)).as_py() or 0)
-    return Chunk(prepared, conversations, int(ids.size), loss_tokens, int(lengths.max(initial=0)))
+    # Both truncation and TRL's packing keep a conversation's first max_length tokens (packing keeps every row)
+    row_loss = labelled_per_row(pc.list_slice(rows.column("labels"), 0, settings.max_length), len(rows))
+    return Chunk(prepared, conversations, int(ids.size), loss_tokens, int(lengths.max(initial=0)), lengths, row_loss)
 
 
 def tokenise_pair_chunk(pairs: pa.Table, tokenizer: PreTrainedTokenizerBase, max_length: int) -> Chunk:
@@ -152,17 +186,27 @@ def tokenise_pair_chunk(pairs: pa.Table, tokenizer: PreTrainedTokenizerBase, max
     prompt, chosen, rejected = (np.asarray(pc.list_value_length(table.column(name))) for name in PAIR_COLUMNS)
     answers = int(chosen.sum() + rejected.sum())
     longest = int(np.maximum(prompt + chosen, prompt + rejected).max(initial=0))
-    return Chunk(table, None, int(2 * prompt.sum()) + answers, answers, longest, dropped)
+    kept = np.ones(len(pairs), dtype=bool)
+    kept[dropped] = False
+    row_tokens, row_answers = np.zeros(len(pairs), np.int64), np.zeros(len(pairs), np.int64)
+    row_tokens[kept], row_answers[kept] = 2 * prompt + chosen + rejected, chosen + rejected
+    tokens = int(2 * prompt.sum()) + answers
+    return Chunk(table, None, tokens, answers, longest, row_tokens, row_answers, len(dropped))
 
 
 def truncated(rows: pa.Table, max_length: int) -> pa.Table:
     """TRL without packing: keep the first ``max_length`` tokens, then drop rows left with no loss."""
     ids = pc.list_slice(rows.column("input_ids"), 0, max_length)
     labels = pc.list_slice(rows.column("labels"), 0, max_length)
+    has_loss = labelled_per_row(labels, len(rows)) > 0
+    return pa.table({"input_ids": ids, "labels": labels}).filter(pa.array(has_loss)).cast(ROWS_SCHEMA)
+
+
+def labelled_per_row(labels: pa.ChunkedArray, count: int) -> np.ndarray:
+    """How many of each row's labels are not -100: the tokens the loss is computed on."""
     labelled = pc.not_equal(pc.list_flatten(labels), -100).to_numpy(zero_copy_only=False)
     parents = pc.list_parent_indices(labels).to_numpy(zero_copy_only=False)
-    has_loss = np.bincount(parents[labelled], minlength=len(rows)) > 0
-    return pa.table({"input_ids": ids, "labels": labels}).filter(pa.array(has_loss)).cast(ROWS_SCHEMA)
+    return np.bincount(parents[labelled], minlength=count)
 
 
 def packed(rows: pa.Table, max_length: int) -> pa.Table:
@@ -269,8 +313,10 @@ class Builder:
         rows_name: str,
         conversations_name: str | None,
         check_space: Callable[[int, int, int], None] | None = None,
+        sources: SourceTally | None = None,
     ) -> SplitStats:
-        """Tokenise one Parquet split into ``rows_name`` (and ``conversations_name``) in the staging directory."""
+        """Tokenise one Parquet split into ``rows_name`` (and ``conversations_name``) in the staging directory;
+        ``sources`` sums each source's share of it."""
         parquet = pq.ParquetFile(source)
         total = parquet.metadata.num_rows if keep is None else len(keep)
         stats = SplitStats()
@@ -306,6 +352,8 @@ class Builder:
                 if pairs:
                     stats.prompts_too_long = (stats.prompts_too_long or 0) + result.prompts_too_long
                 stats.rows += result.rows.num_rows
+                if sources is not None:
+                    sources.add(first_row, result)
                 if time.monotonic() - last_report > PROGRESS_SECONDS:
                     last_report = time.monotonic()
                     rate = stats.conversations / (last_report - started)
@@ -313,6 +361,7 @@ class Builder:
                         "%s: %d of %d conversations tokenised (%.0f/s)", source.name, stats.conversations, total, rate
                     )
         stats.seconds = time.monotonic() - started
+        stats.sources = sources.records() if sources is not None else ()
         return stats
 
 
@@ -374,6 +423,23 @@ def space_check(cache_root: Path, eval_conversations: int) -> Callable[[int, int
     return check
 
 
+def mixture_sources(data_dir: Path, train_split: Path) -> SourceTally | None:
+    """The sources of a mixture's train split, as the data step recorded them beside it (``stats.json``); None for
+    one source, or for a directory without the file (splits made some other way)."""
+    stats = DataStats.read(data_dir / DATA_STATS)
+    if stats is None or not stats.sources:
+        return None
+    rows = pq.ParquetFile(train_split).metadata.num_rows
+    recorded = sum(source.train_rows for source in stats.sources)
+    if recorded != rows:
+        raise UserError(
+            f"{data_dir / DATA_STATS} says its {len(stats.sources)} sources gave {recorded} training rows, and "
+            f"{train_split} holds {rows}: the two files were not written by the same data step. Run the data step "
+            "again into an empty directory, and tokenise what it writes."
+        )
+    return SourceTally(stats.sources)
+
+
 def build(
     data_dir: Path, tokenizer_dir: Path, settings: TokenSettings, cache_root: Path, workers: int
 ) -> tuple[Path, bool]:
@@ -408,7 +474,8 @@ def build(
         keep = eval_sample(eval_total, settings.eval_max_rows)
         eval_kept = eval_total if keep is None else len(keep)
         log.info("tokenising %s and %s with %d worker(s) into %s", paths[0], paths[1], workers, final)
-        train = builder.write_split(paths[0], None, TRAIN_ROWS, None, space_check(cache_root, eval_kept))
+        check = space_check(cache_root, eval_kept)
+        train = builder.write_split(paths[0], None, TRAIN_ROWS, None, check, mixture_sources(data_dir, paths[0]))
         # the evaluation stage's held-out loss reads whole conversations; for pairs it reads the pair rows
         conversations = None if settings.objective == "dpo" else EVAL_CONVERSATIONS
         evaluation = builder.write_split(paths[1], keep, EVAL_ROWS, conversations)

@@ -24,7 +24,7 @@ from components.tokenise.build import build
 from components.tokenise.options import MAIN_MEMORY, TRAINING_FIELDS, WORKER_MEMORY, TokeniseOptions, build_parser
 from trainer.base_model import tokenizer_dir
 from trainer.config import TrainConfig
-from trainer.token_cache import TokenManifest, TokenSettings
+from trainer.token_cache import SplitTokens, TokenManifest, TokenSettings
 
 CGROUP = Path("/sys/fs/cgroup")
 # cgroup v1 reports "no memory limit" as a page-rounded huge number rather than "max".
@@ -92,9 +92,20 @@ def summary(tokens_dir: Path, manifest: TokenManifest, built: bool) -> str:
             f"{train.conversations_per_second} conversations/s with {manifest.workers} worker process(es)",
             f"eval:  {evaluation.conversations} of {evaluation.split_conversations} conversations "
             f"(eval_max_rows {evaluation.eval_max_rows}), {evaluation.rows} rows",
+            *source_lines(train),
             f"tokens -> {tokens_dir}",
         ]
     )
+
+
+def source_lines(train: SplitTokens) -> list[str]:
+    """A mixture's sources, one line each: their share of the training tokens, beside their share of the rows."""
+    loss_tokens = sum(source.loss_tokens for source in train.sources)
+    return [
+        f"source {number}: {source.uri}: {source.conversations} conversations, {source.tokens} tokens "
+        f"({source.loss_tokens} with loss, {source.loss_tokens / max(loss_tokens, 1):.1%} of the training split's)"
+        for number, source in enumerate(train.sources, 1)
+    ]
 
 
 def training_options(values: Mapping[str, Any]) -> TrainConfig:
@@ -120,6 +131,9 @@ def run_in_pipeline(options: TokeniseOptions, training: TrainConfig, hub_cache: 
     for split, counts in (("train", manifest.train), ("eval", manifest.eval)):
         for name in ("conversations", "tokens", "rows"):
             metrics.log_metric(f"{split}_{name}", getattr(counts, name))
+    for number, source in enumerate(manifest.train.sources, 1):
+        metrics.log_metric(f"train_tokens_source_{number}", source.tokens)
+        metrics.log_metric(f"train_loss_tokens_source_{number}", source.loss_tokens)
     metrics.log_metric("reused", 0 if built else 1)
     return str(tokens_dir)
 
