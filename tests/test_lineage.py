@@ -8,11 +8,11 @@ import dataclasses
 import json
 
 from conftest import DATA_BUCKET, qa
-from fake_run import data_stats, make_run
+from fake_run import data_stats, make_run, training_summary
 from huggingface_hub import ModelCard
 
-from common.records import DataStats, RemoteVersion, SourceLineage, SourceStats
-from common.run_layout import DATA_STATS, PUBLISH, UPLOAD, stage_dir
+from common.records import DataStats, RemoteVersion, SourceLineage, SourceStats, SourceTokens, TrainingSummary
+from common.run_layout import DATA_STATS, PUBLISH, TRAINING_SUMMARY, UPLOAD, stage_dir
 from components.champion.card import read_lineage
 from components.data.options import PrepareOptions
 from components.data.prepare import prepare
@@ -99,6 +99,41 @@ def test_the_report_and_the_registry_name_each_source():
     }
     plain = dataclasses.replace(lineage[0], remote=RemoteVersion())
     assert source_properties((plain,)) == {"data_source_1": plain.uri, "data_source_1_content": plain.content}
+
+
+def test_the_model_card_gives_each_sources_share_of_the_training_tokens(tmp_path):
+    """The data step's rows per source beside the tokenise step's tokens per source (carried by the training
+    summary): the share of loss tokens is the weight a source really had, which rows alone do not tell."""
+    lineage = (
+        SourceLineage("s3://b/domain/", "sha256:" + "a" * 64, 3, RemoteVersion(objects="sha256:" + "b" * 64)),
+        SourceLineage("hf://datasets/org/general", "sha256:" + "c" * 64, 1, RemoteVersion(revision="f" * 40)),
+    )
+    sources = (
+        SourceStats("s3://b/domain/", 1.0, 300, 0, {}, 0, 0, 250, 135, 30, 0.5),
+        SourceStats("hf://datasets/org/general", 1.0, 300, 0, {}, 0, 0, 250, 135, 30, 0.5),
+    )
+    tokens = (
+        SourceTokens("s3://b/domain/", 135, 90_000, 60_000),
+        SourceTokens("hf://datasets/org/general", 135, 30_000, 20_000),
+    )
+    make_run(tmp_path)
+    data, train = (stage_dir(str(tmp_path), "run-1", stage) for stage in ("data", "train"))
+    dataclasses.replace(data_stats(), sources=sources, lineage=lineage).write(data / DATA_STATS)
+    training_summary(source_tokens=tokens).write(train / TRAINING_SUMMARY)
+    assert TrainingSummary.read(train / TRAINING_SUMMARY).source_tokens == tokens  # read back as records
+    publish(str(tmp_path), "run-1", "", PublishOptions(), token=None)
+
+    card = (stage_dir(str(tmp_path), "run-1", PUBLISH) / UPLOAD / "README.md").read_text()
+    assert "| training tokens | with loss (share) |" in card
+    assert "| 135 of 250 (50.0%) | 30 | 300 | 0 | 0 / 0 | 90,000 | 60,000 (75.0%) |" in card
+    assert "| 30,000 | 20,000 (25.0%) |" in card
+    assert "their share is the weight the source really had" in card
+
+    # a summary without them (one source, or from before): the rows alone, no token columns
+    training_summary().write(train / TRAINING_SUMMARY)
+    publish(str(tmp_path), "run-1", "", PublishOptions(), token=None)
+    card = (stage_dir(str(tmp_path), "run-1", PUBLISH) / UPLOAD / "README.md").read_text()
+    assert "| 135 of 250 (50.0%) | 30 | 300 | 0 | 0 / 0 |\n" in card and "training tokens" not in card
 
 
 def test_the_training_summary_names_no_source_when_the_data_directory_is_gone(prepared_data_dir, tmp_path):

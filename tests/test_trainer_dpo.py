@@ -10,8 +10,9 @@ import pytest
 from datasets import Dataset
 from test_trainer_run import finish, kill_rank_1_after_checkpoint_3, summary, torchrun
 
+from components.data.mixture import DataSource
 from components.data.options import PrepareOptions
-from components.data.prepare import prepare
+from components.data.prepare import SourceFiles, prepare
 from components.tokenise.build import build
 from trainer.token_cache import TokenManifest, TokenSettings
 
@@ -32,13 +33,19 @@ def pairs(count: int) -> list[dict]:
     ("method", "sharding"), [("lora", "none"), ("lora", "fsdp"), ("full", "none"), ("full", "fsdp")]
 )
 def test_two_ranks_learn_to_prefer_the_chosen_answers(tiny_model_dir, tmp_path, method, sharding):
-    source = tmp_path / "pairs.jsonl"
-    source.write_text("".join(json.dumps(pair) + "\n" for pair in pairs(64)))
-    data = prepare(str(source), tmp_path / "data", PrepareOptions(eval_fraction=0.15), "dpo")
+    halves = []  # two sources (dataset_sources), so the summary carries each one's share of the tokens
+    for name, part in (("first", pairs(64)[:40]), ("second", pairs(64)[40:])):
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text("".join(json.dumps(pair) + "\n" for pair in part))
+        halves.append(SourceFiles(DataSource(str(path)), [path]))
+    data = prepare(halves, tmp_path / "data", PrepareOptions(eval_fraction=0.15), "dpo")
     settings = TokenSettings(max_length=128, loss_on="assistant", packing=True, eval_max_rows=0, objective="dpo")
     tokens_dir, _ = build(data.output_dir, tiny_model_dir, settings, tmp_path / "cache", workers=1)
     manifest = TokenManifest.read(tokens_dir)
     assert manifest.train.conversations == data.stats.train_rows and manifest.train.prompts_too_long == 0
+    assert [source.conversations for source in manifest.train.sources] == [
+        source.train_rows for source in data.stats.sources
+    ]
     assert Dataset.from_file(str(tokens_dir / "train.arrow")).column_names == [
         "prompt_ids",
         "chosen_ids",
@@ -68,6 +75,7 @@ def test_two_ranks_learn_to_prefer_the_chosen_answers(tiny_model_dir, tmp_path, 
     history = json.loads((output / "training_history.json").read_text())
     assert [entry["step"] for entry in history if "loss" in entry] == list(range(1, 10))  # every step once, in order
     assert result["config"]["objective"] == "dpo" and result["world_size"] == 2 and result["sharding"] == sharding
+    assert result["source_tokens"] == [dataclasses.asdict(source) for source in manifest.train.sources]
     evaluations = [entry for entry in history if "eval_rewards/accuracies" in entry]
     assert evaluations[-1]["eval_rewards/accuracies"] == 1.0 and evaluations[-1]["eval_rewards/margins"] > 0
     assert (output / "adapter" / "adapter_model.safetensors").is_file() == (method == "lora")

@@ -412,6 +412,7 @@ def run_checked(config: TrainConfig, topology: Topology) -> int:
             train_rows=len(train_split),
             tokens_dir=str(config.tokens_dir),
             data_sources=data.data_sources(manifest),
+            source_tokens=manifest.train.sources,
             tokens_seen=tokens,
             train_runtime_s=runtime,
             non_padding_tokens_per_s=tokens / runtime if runtime else None,

@@ -8,7 +8,7 @@ weights made of it.
 
 from __future__ import annotations
 
-from common.records import DataStats, Overlap, SourceLineage, SourceStats
+from common.records import DataStats, Overlap, SourceLineage, SourceStats, SourceTokens
 
 LINEAGE_HEADERS = ("source", "version read", "content")
 MIXTURE_HEADERS = (
@@ -19,6 +19,7 @@ MIXTURE_HEADERS = (
     "rejected",
     "duplicates (own / earlier sources')",
 )
+TOKEN_HEADERS = ("training tokens", "with loss (share)")
 
 
 def data_report(stats: DataStats) -> str:
@@ -71,15 +72,21 @@ def overlap_lines(overlaps: tuple[Overlap, ...]) -> list[str]:
     return lines
 
 
-def source_table(stats: DataStats) -> str:
-    """The sources as a Markdown table; empty for stats from before lineage was recorded."""
+def source_table(stats: DataStats, tokens: tuple[SourceTokens, ...] = ()) -> str:
+    """The sources as a Markdown table; empty for stats from before lineage was recorded. ``tokens``: what the
+    tokenise step counted of each source's training rows (the model card has them; the data step's report, written
+    before tokenising, does not)."""
     if not stats.lineage:
         return ""
     mixture = len(stats.sources) == len(stats.lineage)
-    headers = LINEAGE_HEADERS + (MIXTURE_HEADERS if mixture else ())
+    with_tokens = mixture and [t.uri for t in tokens] == [source.uri for source in stats.sources]
+    headers = LINEAGE_HEADERS + (MIXTURE_HEADERS if mixture else ()) + (TOKEN_HEADERS if with_tokens else ())
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(" --- " for _ in headers) + "|"]
+    loss_tokens = sum(source.loss_tokens for source in tokens)
     for number, lineage in enumerate(stats.lineage):
         cells = _lineage_cells(lineage) + (_mixture_cells(stats.sources[number]) if mixture else [])
+        if with_tokens:
+            cells += _token_cells(tokens[number], loss_tokens)
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -99,3 +106,7 @@ def _mixture_cells(source: SourceStats) -> list[str]:
         f"{source.rejected:,}" + (f" ({reasons})" if reasons else ""),
         f"{source.duplicates_within:,} / {source.duplicates_across:,}",
     ]
+
+
+def _token_cells(source: SourceTokens, loss_tokens: int) -> list[str]:
+    return [f"{source.tokens:,}", f"{source.loss_tokens:,} ({source.loss_tokens / max(loss_tokens, 1):.1%})"]

@@ -97,7 +97,8 @@ def render_model_card(outputs: RunOutputs, options: PublishOptions, context: Car
         ollama_name=repo_id.split("/")[-1].lower(),
         fingerprint=outputs.fingerprint,
         dataset=_dataset(outputs, context),
-        data_sources=source_table(outputs.stats),
+        data_sources=source_table(outputs.stats, outputs.summary.source_tokens),
+        source_tokens=bool(outputs.summary.source_tokens),
         run_id=context.run_id,
         history=_history_rows(context.history),
         earlier_revision=next(
