@@ -417,13 +417,14 @@ def test_missing_dataset_fails_cleanly(tmp_path):
 
 def test_url_of_an_unsupported_scheme_is_refused_with_the_fix(tmp_path):
     """https://, s3:// and hf://datasets/ are fetched (tests/test_sources.py); any other scheme is told
-    which ones work."""
+    which ones work, by the run parameters' check, before any step runs."""
     result = run_pipeline("--output-dir", tmp_path / "out", "--param", "dataset_uri=ftp://host/data.jsonl", timeout=300)
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert squash(
-        "error: dataset_uri 'ftp://host/data.jsonl' uses the scheme 'ftp', which this pipeline cannot fetch."
+        "error: The run parameters are invalid: parameter 'dataset_uri' is 'ftp://host/data.jsonl', whose scheme "
+        "'ftp' this pipeline cannot fetch. Use a path on the workspace PVC, an https:// or s3:// URL"
     ) in squash(result.stderr)
-    assert "Traceback" not in result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr and not (tmp_path / "out").exists()
 
 
 def test_a_bad_training_option_fails_before_any_data_is_prepared(tmp_path):

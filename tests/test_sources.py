@@ -497,10 +497,24 @@ def test_a_signed_url_from_the_secret_is_read_and_never_printed_or_written(tmp_p
     assert_secret_nowhere(result.stdout + result.stderr, tmp_path / "out")
 
 
-def test_a_secret_reference_without_the_variable_is_a_clear_error(tmp_path, monkeypatch):
+def test_a_secret_reference_without_the_variable_is_a_clear_error_naming_the_parameter(tmp_path, monkeypatch):
+    """The fetch's messages name the URI; the parameter it came from, dataset_uri or one of dataset_sources, is
+    named once, first."""
     monkeypatch.delenv("DATASET_URL", raising=False)
-    with pytest.raises(UserError, match="dataset_uri is secret:DATASET_URL, but the environment variable DATASET_URL"):
-        locate_dataset_uri("secret:DATASET_URL", tmp_path / "source").input
+    options, download = PrepareOptions(), tmp_path / "source"
+    with pytest.raises(UserError) as single:
+        resolve_inputs_of("secret:DATASET_URL", "", download, options, "sft")
+    assert str(single.value).startswith(
+        "dataset_uri: the URI is secret:DATASET_URL, but the environment variable DATASET_URL is empty or unset."
+    )
+    present = write_jsonl(tmp_path / "present.jsonl", [qa(1)])
+    listed = json.dumps([str(present), "secret:DATASET_URL"])
+    with pytest.raises(UserError) as among:
+        resolve_inputs_of("", listed, download, options, "sft")
+    assert str(among.value).startswith(
+        "dataset_sources, source 2 (secret:DATASET_URL): the URI is secret:DATASET_URL, but the environment variable"
+    )
+    assert "dataset_uri" not in str(among.value)
     with pytest.raises(UserError, match="the only Secret reference is secret:DATASET_URL"):
         locate_dataset_uri("secret:AWS_SECRET_ACCESS_KEY", tmp_path / "source").input
 

@@ -96,7 +96,7 @@ def secret_url() -> str:
     url = os.environ.get(URL_ENV, "").strip()
     if not url:
         raise UserError(
-            f"dataset_uri is {SECRET_URI}, but the environment variable {URL_ENV} is empty or unset. In the "
+            f"the URI is {SECRET_URI}, but the environment variable {URL_ENV} is empty or unset. In the "
             f"cluster it comes from the key {URL_ENV} of the data connection Secret that the run parameter "
             f"data_connection_secret names: add the key to that Secret (for a local run, export {URL_ENV}), then "
             "start the run again."
@@ -162,20 +162,22 @@ def redacted_url_logs() -> Iterator[None]:
 
 def is_remote(dataset_uri: str) -> bool:
     """True for a URL or ``secret:DATASET_URL``; a URL of a scheme this module cannot fetch is a clear error."""
-    if is_secret_reference(dataset_uri):
-        problem = secret_reference_problem(dataset_uri)
-        if problem:
-            raise UserError(f"dataset_uri {problem}.")
-        return True
-    scheme, sep, _ = dataset_uri.partition("://")
-    if not sep:
-        return False
-    if scheme.lower() not in SCHEMES:
-        raise UserError(
-            f"dataset_uri {describe_uri(dataset_uri)!r} uses the scheme '{scheme}', which this pipeline cannot fetch. "
-            "Use a path on the workspace PVC, an https:// or s3:// URL, or a Hub dataset as hf://datasets/owner/name."
-        )
-    return True
+    problem = secret_reference_problem(dataset_uri) or scheme_problem(dataset_uri)
+    if problem:
+        raise UserError(f"the URI {problem}.")
+    return is_secret_reference(dataset_uri) or "://" in dataset_uri
+
+
+def scheme_problem(uri: str) -> str | None:
+    """Why ``uri`` cannot be fetched, for its scheme (ending without a full stop, after the parameter's name);
+    None for a path, or a URL of a scheme this module fetches."""
+    scheme, sep, _ = uri.strip().partition("://")
+    if not sep or scheme.lower() in SCHEMES:
+        return None
+    return (
+        f"is {describe_uri(uri)!r}, whose scheme '{scheme}' this pipeline cannot fetch. Use a path on the workspace "
+        "PVC, an https:// or s3:// URL, or a Hub dataset as hf://datasets/owner/name"
+    )
 
 
 @dataclass(frozen=True)
@@ -270,11 +272,11 @@ def _http_problem(shown: str, status: int) -> str:
     if status in (401, 403):
         return (
             f"The server refused {shown} (HTTP {status}). This step sends no credentials over HTTP: give a "
-            f"presigned URL in the data connection Secret's key {URL_ENV} with dataset_uri {SECRET_URI}, or put the "
-            "data on S3 (s3://, credentials from a Secret) or the workspace PVC."
+            f"presigned URL in the data connection Secret's key {URL_ENV} and the URI {SECRET_URI} in its place, or "
+            "put the data on S3 (s3://, credentials from a Secret) or the workspace PVC."
         )
     if status == 404:
-        return f"{shown} does not exist (HTTP 404). Check the URL; dataset_uri must name a .jsonl or .jsonl.gz file."
+        return f"{shown} does not exist (HTTP 404). Check the URL: it must name a .jsonl or .jsonl.gz file."
     return f"The server answered HTTP {status} for {shown}, also after {HTTP_RETRIES} retries. Try again later."
 
 
@@ -310,7 +312,7 @@ def _fetch_s3(uri: str, destination: Path) -> Located:
     shown = describe_uri(uri)
     bucket, key = bucket_and_key(uri)
     if not bucket:
-        raise UserError(f"dataset_uri {shown!r} names no bucket; write s3://bucket/key.jsonl or s3://bucket/prefix/.")
+        raise UserError(f"{shown!r} names no bucket; write s3://bucket/key.jsonl or s3://bucket/prefix/.")
     client = client_from_environment()
     try:
         if key.endswith(SUFFIXES):
@@ -383,12 +385,11 @@ def _parse_hub_dataset(uri: str):
         parsed = parse_hf_uri(uri)
     except HfUriError as error:
         raise UserError(
-            f"dataset_uri {describe_uri(uri)!r} is not a Hub dataset URI ({error}). Write hf://datasets/owner/name."
+            f"{describe_uri(uri)!r} is not a Hub dataset URI ({error}). Write hf://datasets/owner/name."
         ) from None
     if parsed.type != "dataset":
         raise UserError(
-            f"dataset_uri {describe_uri(uri)!r} names a Hub {parsed.type}, not a dataset; write "
-            "hf://datasets/owner/name."
+            f"{describe_uri(uri)!r} names a Hub {parsed.type}, not a dataset; write hf://datasets/owner/name."
         )
     return parsed
 

@@ -109,7 +109,10 @@ def resolve_inputs_of(
     except ValueError as error:
         raise UserError(f"dataset_sources {error}.") from None
     if not listed:
-        located = locate_dataset_uri(dataset_uri, download_dir, objective)
+        try:
+            located = locate_dataset_uri(dataset_uri, download_dir, objective)
+        except UserError as error:  # the fetch's messages name the URI; the parameter is named here
+            raise UserError(f"dataset_uri: {error}") from None
         shown = sources.describe_uri(dataset_uri) or located.input  # the bundled sample by its path
         return SourceFiles(
             DataSource(shown, field_map=options.field_map), resolve_inputs(located.input), located.remote

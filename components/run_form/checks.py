@@ -30,6 +30,7 @@ from components.data.sources import (
     SECRET_URI,
     URL_ENV,
     credential_problem,
+    scheme_problem,
     secret_reference_problem,
     secret_url_problem,
 )
@@ -60,12 +61,20 @@ def _input_rules(values: dict[str, Any]) -> dict[str, str]:
     found = {}
     for name, uri in _dataset_uris(values):
         secret = _data_connection_secret(values)
-        problem = secret_reference_problem(uri) or credential_problem(
-            uri,
-            f"Put the URL in the key {URL_ENV} of the data connection Secret ({secret}, named by "
-            f"data_connection_secret): `oc create secret generic {secret} --from-literal={URL_ENV}=<url>` (or add "
-            f"the key to the existing Secret), and "
-            + (f"set dataset_uri to {SECRET_URI}" if name == "dataset_uri" else f"make {SECRET_URI} that source's uri"),
+        problem = (
+            secret_reference_problem(uri)
+            or scheme_problem(uri)
+            or credential_problem(
+                uri,
+                f"Put the URL in the key {URL_ENV} of the data connection Secret ({secret}, named by "
+                f"data_connection_secret): `oc create secret generic {secret} --from-literal={URL_ENV}=<url>` (or add "
+                f"the key to the existing Secret), and "
+                + (
+                    f"set dataset_uri to {SECRET_URI}"
+                    if name == "dataset_uri"
+                    else f"make {SECRET_URI} that source's uri"
+                ),
+            )
         )
         if problem:
             found.setdefault(name, _about(name, problem))
