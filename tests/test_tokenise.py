@@ -367,7 +367,11 @@ def mixture_splits(tmp_path: Path, objective: str) -> Path:
     dpo, pairs, two of the second source's with a prompt too long to keep any answer."""
     rng = random.Random(7)
     if objective == "dpo":
-        first = [{"prompt": f"Which knot, case {i}?", "chosen": "A bowline.", "rejected": "Any."} for i in range(300)]
+        long = " ".join(rng.choice(TOPICS) for _ in range(150))  # cut at max_length in training
+        first = [
+            {"prompt": f"Which knot, case {i}?", "chosen": f"A bowline: {long}.", "rejected": "Any."}
+            for i in range(300)
+        ]
         second = [{"prompt": f"Tent pegs {i}?", "chosen": "Angle them away.", "rejected": "Push."} for i in range(200)]
         for i in (3, 150):
             second[i]["prompt"] = f"Tent pegs {i}: " + " ".join(rng.choice(TOPICS) for _ in range(200)) + "?"
@@ -408,16 +412,26 @@ def test_each_sources_tokens_are_what_tokenising_its_rows_alone_counts(
         alone.mkdir()
         pq.write_table(train.slice(start, source.conversations), alone / "train.parquet")
         shutil.copy(data_dir / "eval.parquet", alone / "eval.parquet")  # no stats.json: one source
-        counted = TokenManifest.read(build(alone, tiny_model_dir, settings, tmp_path / "cache", workers=1)[0]).train
+        alone_tokens, _ = build(alone, tiny_model_dir, settings, tmp_path / "cache", workers=1)
+        counted = TokenManifest.read(alone_tokens).train
         assert (counted.conversations, counted.tokens, counted.loss_tokens) == (
             source.conversations,
             source.tokens,
             source.loss_tokens,
         )
         assert counted.sources == ()
+        if objective == "dpo":  # the answer tokens TRL keeps of the rows written: prompt and answer cut at 128
+            rows = open_rows(alone_tokens, TRAIN_ROWS)
+            kept = [
+                min(len(answer), 128 - len(prompt))
+                for prompt, chosen, rejected in zip(rows["prompt_ids"], rows["chosen_ids"], rows["rejected_ids"])
+                for answer in (chosen, rejected)
+            ]
+            assert source.loss_tokens == sum(kept)
         start += source.conversations
     if objective == "dpo":
         assert manifest.train.prompts_too_long == 2  # both in the second source: its loss tokens leave them out
+        assert sources[0].tokens > 2 * sources[0].loss_tokens  # the long answers really were cut
     else:
         assert manifest.train.longest_conversation_tokens > 128  # some rows really were truncated
     lines = source_lines(manifest.train)
@@ -437,3 +451,19 @@ def test_stats_that_do_not_describe_the_train_split_are_refused_naming_both(tiny
         refused.value
     )
     assert not list((tmp_path / "cache").glob("*"))  # nothing left half-built
+
+
+def test_an_entry_is_reused_for_the_same_sources_and_rebuilt_for_renamed_ones(tiny_model_dir, tmp_path):
+    """The sources named in the manifest are the run's: a source moved elsewhere with the same rows (same Parquet
+    bytes) gets its own entry, where reusing the old one would credit its tokens to the old URI."""
+    data_dir = mixture_splits(tmp_path, "sft")
+    settings = TokenSettings(max_length=128, loss_on="assistant", packing=True, eval_max_rows=0)
+    first, built = build(data_dir, tiny_model_dir, settings, tmp_path / "cache", workers=1)
+    assert built and build(data_dir, tiny_model_dir, settings, tmp_path / "cache", workers=1) == (first, False)
+
+    stats = DataStats.read(data_dir / DATA_STATS)
+    moved = dataclasses.replace(stats.sources[0], uri="s3://new-bucket/first.jsonl")
+    dataclasses.replace(stats, sources=(moved, *stats.sources[1:])).write(data_dir / DATA_STATS)
+    second, built = build(data_dir, tiny_model_dir, settings, tmp_path / "cache", workers=1)
+    assert built and second != first
+    assert TokenManifest.read(second).train.sources[0].uri == "s3://new-bucket/first.jsonl"

@@ -94,9 +94,15 @@ def data_fingerprint(paths: list[Path]) -> str:
     return digest.hexdigest()
 
 
-def cache_key(data: str, tokenizer: str, settings: TokenSettings) -> str:
-    """The directory name for these inputs: short enough to read in a log, long enough never to collide."""
+def cache_key(data: str, tokenizer: str, settings: TokenSettings, sources: tuple[tuple[str, int], ...] = ()) -> str:
+    """The directory name for these inputs: short enough to read in a log, long enough never to collide.
+
+    ``sources``: a mixture's sources (URI, training rows), which the entry's manifest counts tokens for; the
+    Parquet bytes alone do not name them (a source moved to another bucket gives the same rows). Left out of the
+    key when empty, so the key of one source's data is what it always was."""
     inputs = {"format": FORMAT_VERSION, "data": data, "tokenizer": tokenizer, **dataclasses.asdict(settings)}
+    if sources:
+        inputs["sources"] = [list(source) for source in sources]
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -106,7 +112,7 @@ class SplitTokens:
 
     conversations: int  # tokenised (the eval split's: those kept under eval_max_rows)
     tokens: int
-    loss_tokens: int  # the tokens with a label (assistant tokens under loss_on assistant)
+    loss_tokens: int  # the tokens with a label (assistant tokens under loss_on assistant), within max_length
     longest_conversation_tokens: int
     rows: int  # training rows: packed rows hold several conversations
     seconds: float

@@ -108,6 +108,7 @@ class SourceTally:
         self.uris = [source.uri for source in sources]
         self.ends = np.cumsum([source.train_rows for source in sources])
         self.conversations, self.tokens, self.loss_tokens = (np.zeros(len(sources), np.int64) for _ in range(3))
+        self.key = tuple((source.uri, source.train_rows) for source in sources)  # part of the cache key
 
     def add(self, first_row: int, chunk: Chunk) -> None:
         """The counts of a chunk whose first conversation is row ``first_row`` of the split."""
@@ -184,14 +185,17 @@ def tokenise_pair_chunk(pairs: pa.Table, tokenizer: PreTrainedTokenizerBase, max
     rows, dropped = tokenise_pairs(tokenizer, *columns, max_length=max_length)
     table = pa.table({name: pa.array(rows[name], pa.list_(pa.int32())) for name in PAIR_COLUMNS})
     prompt, chosen, rejected = (np.asarray(pc.list_value_length(table.column(name))) for name in PAIR_COLUMNS)
-    answers = int(chosen.sum() + rejected.sum())
     longest = int(np.maximum(prompt + chosen, prompt + rejected).max(initial=0))
+    # TRL keeps the start of prompt plus answer up to max_length: the answer tokens the loss sees
+    room = max_length - prompt
     kept = np.ones(len(pairs), dtype=bool)
     kept[dropped] = False
     row_tokens, row_answers = np.zeros(len(pairs), np.int64), np.zeros(len(pairs), np.int64)
-    row_tokens[kept], row_answers[kept] = 2 * prompt + chosen + rejected, chosen + rejected
-    tokens = int(2 * prompt.sum()) + answers
-    return Chunk(table, None, tokens, answers, longest, row_tokens, row_answers, len(dropped))
+    row_tokens[kept] = 2 * prompt + chosen + rejected
+    row_answers[kept] = np.minimum(chosen, room) + np.minimum(rejected, room)
+    return Chunk(
+        table, None, int(row_tokens.sum()), int(row_answers.sum()), longest, row_tokens, row_answers, len(dropped)
+    )
 
 
 def truncated(rows: pa.Table, max_length: int) -> pa.Table:
@@ -457,7 +461,8 @@ def build(
         raise UserError(f"the tokenizer in {tokenizer_dir} has no chat template; fine-tune an instruct/chat model.")
     data = token_cache.data_fingerprint(paths)
     tokenizer_print = token_cache.tokenizer_fingerprint(tokenizer_dir, tokenizer)
-    key = token_cache.cache_key(data, tokenizer_print, settings)
+    sources = mixture_sources(data_dir, paths[0])
+    key = token_cache.cache_key(data, tokenizer_print, settings, sources.key if sources else ())
     final = cache_root / key
     if (final / TOKENS_MANIFEST).is_file():
         log.info("reusing the tokenised data in %s (same data, tokenizer and settings)", final)
@@ -475,7 +480,7 @@ def build(
         eval_kept = eval_total if keep is None else len(keep)
         log.info("tokenising %s and %s with %d worker(s) into %s", paths[0], paths[1], workers, final)
         check = space_check(cache_root, eval_kept)
-        train = builder.write_split(paths[0], None, TRAIN_ROWS, None, check, mixture_sources(data_dir, paths[0]))
+        train = builder.write_split(paths[0], None, TRAIN_ROWS, None, check, sources)
         # the evaluation stage's held-out loss reads whole conversations; for pairs it reads the pair rows
         conversations = None if settings.objective == "dpo" else EVAL_CONVERSATIONS
         evaluation = builder.write_split(paths[1], keep, EVAL_ROWS, conversations)
