@@ -27,6 +27,7 @@ SIGNED = "https://bucket.s3.amazonaws.com/qa.jsonl?X-Amz-Credential=AKIA%2F1&X-A
         ('[{"uri": "a.jsonl", "weight": 1}, {"uri": "b.jsonl"}]', "but not to source 2"),
         ('[{"url": "a.jsonl"}]', "source 1 has the key 'url' (did you mean uri?)"),
         ('["a.jsonl", "ftp://host/b.jsonl"]', "has a source that is 'ftp://host/b.jsonl', whose scheme 'ftp' this"),
+        ('["ftp://me:pw@host/b.jsonl"]', "has a source that is a URL that carries a credential (ftp://host/b.jsonl"),
     ],
 )
 def test_a_bad_source_list_is_named_in_the_run_parameter_checks(sources, words):

@@ -135,6 +135,13 @@ def test_the_model_card_gives_each_sources_share_of_the_training_tokens(tmp_path
     card = (stage_dir(str(tmp_path), "run-1", PUBLISH) / UPLOAD / "README.md").read_text()
     assert "| 135 of 250 (50.0%) | 30 | 300 | 0 | 0 / 0 |\n" in card and "training tokens" not in card
 
+    # tokens of other sources (a summary from another data directory): neither the columns nor their note
+    other = tuple(dataclasses.replace(source, uri=f"{source.uri}-elsewhere") for source in tokens)
+    training_summary(source_tokens=other).write(train / TRAINING_SUMMARY)
+    publish(str(tmp_path), "run-1", "", PublishOptions(), token=None)
+    card = (stage_dir(str(tmp_path), "run-1", PUBLISH) / UPLOAD / "README.md").read_text()
+    assert "training tokens" not in card and "the weight the source really had" not in card
+
 
 def test_the_training_summary_names_no_source_when_the_data_directory_is_gone(prepared_data_dir, tmp_path):
     """A token cache entry can outlive its run's data directory; the summary then names no source (None), rather

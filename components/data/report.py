@@ -79,7 +79,7 @@ def source_table(stats: DataStats, tokens: tuple[SourceTokens, ...] = ()) -> str
     if not stats.lineage:
         return ""
     mixture = len(stats.sources) == len(stats.lineage)
-    with_tokens = mixture and [t.uri for t in tokens] == [source.uri for source in stats.sources]
+    with_tokens = shows_tokens(stats, tokens)
     headers = LINEAGE_HEADERS + (MIXTURE_HEADERS if mixture else ()) + (TOKEN_HEADERS if with_tokens else ())
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(" --- " for _ in headers) + "|"]
     loss_tokens = sum(source.loss_tokens for source in tokens)
@@ -89,6 +89,12 @@ def source_table(stats: DataStats, tokens: tuple[SourceTokens, ...] = ()) -> str
             cells += _token_cells(tokens[number], loss_tokens)
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def shows_tokens(stats: DataStats, tokens: tuple[SourceTokens, ...]) -> bool:
+    """Whether the table has token columns: ``tokens`` are those of the sources ``stats`` mixed, in their order."""
+    mixture = bool(stats.lineage) and len(stats.sources) == len(stats.lineage)
+    return mixture and [source.uri for source in tokens] == [source.uri for source in stats.sources]
 
 
 def _lineage_cells(lineage: SourceLineage) -> list[str]:

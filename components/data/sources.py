@@ -272,7 +272,7 @@ def _http_problem(shown: str, status: int) -> str:
     if status in (401, 403):
         return (
             f"The server refused {shown} (HTTP {status}). This step sends no credentials over HTTP: give a "
-            f"presigned URL in the data connection Secret's key {URL_ENV} and the URI {SECRET_URI} in its place, or "
+            f"presigned URL in the data connection Secret's key {URL_ENV} and {SECRET_URI} instead of the URL, or "
             "put the data on S3 (s3://, credentials from a Secret) or the workspace PVC."
         )
     if status == 404:

@@ -27,7 +27,7 @@ from common.records import EvaluationResult, GateVerdict, TrainingSummary
 from common.run_layout import LORA_MARKER, MODELFILE
 from components.champion.card import FINGERPRINT_KEY, HISTORY_KEY, LINEAGE_KEY
 from components.champion.version import MERGED_CONFIG, RunOutputs
-from components.data.report import source_table
+from components.data.report import shows_tokens, source_table
 from components.data.sources import describe_uri, hub_dataset_id
 from components.evaluation_tables import benchmark_note, benchmark_rows, change_headers, columns
 from components.local_model import LOCAL_MODEL_NAME
@@ -98,7 +98,7 @@ def render_model_card(outputs: RunOutputs, options: PublishOptions, context: Car
         fingerprint=outputs.fingerprint,
         dataset=_dataset(outputs, context),
         data_sources=source_table(outputs.stats, outputs.summary.source_tokens),
-        source_tokens=bool(outputs.summary.source_tokens),
+        source_tokens=shows_tokens(outputs.stats, outputs.summary.source_tokens),
         run_id=context.run_id,
         history=_history_rows(context.history),
         earlier_revision=next(

@@ -63,7 +63,6 @@ def _input_rules(values: dict[str, Any]) -> dict[str, str]:
         secret = _data_connection_secret(values)
         problem = (
             secret_reference_problem(uri)
-            or scheme_problem(uri)
             or credential_problem(
                 uri,
                 f"Put the URL in the key {URL_ENV} of the data connection Secret ({secret}, named by "
@@ -75,6 +74,7 @@ def _input_rules(values: dict[str, Any]) -> dict[str, str]:
                     else f"make {SECRET_URI} that source's uri"
                 ),
             )
+            or scheme_problem(uri)  # after the credential: a leaked one is the more urgent fix
         )
         if problem:
             found.setdefault(name, _about(name, problem))
