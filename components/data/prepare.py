@@ -13,7 +13,6 @@ import hashlib
 import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -24,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from common.ahead import mapped_ahead
 from common.atomic import staging_dir
 from common.errors import UserError
 from common.records import EVAL_SPLIT_NAME, DataStats, Overlap, RemoteVersion, SourceLineage, SourceStats
@@ -42,6 +42,7 @@ from components.data.parse import ParsedChunk, Reject, excerpt, parse_chunk, spl
 from components.data.report import data_report
 from components.data.schema import OUTPUT_SCHEMA, PAIR_SCHEMA
 from components.data.shapes import SHAPES
+from components.data.staged import batches as staged_batches
 
 FAILED_REJECTS_FILE = "rejects.failed.jsonl"
 
@@ -327,6 +328,9 @@ def _read_source(
 
 
 KEY_COLUMN = "content_key"  # a staged training row's canonical content, for the mixture's fingerprint
+# Staged rows read per batch while mixing: a batch and the rows taken from it are in memory at once, and a
+# conversation with its content key is a kilobyte or more (65,536 rows a batch cost 300 MB at a million records)
+MIX_BATCH_ROWS = 8192
 
 
 def _refuse_contaminated(overlaps: tuple[Overlap, ...], options: PrepareOptions) -> None:
@@ -383,7 +387,7 @@ def _mix(
     for number, (path, rows, count) in enumerate(zip(staged, usable, counts, strict=True)):
         chosen = rows[choose_rows(len(rows), count, options.seed, number)] if count else rows[:0]
         start = 0
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=65536):
+        for batch in staged_batches(path, MIX_BATCH_ROWS):
             end = start + batch.num_rows
             lo, hi = np.searchsorted(chosen, [start, end])
             if hi > lo:
@@ -402,15 +406,7 @@ def _parsed_ahead(files: list[Path], fields: FieldMap) -> Iterator[tuple[Chunk, 
     parsing one chunk with validating and writing the previous one.
     """
     chunks = (chunk for path in files for chunk in read_chunks(path))
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="parse") as pool:
-        pending = None
-        for chunk in chunks:
-            upcoming = (chunk, pool.submit(parse_chunk, chunk, fields))
-            if pending:
-                yield pending[0], pending[1].result()
-            pending = upcoming
-        if pending:
-            yield pending[0], pending[1].result()
+    return mapped_ahead(lambda chunk: (chunk, parse_chunk(chunk, fields)), chunks, threads=1, window=1, name="parse")
 
 
 def _parquet_writer(path: Path, kind: RowKind, with_keys: bool = False) -> pq.ParquetWriter:
