@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from components.data.contamination import NGRAM, NgramIndex, ngram_hashes
+from components.data.contamination import BOILERPLATE_TEXTS, NGRAM, NgramIndex, ngram_hashes
 
 QUESTION = (
     "Which knot forms a fixed loop at the end of a rope that neither slips nor binds under a heavy load, "
@@ -65,3 +65,21 @@ def test_a_slice_of_a_larger_array_is_read_from_its_own_offset():
 
 def test_an_empty_index_finds_nothing():
     assert NgramIndex.of([]).overlaps(pa.array([QUESTION])).tolist() == [0]
+
+
+def test_a_sequence_that_three_texts_share_is_boilerplate_and_two_is_not():
+    """The rule that keeps a template shared by every row from overlapping everywhere: a 13-word sequence in
+    BOILERPLATE_TEXTS (3) or more of the texts indexed is left out, in fewer it stays; a text repeating one counts
+    once."""
+    assert BOILERPLATE_TEXTS == 3
+    shared = " ".join(QUESTION.split()[:NGRAM])
+    twice = NgramIndex.of([pa.array([shared, f"{shared} {shared}", "unrelated words only"])])
+    thrice = NgramIndex.of([pa.array([shared, shared]), pa.array([f"Also: {shared}"])])
+    assert twice.overlaps(pa.array([shared])).tolist() == [1]
+    assert thrice.overlaps(pa.array([shared])).tolist() == [0]
+
+    documents = NgramIndex.of_documents(pa.array(["no", shared, "neither", f"{shared} too"]))
+    counts, hit = documents.matches(*ngram_hashes(pa.array([shared])), 1)
+    assert counts.tolist() == [1] and hit.tolist() == [1]  # in documents 1 and 3: kept, as the first's
+    boilerplate = NgramIndex.of_documents(pa.array([shared, "no", shared, QUESTION]))  # QUESTION starts with it
+    assert boilerplate.overlaps(pa.array([shared])).tolist() == [0] and boilerplate.document_count == 1

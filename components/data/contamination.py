@@ -60,15 +60,17 @@ def text_ngrams(texts: pa.Array) -> np.ndarray:
     return _per_text(*ngram_hashes(texts))[0]
 
 
-def _rare(ordered: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Of a sorted array of each text's n-grams: where each distinct n-gram's run starts, and which of those runs
-    are shorter than ``BOILERPLATE_TEXTS`` (the n-grams fewer texts share). Without ``np.unique``'s copies."""
-    new = np.ones(len(ordered), dtype=bool)
-    np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
-    starts = np.flatnonzero(new)
-    del new
-    texts = np.diff(starts, append=len(ordered))
-    return texts < BOILERPLATE_TEXTS, starts
+def _rare(ordered: np.ndarray) -> np.ndarray:
+    """Of a sorted array of each text's n-grams, which elements are the first of a distinct n-gram that fewer than
+    ``BOILERPLATE_TEXTS`` texts share: a run that starts at ``i`` is short when ``i + BOILERPLATE_TEXTS - 1`` holds
+    another value. Boolean masks only, a byte an n-gram, where ``np.unique`` made 8-byte copies."""
+    count = len(ordered)
+    first = np.ones(count, dtype=bool)
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    reach = BOILERPLATE_TEXTS - 1
+    short = np.ones(count, dtype=bool)
+    np.not_equal(ordered[reach:], ordered[:-reach], out=short[:-reach])
+    return first & short
 
 
 def ngram_hashes(texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -120,17 +122,16 @@ class NgramIndex:
         parts = list(parts)
         hashes = np.concatenate(parts) if parts else np.zeros(0, np.uint64)
         del parts
-        hashes.sort()  # in place: the index's memory is this array and, briefly, its distinct values
-        rare, starts = _rare(hashes)
-        return cls(hashes[starts[rare]])
+        hashes.sort()  # in place: the index's memory is this array and, briefly, what it keeps of it
+        return cls(hashes[_rare(hashes)])
 
     @classmethod
     def of_documents(cls, documents: pa.Array) -> NgramIndex:
         """The index of ``documents`` (strings), each n-gram knowing its document's position (an n-gram that two
         documents share, the first's); boilerplate left out."""
         hashes, rows = _per_text(*ngram_hashes(documents))  # sorted by hash, then by document
-        rare, starts = _rare(hashes)
-        return cls(hashes[starts[rare]], rows[starts[rare]])
+        rare = _rare(hashes)
+        return cls(hashes[rare], rows[rare])
 
     def __len__(self) -> int:
         return len(self.hashes)
