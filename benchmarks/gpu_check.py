@@ -84,13 +84,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
 from gpu_train_bench import (
     ABSOLUTE_TARGETS,
-    DATASHEET_BF16_PEAK,
     DEFAULT_CONFIG,
     REPO_ROOT,
     build_model,
     model_flops_per_token,
     steady_tokens_per_second,
 )
+
+from trainer import mfu  # noqa: E402  (gpu_train_bench put the repository on the path)
 
 if TYPE_CHECKING:
     from trainer.config import TrainConfig
@@ -287,7 +288,7 @@ def environment(cpu: bool) -> dict[str, Any]:
         raise SystemExit("torch sees no CUDA device here: --cpu runs the CPU mode")
     else:
         device, memory = torch.cuda.get_device_name(), torch.cuda.get_device_properties(0).total_memory / 2**30
-    peak = next((flops for gpu, flops in DATASHEET_BF16_PEAK.items() if gpu in device), None)
+    peak = mfu.peak_flops(device, "bf16")
     print(f"device: {device}", flush=True)
     return {"versions": versions, "unmet_requirements": unmet, "device": device, "gpu_memory_gib": memory, "peak": peak}
 

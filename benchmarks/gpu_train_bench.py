@@ -78,9 +78,10 @@ from typing import NamedTuple, Sequence
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
+from trainer import mfu  # noqa: E402  (the repository is on the path from here)
+from trainer.methods import method_named  # noqa: E402
+
 DEFAULT_CONFIG = REPO_ROOT / "tests" / "model_configs" / "SmolLM3-3B.json"
-# Dense bf16 tensor-core peaks from NVIDIA's datasheets (SXM parts), in FLOP/s.
-DATASHEET_BF16_PEAK = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12}
 
 
 class Case(NamedTuple):
@@ -465,8 +466,9 @@ def measure(args: argparse.Namespace) -> dict:
     return results
 
 
-def model_flops_per_token(method: str, matmul_weights: int) -> int:
-    return (6 if method == "full" else 4) * matmul_weights
+def model_flops_per_token(method: str, matmul_weights: int) -> float:
+    """The trainer's count (trainer/mfu.py): 6 FLOPs a weight for full fine-tuning, 4 for adapters."""
+    return mfu.flops_per_token(matmul_weights, method_named(method).trains_adapter)
 
 
 def attention_cells(result: dict, matmul_weights: int) -> str:
@@ -535,7 +537,7 @@ def report(results: dict) -> None:
     from components.train.fit import ModelShape
 
     shape = ModelShape.from_config(json.loads(DEFAULT_CONFIG.parent.joinpath(results["config"]).read_text()), "")
-    peak = next((flops for gpu, flops in DATASHEET_BF16_PEAK.items() if gpu in results["gpu"]), None)
+    peak = mfu.peak_flops(results["gpu"], "bf16")
     print(
         f"{results['gpu']} ({results['gpu_memory_gib']:.0f} GiB); {results['versions']}; random-initialised "
         f"{results['config'].removesuffix('.json')} ({results['matmul_weights'] / 1e9:.2f}B matmul weights); "

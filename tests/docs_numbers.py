@@ -318,7 +318,7 @@ def gpu_train_row(index: int, name: str) -> Quote:
         flops = case["tokens_per_s"] * bench.model_flops_per_token(case["case"][0], results["matmul_weights"])
         return [
             thousands(case["tokens_per_s"]),
-            f"{flops / bench.DATASHEET_BF16_PEAK['H100']:.1%}",
+            f"{flops / bench.mfu.peak_flops('NVIDIA H100 80GB HBM3', 'bf16'):.1%}",
             f"{flops / results['measured_matmul_flops']:.1%}",
             f"{case['peak_mb'] / 1024:.1f}",
         ]
