@@ -571,6 +571,8 @@ class TrainingSummary(VersionedFile):
     data_sources: tuple[SourceLineage, ...] | None = None  # 2026-11-29
     # A mixture's sources' share of the training tokens (the token manifest's); empty for one source
     source_tokens: tuple[SourceTokens, ...] = ()  # 2026-11-29
+    # Model FLOPs utilisation over the training time, 0 to 1 (trainer/mfu.py); None off the GPUs it knows
+    mfu: float | None = None  # 2026-11-29
 
     VERSION: ClassVar[int] = 1
     WHAT: ClassVar[str] = "training summary"
@@ -620,6 +622,43 @@ class TrainingSummary(VersionedFile):
         return dataclasses.replace(
             summary, devices=tuple(summary.devices), ranks=ranks, data_sources=sources, source_tokens=tokens
         )
+
+
+@dataclass(frozen=True)
+class TrainingProgress(VersionedFile):
+    """``train/progress.json``: where a training run is, as rank 0 saw it at its last logging step or checkpoint.
+
+    Written by the trainer (trainer/progress.py), replaced whole each time; read by the train step while it waits
+    for the job (components/train/progress.py: its progress lines, then its KFP metrics), whatever runs the ranks
+    (a PyTorchJob, a TrainJob, local torchrun), since every backend mounts the same workspace.
+    """
+
+    step: int
+    total_steps: int
+    epoch: float
+    tokens_seen: int  # every rank's, since the run started (resumed runs: since the first attempt)
+    tokens_per_second: float | None  # every rank's, over this attempt's training time
+    mfu: float | None  # model FLOPs utilisation, 0 to 1; None on CPU, in fp32 and on GPUs of unknown peak
+    loss: float | None  # the last logged training loss
+    learning_rate: float | None
+    elapsed_seconds: float  # this attempt's training time
+    eta_seconds: float | None  # at this attempt's pace so far; None before its first step
+    last_checkpoint: str | None  # the newest checkpoint's directory name, e.g. checkpoint-400
+    updated: str  # when it was written, ISO 8601 in UTC
+    finished: bool = False  # training reached total_steps (a run stopped to be resumed is not finished)
+
+    VERSION: ClassVar[int] = 1
+    WHAT: ClassVar[str] = "training progress"
+    FIX: ClassVar[str] = "The trainer rewrites it at its next logging step; it is only read to report progress."
+
+    @property
+    def percent(self) -> float:
+        return 100.0 * self.step / self.total_steps if self.total_steps else 0.0
+
+    @classmethod
+    def read(cls, path: Path) -> TrainingProgress | None:
+        """The progress at ``path``; None before the trainer's first write."""
+        return cls._record_at(path)
 
 
 @dataclass(frozen=True)

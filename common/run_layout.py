@@ -21,6 +21,8 @@ those steps on that version, so they write in that version's run directory.
           merged/                       the full fine-tuned checkpoint (config.json, safetensors, tokenizer)
           training_summary.json         resolved options, losses, tokens/s, world size; written last
           training_history.json, loss_curve.png, data_shards.json
+          progress.json                 where training is: rewritten by rank 0 at each logging step and
+                                        checkpoint; the train step prints it as its progress lines
           training_failure.txt          written by the train step when training failed or timed out: a
                                         retried step reports it again instead of training a second time
         evaluate/      written by evaluate; read by publish
@@ -93,6 +95,7 @@ ADAPTER = "adapter"
 MERGED = "merged"
 TRAINING_SUMMARY = "training_summary.json"
 TRAINING_HISTORY = "training_history.json"
+TRAINING_PROGRESS = "progress.json"
 LOSS_CURVE = "loss_curve.png"
 DATA_SHARDS = "data_shards.json"
 TRAINING_FAILURE = "training_failure.txt"

@@ -23,6 +23,7 @@ from common.records import (
     SampleAnswer,
     SampleAnswers,
     SourceLineage,
+    TrainingProgress,
     TrainingSummary,
     VerifiedGguf,
 )
@@ -180,6 +181,25 @@ def data_stats(fingerprint: str = FINGERPRINT, **changes) -> DataStats:
         lineage=(SourceLineage("s3://qa-data/skills.jsonl", SOURCE_CONTENT, 1, RemoteVersion("", '"e1"', "v1")),),
     )
     return dataclasses.replace(stats, **changes)
+
+
+def training_progress(**changes) -> TrainingProgress:
+    """Rank 0's progress file of a run 45% through its 1,000 steps, past its checkpoint at step 400."""
+    progress = TrainingProgress(
+        step=450,
+        total_steps=1000,
+        epoch=1.35,
+        tokens_seen=1_234_567,
+        tokens_per_second=3400.4,
+        mfu=0.382,
+        loss=1.23456,
+        learning_rate=1.9e-4,
+        elapsed_seconds=360.0,
+        eta_seconds=440.0,
+        last_checkpoint="checkpoint-400",
+        updated="2026-11-29T05:00:00+00:00",
+    )
+    return dataclasses.replace(progress, **changes)
 
 
 def gguf_verification(export: Path) -> GgufVerification:

@@ -10,12 +10,14 @@ launcher made is granted by ``pipelines/rbac.yaml``.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import signal
 import subprocess
 import sys
 import threading
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable
@@ -24,11 +26,12 @@ import pytest
 import yaml
 from conftest import REPO_ROOT
 from fake_kube import FakeKube, Request
-from fake_run import training_summary
+from fake_run import training_progress, training_summary
 from train_jobs import JOB_OWNER, LAUNCHER_POD, RUN_ID, WORKFLOW, example_spec, replica_pods, stand_in_artifacts
 
+import components.train.progress as progress_module
 from common.errors import UserError
-from common.run_layout import TRAINING_FAILURE
+from common.run_layout import TRAINING_FAILURE, TRAINING_PROGRESS
 from components.local_model import CLUSTER_BASE_MODEL
 from components.train.api_server import connect
 from components.train.follow import run_job
@@ -440,13 +443,27 @@ def step_arguments(workspace: Path, data: Path, tmp_path: Path, **launch) -> dic
     )
 
 
-def test_cluster_step_launches_follows_and_records_what_the_pods_wrote(fake, tmp_path, capsys):
+PROGRESS = training_progress(
+    total_steps=10, tokens_seen=4500, tokens_per_second=900.0, mfu=0.41, loss=1.25, learning_rate=2e-4
+)
+
+
+def test_cluster_step_launches_follows_and_records_what_the_pods_wrote(fake, tmp_path, capsys, monkeypatch):
     workspace, data, train_dir = workspace_with_data(tmp_path)
+    monkeypatch.setattr(progress_module, "CHECK_SECONDS", 0.02)
+    monkeypatch.setattr(progress_module, "LINE_SECONDS", 0.0)
 
     def script(fake):
         job, pods = start_replicas(fake, PYTORCHJOB)
+        halfway = dataclasses.replace(PROGRESS, step=5, epoch=0.5, eta_seconds=50.0, last_checkpoint="checkpoint-5")
+        train_dir.mkdir(parents=True, exist_ok=True)
+        halfway.write(train_dir / TRAINING_PROGRESS)  # rank 0's progress file on the shared PVC, not a pod log
+        time.sleep(1.0)  # read within CHECK_SECONDS, and printed: each new record is, at LINE_SECONDS 0
         for directory in ("merged", "adapter", "checkpoints/checkpoint-10"):  # what rank 0 writes onto the shared PVC
             (train_dir / directory).mkdir(parents=True)
+        done = dataclasses.replace(PROGRESS, step=10, epoch=1.0, eta_seconds=0.0, last_checkpoint="checkpoint-10")
+        done = dataclasses.replace(done, finished=True)
+        done.write(train_dir / TRAINING_PROGRESS)
         summary = training_summary(world_size=2, global_step=10, final_train_loss=1.25, final_eval_loss=None)
         summary.write(train_dir / "training_summary.json")
         fake.log(pods[0], "step 10/10 loss 1.25")
@@ -474,8 +491,16 @@ def test_cluster_step_launches_follows_and_records_what_the_pods_wrote(fake, tmp
     )
     metrics = arguments["metrics"].metrics
     assert (metrics["world_size"], metrics["global_step"], metrics["final_train_loss"]) == (2, 10, 1.25)
-    assert metrics.keys() == set(SUMMARY_METRICS) - {"final_eval_loss"}  # None: no number to log
-    assert "[master-0] step 10/10 loss 1.25" in capsys.readouterr().out
+    progress_numbers = {"progress_percent", "total_steps", "tokens_per_second", "final_learning_rate"}
+    assert metrics.keys() == set(SUMMARY_METRICS) - {"final_eval_loss", "mfu"} | progress_numbers  # None: not logged
+    assert (metrics["progress_percent"], metrics["total_steps"], metrics["tokens_per_second"]) == (100.0, 10, 900.0)
+    out = capsys.readouterr().out
+    assert "[master-0] step 10/10 loss 1.25" in out
+    assert "progress: step 5/10 (50.0%), epoch 0.50, 4,500 tokens, 900 tokens/s, MFU 41.0%, loss 1.2500, " in out
+    assert "progress: step 10/10 (100.0%), epoch 1.00, 4,500 tokens, 900 tokens/s, MFU 41.0%, loss 1.2500, " in out
+    assert (
+        "ETA 0:00:50, last checkpoint checkpoint-5" in out and "lr 2.00e-04, done, last checkpoint checkpoint-10" in out
+    )
 
 
 def test_cluster_step_fails_with_the_report_when_the_job_fails(fake, tmp_path, capsys):

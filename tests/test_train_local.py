@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import yaml
 from conftest import tokenised
 from train_jobs import stand_in_artifacts
 
+import components.train.progress as progress_module
 from common.errors import UserError
 from components.default_base_model import resolve_base_model
 from components.local_model import CLUSTER_BASE_MODEL, LOCAL_MODEL_NAME
@@ -63,8 +65,10 @@ def local_run(tmp_path: Path, tokens_dir: Path, base_model: Path, training: dict
 
 @pytest.mark.slow
 def test_local_backend_trains_with_two_processes_and_records_the_outputs(
-    tiny_model_dir, prepared_data_dir, tmp_path, capsys
+    tiny_model_dir, prepared_data_dir, tmp_path, capsys, monkeypatch
 ):
+    monkeypatch.setattr(progress_module, "CHECK_SECONDS", 0.05)  # a line for every record the trainer writes
+    monkeypatch.setattr(progress_module, "LINE_SECONDS", 0.0)
     train_dir, artifacts = local_run(tmp_path, tokenised(tiny_model_dir, prepared_data_dir), tiny_model_dir, FAST)
 
     assert train_dir == str(tmp_path / "workspace" / "runs" / "run-1" / "train")
@@ -87,7 +91,20 @@ def test_local_backend_trains_with_two_processes_and_records_the_outputs(
     launched = yaml.safe_load(Path(artifacts["manifest_artifact"].path).read_text())
     assert launched["backend"] == "local" and launched["processes"] == 2
     assert launched["command"][1:5] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    assert "step 3/3" in capsys.readouterr().out  # the trainer's progress reached the step's log
+    out = capsys.readouterr().out
+    assert "step 3/3" in out  # the trainer's own lines reached the step's log
+
+    # The step's progress lines, read from the progress file rank 0 rewrites: steps that only go up, a plausible
+    # ETA, the checkpoint at step 2, and 100% at the end; the last record's numbers in the KFP metrics.
+    lines = [line for line in out.splitlines() if line.startswith("progress: ")]
+    steps = [int(re.search(r"step (\d+)/3 ", line)[1]) for line in lines]
+    assert steps == sorted(steps) and steps[-1] == 3 and len(lines) >= 2, lines
+    etas = [re.search(r"ETA (\d+):(\d\d):(\d\d)", line) for line in lines]
+    assert all(int(eta[1]) * 3600 + int(eta[2]) * 60 + int(eta[3]) < 600 for eta in etas if eta)
+    assert lines[-1].startswith("progress: step 3/3 (100.0%)") and ", done, last checkpoint checkpoint-3" in lines[-1]
+    assert any("last checkpoint checkpoint-2" in line for line in lines)
+    assert metrics["progress_percent"] == 100.0 and metrics["total_steps"] == 3 and metrics["tokens_per_second"] > 0
+    assert "mfu" not in metrics  # on CPU: no peak to measure against
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Trainer callbacks: completion manifests, pre-emption saves, progress lines, step history.
+"""Trainer callbacks: completion manifests and pre-emption saves (progress: trainer/progress.py).
 
 Each hooks one concern into the Hugging Face Trainer's own loop instead of
 replacing it.
@@ -6,11 +6,8 @@ replacing it.
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import signal
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -74,49 +71,3 @@ class PreemptionSave(TrainerCallback):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
         self._stop_if_requested(state, control)
-
-
-def _duration(seconds: float) -> str:
-    return str(dt.timedelta(seconds=int(max(seconds, 0))))
-
-
-class ProgressLines(TrainerCallback):
-    """One plain log line per logging step on rank 0: step, loss, tokens/s, ETA.
-
-    Pods have no terminal, and a tqdm bar there becomes carriage-return soup in
-    the log viewer; a terminal keeps the Trainer's own bar and gets these too.
-    """
-
-    def __init__(self) -> None:
-        self.started: float | None = None
-        self.first_step = 0
-        self.first_tokens = 0
-
-    def on_train_begin(
-        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
-    ) -> None:
-        self.started = time.monotonic()
-        self.first_step = state.global_step
-        self.first_tokens = state.num_input_tokens_seen
-
-    def on_log(
-        self,
-        args: TrainingArguments,
-        state: TrainerState,
-        control: TrainerControl,
-        logs: dict[str, float] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        if not state.is_world_process_zero or not logs or "loss" not in logs or self.started is None:
-            return
-        elapsed = time.monotonic() - self.started
-        steps_done = state.global_step - self.first_step
-        tokens_per_second = (state.num_input_tokens_seen - self.first_tokens) / elapsed if elapsed > 0 else 0.0
-        eta = elapsed / steps_done * (state.max_steps - state.global_step) if steps_done else 0.0
-        print(
-            f"step {state.global_step}/{state.max_steps} epoch {state.epoch or 0:.2f} loss {logs['loss']:.4f} "
-            f"lr {logs.get('learning_rate', 0.0):.2e} tokens/s {tokens_per_second:,.0f} "
-            f"elapsed {_duration(elapsed)} eta {_duration(eta)}",
-            file=sys.stderr,
-            flush=True,
-        )

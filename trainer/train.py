@@ -25,7 +25,7 @@ from transformers.trainer_callback import PrinterCallback
 from common.atomic import replace_dir, write_json
 from common.errors import UserError
 from common.records import RankFacts, TrainingSummary
-from common.run_layout import DATA_SHARDS, LOSS_CURVE, TRAINING_HISTORY, TRAINING_SUMMARY
+from common.run_layout import DATA_SHARDS, LOSS_CURVE, TRAINING_HISTORY, TRAINING_PROGRESS, TRAINING_SUMMARY
 from trainer import (
     attention,
     base_model,
@@ -34,17 +34,19 @@ from trainer import (
     data,
     diagnostics,
     distributed,
+    mfu,
     outputs,
     preflight,
     sharding,
 )
-from trainer.callbacks import CompletionManifest, PreemptionSave, ProgressLines
+from trainer.callbacks import CompletionManifest, PreemptionSave
 from trainer.config import TrainConfig, checkpointing_words
 from trainer.diagnostics import ShardRecorder
 from trainer.distributed import Topology
 from trainer.objectives import Objective
 from trainer.objectives.dpo import DPO
 from trainer.objectives.sft import SFT
+from trainer.progress import ProgressFile
 from trainer.rehearsal import SpeedPath
 
 log = logging.getLogger("trainer")
@@ -339,6 +341,13 @@ def run_checked(config: TrainConfig, topology: Topology) -> int:
     shards = ShardRecorder(objective.example_tokens)
     sharding_check = sharding.ShardingCheck(config, topology.world_size)
     sharding.prepare_environment(config)
+    precision = "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32"
+    progress = ProgressFile(
+        config.output_dir / TRAINING_PROGRESS,
+        mfu.peak_flops(device_name(), precision),
+        config.training_method.trains_adapter,
+        topology.world_size,
+    )
     trainer = objective.trainer_class(
         model=load_model(config, source, args.bf16, args.fp16),
         args=args,
@@ -346,7 +355,7 @@ def run_checked(config: TrainConfig, topology: Topology) -> int:
         eval_dataset=eval_split if len(eval_split) else None,
         processing_class=tokenizer,
         peft_config=lora_config(config),
-        callbacks=[CompletionManifest(), preemption, ProgressLines(), sharding_check],
+        callbacks=[CompletionManifest(), preemption, progress, sharding_check],
         shards=shards,
     )
     if args.disable_tqdm:
@@ -400,7 +409,7 @@ def run_checked(config: TrainConfig, topology: Topology) -> int:
             world_size=topology.world_size,
             devices=tuple(rank["device"] for rank in ranks),
             sharding="fsdp" if trainer.is_fsdp_enabled else "none",
-            precision="bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
+            precision=precision,
             gradient_checkpointing=config.recomputes_activations,  # resolved: auto follows the method
             trained_weights_dtype=weights_dtype,
             learning_rate=args.learning_rate,
@@ -416,6 +425,7 @@ def run_checked(config: TrainConfig, topology: Topology) -> int:
             tokens_seen=tokens,
             train_runtime_s=runtime,
             non_padding_tokens_per_s=tokens / runtime if runtime else None,
+            mfu=progress.progress(trainer.state).mfu,
             final_train_loss=train_losses[-1] if train_losses else None,
             mean_train_loss=result.training_loss,
             final_eval_loss=eval_loss,

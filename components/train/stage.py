@@ -22,7 +22,7 @@ from common.atomic import write_json, write_text_atomic
 from common.cli_options import run_form_names
 from common.errors import UserError, exit_on_user_error
 from common.records import TrainingSummary
-from common.run_layout import TOKENS_MANIFEST, TRAINING_FAILURE, TRAINING_SUMMARY, stage_dir
+from common.run_layout import TOKENS_MANIFEST, TRAINING_FAILURE, TRAINING_PROGRESS, TRAINING_SUMMARY, stage_dir
 from components.default_base_model import LOCAL_BACKEND, resolve_base_model
 from components.train.fit import check_fit
 from components.train.kinds import KINDS, PYTORCHJOB
@@ -33,6 +33,7 @@ from components.train.options import (
     launch_problems,
     sharding_problem,
 )
+from components.train.progress import ProgressReporter
 from components.train.reports import TrainingFailed
 from components.train.signals import TERMINATED_EXIT_CODE, Terminated
 from trainer.config import TrainConfig, option_problems
@@ -48,6 +49,7 @@ SUMMARY_METRICS = (
     "tokens_seen",
     "train_runtime_s",
     "non_padding_tokens_per_s",
+    "mfu",
     "world_size",
     "learning_rate",
 )
@@ -284,20 +286,22 @@ def run_in_pipeline(
         "\n".join(check_fit(config, options.nodes, options.gpus_per_node, options.gpu_memory, workspace_size)),
         flush=True,
     )
+    reporter = ProgressReporter(train_dir / TRAINING_PROGRESS)
     try:
-        if options.backend == LOCAL_BACKEND:
-            train_locally(config, options, manifest_artifact)
-        else:
-            train_on_cluster(
-                config,
-                options,
-                run_id=run_id,
-                pipeline_name=pipeline_name,
-                pvc_name=pvc_name,
-                mount_path=workspace_root,
-                image=image,
-                manifest_artifact=manifest_artifact,
-            )
+        with reporter:  # the trainer's progress file, as lines in this step's log
+            if options.backend == LOCAL_BACKEND:
+                train_locally(config, options, manifest_artifact)
+            else:
+                train_on_cluster(
+                    config,
+                    options,
+                    run_id=run_id,
+                    pipeline_name=pipeline_name,
+                    pvc_name=pvc_name,
+                    mount_path=workspace_root,
+                    image=image,
+                    manifest_artifact=manifest_artifact,
+                )
     except TrainingFailed as failure:
         write_text_atomic(train_dir / TRAINING_FAILURE, f"{failure}\n")
         print(f"error: training failed.\n{failure}", file=sys.stderr, flush=True)
@@ -311,6 +315,8 @@ def run_in_pipeline(
         )
         sys.exit(TERMINATED_EXIT_CODE)
     record_outputs(config, options, model_artifact, metrics)
+    for name, value in reporter.metrics().items():
+        metrics.log_metric(name, value)
     return str(train_dir), config.model
 
 

@@ -1,0 +1,137 @@
+"""The train step's progress lines (components/train/progress.py) from the trainer's ``progress.json``
+(trainer/progress.py), and MFU (trainer/mfu.py). A two-rank run's lines: tests/test_train_local.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import time
+from types import SimpleNamespace
+
+import pytest
+from fake_run import training_progress
+from transformers import AutoModelForCausalLM, TrainerControl, TrainerState, TrainingArguments
+
+import components.train.progress as progress_module
+import trainer.progress as trainer_progress
+from common.records import TrainingProgress
+from components.train.progress import ProgressReporter, progress_line
+from trainer import mfu
+from trainer.progress import ProgressFile, non_embedding_parameters, pod_line
+
+MOVING = training_progress()
+
+
+def test_a_line_says_where_the_run_is():
+    assert progress_line(MOVING) == (
+        "progress: step 450/1000 (45.0%), epoch 1.35, 1,234,567 tokens, 3,400 tokens/s, MFU 38.2%, loss 1.2346, "
+        "lr 1.90e-04, ETA 0:07:20, last checkpoint checkpoint-400"
+    )
+    first = dataclasses.replace(MOVING, step=0, tokens_per_second=None, mfu=None, loss=None, learning_rate=None)
+    first = dataclasses.replace(first, eta_seconds=None, last_checkpoint=None)
+    assert progress_line(first) == "progress: step 0/1000 (0.0%), epoch 1.35, 1,234,567 tokens, no checkpoint yet"
+    done = dataclasses.replace(MOVING, step=1000, eta_seconds=0.0, finished=True)
+    assert progress_line(done).endswith("lr 1.90e-04, done, last checkpoint checkpoint-400")
+
+
+def test_lines_come_a_minute_apart_at_each_checkpoint_and_at_the_end(tmp_path, monkeypatch):
+    """Rewrites between lines are not printed; a new checkpoint is, at once; the last record is, at the end."""
+    monkeypatch.setattr(progress_module, "CHECK_SECONDS", 0.02)
+    monkeypatch.setattr(progress_module, "LINE_SECONDS", 3600.0)
+    path, out = tmp_path / "progress.json", io.StringIO()
+
+    def wait_for(lines: int) -> None:
+        deadline = time.monotonic() + 10
+        while out.getvalue().count("\n") < lines and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.1)  # and no more
+
+    with ProgressReporter(path, out) as reporter:
+        wait_for(0)  # no file yet: nothing, and no error
+        MOVING.write(path)
+        wait_for(1)
+        dataclasses.replace(MOVING, step=451).write(path)  # within the minute: not printed
+        wait_for(1)
+        assert out.getvalue().count("\n") == 1 and reporter.last.step == 451
+        path.write_text("{not json")  # a torn or foreign file is skipped
+        wait_for(1)
+        dataclasses.replace(MOVING, step=500, last_checkpoint="checkpoint-500").write(path)
+        wait_for(2)
+        dataclasses.replace(MOVING, step=510, last_checkpoint="checkpoint-500").write(path)
+    lines = out.getvalue().splitlines()
+    assert [line.split(",")[0] for line in lines] == [
+        "progress: step 450/1000 (45.0%)",
+        "progress: step 500/1000 (50.0%)",
+        "progress: step 510/1000 (51.0%)",  # the end of the step: the last record, whatever the clock
+    ]
+    assert reporter.metrics() == {
+        "progress_percent": 51.0,
+        "total_steps": 1000,
+        "tokens_per_second": 3400.4,
+        "final_learning_rate": 1.9e-4,
+    }
+
+
+@pytest.mark.parametrize(
+    ("device", "precision", "peak"),
+    [
+        ("NVIDIA H100 80GB HBM3", "bf16", 989e12),
+        ("NVIDIA H100 PCIe", "bf16", 756e12),
+        ("NVIDIA H200", "fp16", 989e12),
+        ("NVIDIA A100-SXM4-80GB", "bf16", 312e12),
+        ("NVIDIA L40S", "bf16", 362e12),
+        ("NVIDIA L4", "bf16", 121e12),
+        ("NVIDIA H100 80GB HBM3", "fp32", None),  # no tensor-core peak for fp32
+        ("Tesla T4", "fp16", None),  # not listed: no guess
+        ("cpu", "fp32", None),
+    ],
+)
+def test_the_peak_is_the_data_sheets_for_the_gpu_and_precision(device, precision, peak):
+    assert mfu.peak_flops(device, precision) == peak
+
+
+def test_mfu_counts_6n_for_full_training_and_4n_for_adapters_over_every_gpu():
+    assert mfu.flops_per_token(1_000_000, trains_adapter=False) == 6_000_000
+    assert mfu.flops_per_token(1_000_000, trains_adapter=True) == 4_000_000
+    # 2 GPUs of 1 PFLOP/s; 100,000 tokens/s of a 1B model trained whole: 6e14 FLOP/s of 2e15
+    assert mfu.utilisation(100_000, 6e9, 1e15, 2) == pytest.approx(0.3)
+    assert mfu.utilisation(100_000, 6e9, None, 2) is None
+
+
+def test_the_trainer_writes_rate_mfu_eta_and_checkpoint_on_rank_0_only(tiny_model_dir, tmp_path, monkeypatch):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    parameters = non_embedding_parameters(model)
+    embeddings = model.get_input_embeddings().weight.numel()
+    assert parameters == sum(parameter.numel() for parameter in model.parameters()) - embeddings
+    clock = iter([100.0, 100.0, 120.0, 120.0, 130.0, 130.0, 140.0, 140.0])  # two reads a write: start, elapsed
+    monkeypatch.setattr(trainer_progress, "time", SimpleNamespace(monotonic=lambda: next(clock)))
+    path, args, control = tmp_path / "progress.json", TrainingArguments(str(tmp_path)), TrainerControl()
+    callback = ProgressFile(path, peak_flops=1e12, trains_adapter=True, devices=2)
+    state = TrainerState(max_steps=40, global_step=0, num_input_tokens_seen=0)
+    callback.on_train_begin(args, state, control, model=model)
+    assert TrainingProgress.read(path).step == 0 and TrainingProgress.read(path).eta_seconds is None
+
+    state.global_step, state.num_input_tokens_seen, state.epoch = 10, 50_000, 0.25
+    callback.on_log(args, state, control, logs={"loss": 2.5, "learning_rate": 1e-4})
+    written = TrainingProgress.read(path)
+    assert (written.step, written.loss, written.learning_rate, written.elapsed_seconds) == (10, 2.5, 1e-4, 20.0)
+    assert written.tokens_per_second == 2500.0 and written.eta_seconds == 60.0  # 30 steps at 2 s each
+    assert written.mfu == pytest.approx(2500.0 * 4 * parameters / 2e12)
+
+    callback.on_save(args, state, control)
+    assert TrainingProgress.read(path).last_checkpoint == "checkpoint-10"
+    state.global_step = 40
+    callback.on_train_end(args, state, control)
+    assert TrainingProgress.read(path).finished and TrainingProgress.read(path).percent == 100.0
+
+    path.unlink()
+    other_rank = TrainerState(max_steps=40)
+    other_rank.is_world_process_zero = False
+    callback.on_save(args, other_rank, control)
+    assert not path.exists()
+
+
+def test_the_ranks_own_line_says_the_same_in_the_pods_log():
+    assert pod_line(MOVING) == (
+        "step 450/1000 epoch 1.35 loss 1.2346 lr 1.90e-04 tokens/s 3,400 elapsed 0:06:00 eta 0:07:20"
+    )

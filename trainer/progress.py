@@ -1,0 +1,130 @@
+"""Where the run is, from rank 0 at each logging step: a line in its own log, and ``train/progress.json``.
+
+The line is for whoever reads the pod's log: pods have no terminal, and a tqdm bar there becomes carriage-return
+soup in the log viewer (a terminal keeps the Trainer's own bar and gets these too). The file, rewritten at each
+logging step, each checkpoint and the end, is for the train step, which reads it from the shared workspace while it
+waits for the job and prints it once a minute and at each checkpoint (components/train/progress.py): the same
+lines for a PyTorchJob, a TrainJob and local ranks, with no reading of pod logs. Writing it never stops training:
+a failed write is logged once and skipped.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from common.records import TrainingProgress
+from trainer import mfu
+
+log = logging.getLogger(__name__)
+
+
+def non_embedding_parameters(model: torch.nn.Module) -> int:
+    """The base model's parameters without its embeddings (a 4-bit weight counted whole, a sharded one globally)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return int(base.num_parameters(exclude_embeddings=True))
+
+
+def pod_line(progress: TrainingProgress) -> str:
+    """The rank's own log line: step, epoch, loss, learning rate, tokens/s, elapsed and ETA."""
+    rate = f"{progress.tokens_per_second:,.0f}" if progress.tokens_per_second is not None else "-"
+    return (
+        f"step {progress.step}/{progress.total_steps} epoch {progress.epoch:.2f} loss {progress.loss:.4f} "
+        f"lr {progress.learning_rate or 0.0:.2e} tokens/s {rate} elapsed {_duration(progress.elapsed_seconds)} "
+        f"eta {_duration(progress.eta_seconds)}"
+    )
+
+
+def _duration(seconds: float | None) -> str:
+    return str(dt.timedelta(seconds=int(max(seconds or 0, 0))))
+
+
+class ProgressFile(TrainerCallback):
+    """Rank 0 writes the run's ``TrainingProgress`` to ``path``: step, tokens, rate, MFU, loss, ETA, checkpoint."""
+
+    def __init__(self, path: Path, peak_flops: float | None, trains_adapter: bool, devices: int) -> None:
+        self.path = path
+        self.peak_flops, self.trains_adapter, self.devices = peak_flops, trains_adapter, devices
+        self.started: float | None = None
+        self.first_step = self.first_tokens = 0
+        self.per_token: float | None = None
+        self.loss: float | None = None
+        self.learning_rate: float | None = None
+        self.checkpoint: str | None = None
+        self.write_failed = False
+
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        self.started = time.monotonic()
+        self.first_step, self.first_tokens = state.global_step, state.num_input_tokens_seen
+        if self.peak_flops and kwargs.get("model") is not None:
+            self.per_token = mfu.flops_per_token(non_embedding_parameters(kwargs["model"]), self.trains_adapter)
+        self._write(state)
+
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: dict[str, float] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if logs and "loss" in logs:
+            self.loss, self.learning_rate = logs["loss"], logs.get("learning_rate", self.learning_rate)
+            self._write(state, log_line=True)
+
+    def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        self.checkpoint = f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+        self._write(state)
+
+    def on_train_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        self._write(state)
+
+    def progress(self, state: TrainerState) -> TrainingProgress:
+        """What the run has done, as of ``state``."""
+        elapsed = time.monotonic() - (self.started or time.monotonic())
+        steps = state.global_step - self.first_step
+        tokens = int(state.num_input_tokens_seen)
+        rate = (tokens - self.first_tokens) / elapsed if elapsed > 0 and steps else None
+        remaining = max(state.max_steps - state.global_step, 0)
+        return TrainingProgress(
+            step=state.global_step,
+            total_steps=state.max_steps,
+            epoch=round(float(state.epoch or 0.0), 4),
+            tokens_seen=tokens,
+            tokens_per_second=round(rate, 1) if rate is not None else None,
+            mfu=mfu.utilisation(rate, self.per_token, self.peak_flops, self.devices)
+            if rate and self.per_token
+            else None,
+            loss=self.loss,
+            learning_rate=self.learning_rate,
+            elapsed_seconds=round(elapsed, 1),
+            eta_seconds=round(elapsed / steps * remaining, 1) if steps else None,
+            last_checkpoint=self.checkpoint,
+            updated=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            finished=state.max_steps > 0 and state.global_step >= state.max_steps,
+        )
+
+    def _write(self, state: TrainerState, log_line: bool = False) -> None:
+        if not state.is_world_process_zero:
+            return
+        progress = self.progress(state)
+        if log_line:
+            print(pod_line(progress), file=sys.stderr, flush=True)
+        try:
+            progress.write(self.path)
+        except OSError as error:  # a full or lost volume: the checkpoints will say so; training goes on
+            if not self.write_failed:
+                log.warning("could not write %s (%s); the train step's progress lines stop here", self.path, error)
+            self.write_failed = True
