@@ -573,6 +573,8 @@ class TrainingSummary(VersionedFile):
     source_tokens: tuple[SourceTokens, ...] = ()  # 2026-11-29
     # Model FLOPs utilisation over the training time, 0 to 1 (trainer/mfu.py); None off the GPUs it knows
     mfu: float | None = None  # 2026-11-29
+    # Progress posted to the TrainJob's status server (url, reported, failed, last_error); None where there is none
+    trainjob_status: dict[str, Any] | None = None  # 2026-11-29
 
     VERSION: ClassVar[int] = 1
     WHAT: ClassVar[str] = "training summary"

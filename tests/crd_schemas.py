@@ -61,3 +61,16 @@ def schema_errors(manifest: dict, file_name: str) -> list[str]:
 
 PYTORCHJOB_CRD = "kubeflow.org_pytorchjobs.yaml"
 TRAINJOB_CRD = "trainer.kubeflow.org_trainjobs.yaml"
+
+
+def trainer_status_errors(trainer_status: Any) -> list[str]:
+    """What the API server would refuse in a TrainJob's ``status.trainerStatus``: the CRD's schema (closed), and its
+    CEL rule that ``lastUpdatedTime`` is present, which jsonschema does not read."""
+    crd = yaml.safe_load((SCHEMAS / TRAINJOB_CRD).read_text())
+    (version,) = [v for v in crd["spec"]["versions"] if v.get("served", True)]
+    schema = _closed(version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["trainerStatus"])
+    errors = jsonschema.Draft7Validator(schema).iter_errors(trainer_status)
+    found = sorted(f"{'.'.join(map(str, error.absolute_path)) or '<root>'}: {error.message}" for error in errors)
+    if isinstance(trainer_status, dict) and "lastUpdatedTime" not in trainer_status:
+        found.append("lastUpdatedTime is required when trainerStatus is present")
+    return found

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import tokenised
+from fake_trainer_status import FakeTrainerStatus
 from train_jobs import stand_in_artifacts
 
 import components.train.progress as progress_module
@@ -69,7 +70,10 @@ def test_local_backend_trains_with_two_processes_and_records_the_outputs(
 ):
     monkeypatch.setattr(progress_module, "CHECK_SECONDS", 0.05)  # a line for every record the trainer writes
     monkeypatch.setattr(progress_module, "LINE_SECONDS", 0.0)
-    train_dir, artifacts = local_run(tmp_path, tokenised(tiny_model_dir, prepared_data_dir), tiny_model_dir, FAST)
+    with FakeTrainerStatus(tmp_path / "trainer-status") as status_server:  # as if in a TrainJob with the gate on
+        for name, value in status_server.environment().items():
+            monkeypatch.setenv(name, value)
+        train_dir, artifacts = local_run(tmp_path, tokenised(tiny_model_dir, prepared_data_dir), tiny_model_dir, FAST)
 
     assert train_dir == str(tmp_path / "workspace" / "runs" / "run-1" / "train")
     summary = json.loads((Path(train_dir) / "training_summary.json").read_text())
@@ -105,6 +109,17 @@ def test_local_backend_trains_with_two_processes_and_records_the_outputs(
     assert any("last checkpoint checkpoint-2" in line for line in lines)
     assert metrics["progress_percent"] == 100.0 and metrics["total_steps"] == 3 and metrics["tokens_per_second"] > 0
     assert "mfu" not in metrics  # on CPU: no peak to measure against
+
+    # Rank 0 alone posted the progress into the (fake) TrainJob status, each update as the CRD takes it: the first
+    # at 0%, the last at 100% (transformers' own callback, which the same variables would turn on, stayed off).
+    assert status_server.refused == [] and len(status_server.updates) >= 2
+    assert (
+        status_server.updates[0]["progressPercentage"] == 0 and status_server.updates[-1]["progressPercentage"] == 100
+    )
+    assert (
+        summary["trainjob_status"]["reported"] == len(status_server.updates)
+        and not summary["trainjob_status"]["failed"]
+    )
 
 
 @pytest.mark.slow

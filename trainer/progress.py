@@ -23,6 +23,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from common.records import TrainingProgress
 from trainer import mfu
+from trainer.trainjob_status import TrainJobStatus
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +51,16 @@ def _duration(seconds: float | None) -> str:
 class ProgressFile(TrainerCallback):
     """Rank 0 writes the run's ``TrainingProgress`` to ``path``: step, tokens, rate, MFU, loss, ETA, checkpoint."""
 
-    def __init__(self, path: Path, peak_flops: float | None, trains_adapter: bool, devices: int) -> None:
+    def __init__(
+        self,
+        path: Path,
+        peak_flops: float | None,
+        trains_adapter: bool,
+        devices: int,
+        status: TrainJobStatus | None = None,
+    ) -> None:
         self.path = path
+        self.status = status  # the TrainJob's status server, where the cluster has one
         self.peak_flops, self.trains_adapter, self.devices = peak_flops, trains_adapter, devices
         self.started: float | None = None
         self.first_step = self.first_tokens = 0
@@ -89,7 +98,7 @@ class ProgressFile(TrainerCallback):
     def on_train_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
-        self._write(state)
+        self._write(state, final=True)
 
     def progress(self, state: TrainerState) -> TrainingProgress:
         """What the run has done, as of ``state``."""
@@ -116,12 +125,14 @@ class ProgressFile(TrainerCallback):
             finished=state.max_steps > 0 and state.global_step >= state.max_steps,
         )
 
-    def _write(self, state: TrainerState, log_line: bool = False) -> None:
+    def _write(self, state: TrainerState, log_line: bool = False, final: bool = False) -> None:
         if not state.is_world_process_zero:
             return
         progress = self.progress(state)
         if log_line:
             print(pod_line(progress), file=sys.stderr, flush=True)
+        if self.status is not None:
+            self.status.report(progress, final)
         try:
             progress.write(self.path)
         except OSError as error:  # a full or lost volume: the checkpoints will say so; training goes on

@@ -48,6 +48,7 @@ from trainer.objectives.dpo import DPO
 from trainer.objectives.sft import SFT
 from trainer.progress import ProgressFile
 from trainer.rehearsal import SpeedPath
+from trainer.trainjob_status import DISABLE_TRANSFORMERS_ENV, TrainJobStatus
 
 log = logging.getLogger("trainer")
 
@@ -334,6 +335,7 @@ def run_checked(config: TrainConfig, topology: Topology) -> int:
     manifest, train_split, eval_split = data.token_rows(config, source, tokenizer)
 
     objective = OBJECTIVES[config.objective]
+    os.environ[DISABLE_TRANSFORMERS_ENV] = "TRUE"  # before the arguments: this trainer reports the TrainJob status
     args = objective.arguments(config, topology, len(eval_split) > 0)
     os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(config.output_dir / "tensorboard"))
     resume_from = clear_incomplete_checkpoints(config, topology)
@@ -342,11 +344,13 @@ def run_checked(config: TrainConfig, topology: Topology) -> int:
     sharding_check = sharding.ShardingCheck(config, topology.world_size)
     sharding.prepare_environment(config)
     precision = "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32"
+    status = TrainJobStatus.from_environment() if topology.is_main else None
     progress = ProgressFile(
         config.output_dir / TRAINING_PROGRESS,
         mfu.peak_flops(device_name(), precision),
         config.training_method.trains_adapter,
         topology.world_size,
+        status,
     )
     trainer = objective.trainer_class(
         model=load_model(config, source, args.bf16, args.fp16),
@@ -426,6 +430,7 @@ def run_checked(config: TrainConfig, topology: Topology) -> int:
             train_runtime_s=runtime,
             non_padding_tokens_per_s=tokens / runtime if runtime else None,
             mfu=progress.progress(trainer.state).mfu,
+            trainjob_status=status.summary() if status else None,
             final_train_loss=train_losses[-1] if train_losses else None,
             mean_train_loss=result.training_loss,
             final_eval_loss=eval_loss,
