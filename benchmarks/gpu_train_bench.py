@@ -139,7 +139,7 @@ def build_model(config_path: Path, tokenizer: Path, target: Path) -> int:
     for file in tokenizer.iterdir():
         if file.name.startswith(("tokenizer", "chat_template", "special_tokens")):
             shutil.copy(file, target / file.name)
-    matmul_weights = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    matmul_weights = mfu.matmul_weights(model)
     del model
     torch.cuda.empty_cache()
     return matmul_weights

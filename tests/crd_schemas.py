@@ -63,14 +63,28 @@ PYTORCHJOB_CRD = "kubeflow.org_pytorchjobs.yaml"
 TRAINJOB_CRD = "trainer.kubeflow.org_trainjobs.yaml"
 
 
-def trainer_status_errors(trainer_status: Any) -> list[str]:
-    """What the API server would refuse in a TrainJob's ``status.trainerStatus``: the CRD's schema (closed), and its
-    CEL rule that ``lastUpdatedTime`` is present, which jsonschema does not read."""
-    crd = yaml.safe_load((SCHEMAS / TRAINJOB_CRD).read_text())
+INT32 = ("progressPercentage", "estimatedRemainingSeconds")  # format int32, which jsonschema does not check
+
+
+@functools.cache
+def _trainer_status_validator() -> jsonschema.protocols.Validator:
+    crd = yaml.load((SCHEMAS / TRAINJOB_CRD).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     (version,) = [v for v in crd["spec"]["versions"] if v.get("served", True)]
     schema = _closed(version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["trainerStatus"])
-    errors = jsonschema.Draft7Validator(schema).iter_errors(trainer_status)
+    return jsonschema.Draft7Validator(schema)
+
+
+def trainer_status_errors(trainer_status: Any) -> list[str]:
+    """What the API server would refuse in a TrainJob's ``status.trainerStatus``: the CRD's schema (closed), its
+    CEL rule that ``lastUpdatedTime`` is present and its int32 formats, which jsonschema does not read."""
+    errors = _trainer_status_validator().iter_errors(trainer_status)
     found = sorted(f"{'.'.join(map(str, error.absolute_path)) or '<root>'}: {error.message}" for error in errors)
-    if isinstance(trainer_status, dict) and "lastUpdatedTime" not in trainer_status:
-        found.append("lastUpdatedTime is required when trainerStatus is present")
+    if isinstance(trainer_status, dict):
+        if "lastUpdatedTime" not in trainer_status:
+            found.append("lastUpdatedTime is required when trainerStatus is present")
+        found += [
+            f"{name}: {trainer_status[name]} is not an int32"
+            for name in INT32
+            if isinstance(trainer_status.get(name), int) and not -(2**31) <= trainer_status[name] < 2**31
+        ]
     return found

@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import io
 import time
 from types import SimpleNamespace
 
 import pytest
+import torch
 from fake_run import training_progress
 from transformers import AutoModelForCausalLM, TrainerControl, TrainerState, TrainingArguments
 
@@ -17,7 +19,7 @@ import trainer.progress as trainer_progress
 from common.records import TrainingProgress
 from components.train.progress import ProgressReporter, progress_line
 from trainer import mfu
-from trainer.progress import ProgressFile, non_embedding_parameters, pod_line
+from trainer.progress import ProgressFile, pod_line
 
 MOVING = training_progress()
 
@@ -34,32 +36,56 @@ def test_a_line_says_where_the_run_is():
     assert progress_line(done).endswith("lr 1.90e-04, done, last checkpoint checkpoint-400")
 
 
+def watched(reporter: ProgressReporter):
+    """A function that returns once the reporter's thread has read the file twice more: after a write, it has
+    read what was written."""
+    reads = []
+    check = reporter.check
+
+    def counted(final: bool = False) -> None:
+        check(final)
+        reads.append(final)
+
+    reporter.check = counted
+
+    def settle() -> None:
+        wanted, deadline = len(reads) + 2, time.monotonic() + 30
+        while len(reads) < wanted:
+            assert time.monotonic() < deadline, "the reporter stopped reading"
+            time.sleep(0.005)
+
+    return settle
+
+
 def test_lines_come_a_minute_apart_at_each_checkpoint_and_at_the_end(tmp_path, monkeypatch):
-    """Rewrites between lines are not printed; a new checkpoint is, at once; the last record is, at the end."""
-    monkeypatch.setattr(progress_module, "CHECK_SECONDS", 0.02)
+    """Rewrites between lines are not printed; a new checkpoint is, at once; the last record is, at the end; a file
+    that is not a progress record is said once, and never fails the step."""
+    monkeypatch.setattr(progress_module, "CHECK_SECONDS", 0.01)
     monkeypatch.setattr(progress_module, "LINE_SECONDS", 3600.0)
     path, out = tmp_path / "progress.json", io.StringIO()
-
-    def wait_for(lines: int) -> None:
-        deadline = time.monotonic() + 10
-        while out.getvalue().count("\n") < lines and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.1)  # and no more
-
-    with ProgressReporter(path, out) as reporter:
-        wait_for(0)  # no file yet: nothing, and no error
-        MOVING.write(path)
-        wait_for(1)
-        dataclasses.replace(MOVING, step=451).write(path)  # within the minute: not printed
-        wait_for(1)
+    reporter = ProgressReporter(path, out)
+    settle = watched(reporter)
+    recent = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    with reporter:
+        settle()  # no file yet: nothing, and no error
+        training_progress(updated=recent).write(path)
+        settle()
+        training_progress(step=451, updated=recent).write(path)  # within the minute: not printed
+        settle()
         assert out.getvalue().count("\n") == 1 and reporter.last.step == 451
-        path.write_text("{not json")  # a torn or foreign file is skipped
-        wait_for(1)
-        dataclasses.replace(MOVING, step=500, last_checkpoint="checkpoint-500").write(path)
-        wait_for(2)
-        dataclasses.replace(MOVING, step=510, last_checkpoint="checkpoint-500").write(path)
+        path.write_text("{not json")  # a torn or foreign file: said once, then read again at the next check
+        settle()
+        path.write_text('{"format_version": 1, "step": "x"}')
+        settle()
+        training_progress(step=500, last_checkpoint="checkpoint-500", updated=recent).write(path)
+        settle()
+        training_progress(step=510, last_checkpoint="checkpoint-500", updated=recent).write(path)
     lines = out.getvalue().splitlines()
-    assert [line.split(",")[0] for line in lines] == [
+    assert lines[1].startswith(f"progress: cannot read {path} (") and lines[1].endswith(
+        "The trainer rewrites it at its next logging step; it is only read to report progress.); the replicas' own "
+        "lines say how it goes"
+    )
+    assert [line.split(",")[0] for line in lines[:1] + lines[2:]] == [
         "progress: step 450/1000 (45.0%)",
         "progress: step 500/1000 (50.0%)",
         "progress: step 510/1000 (51.0%)",  # the end of the step: the last record, whatever the clock
@@ -72,6 +98,17 @@ def test_lines_come_a_minute_apart_at_each_checkpoint_and_at_the_end(tmp_path, m
     }
 
 
+def test_a_record_from_before_the_step_started_says_so(tmp_path):
+    """A job the step found running, or an earlier attempt's last record: not presented as the run's state now."""
+    path, out = tmp_path / "progress.json", io.StringIO()
+    training_progress(updated="2026-11-28T05:00:00+00:00").write(path)
+    with ProgressReporter(path, out):
+        pass
+    assert out.getvalue().endswith(
+        ", last checkpoint checkpoint-400 (written 2026-11-28T05:00:00+00:00, before this step started)\n"
+    )
+
+
 @pytest.mark.parametrize(
     ("device", "precision", "peak"),
     [
@@ -80,6 +117,7 @@ def test_lines_come_a_minute_apart_at_each_checkpoint_and_at_the_end(tmp_path, m
         ("NVIDIA H200", "fp16", 989e12),
         ("NVIDIA A100-SXM4-80GB", "bf16", 312e12),
         ("NVIDIA L40S", "bf16", 362e12),
+        ("NVIDIA L40", "bf16", 181e12),
         ("NVIDIA L4", "bf16", 121e12),
         ("NVIDIA H100 80GB HBM3", "fp32", None),  # no tensor-core peak for fp32
         ("Tesla T4", "fp16", None),  # not listed: no guess
@@ -98,11 +136,24 @@ def test_mfu_counts_6n_for_full_training_and_4n_for_adapters_over_every_gpu():
     assert mfu.utilisation(100_000, 6e9, None, 2) is None
 
 
+def test_the_weights_counted_are_every_products_even_tied_or_in_4_bits(tiny_model_dir):
+    """The output projection of a model that ties it to the embeddings is a product, counted; a 4-bit layer holds
+    its weights two a byte, counted whole."""
+    import bitsandbytes
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    assert model.lm_head.weight is model.get_input_embeddings().weight  # SmolLM2's tied head
+    layers = model.named_parameters()
+    blocks = sum(weight.numel() for name, weight in layers if name.startswith("model.layers") and "norm" not in name)
+    assert mfu.matmul_weights(model) == blocks + model.lm_head.weight.numel()
+    quantised = bitsandbytes.nn.Linear4bit(64, 32, compute_dtype=torch.float32).to("cpu")  # quantised on the move
+    assert quantised.weight.numel() != 64 * 32 and mfu.matmul_weights(torch.nn.Sequential(quantised)) == 64 * 32
+    assert mfu.flops_per_token(100, trains_adapter=True, with_reference=True) == 600  # DPO: the reference's pass
+
+
 def test_the_trainer_writes_rate_mfu_eta_and_checkpoint_on_rank_0_only(tiny_model_dir, tmp_path, monkeypatch):
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    parameters = non_embedding_parameters(model)
-    embeddings = model.get_input_embeddings().weight.numel()
-    assert parameters == sum(parameter.numel() for parameter in model.parameters()) - embeddings
+    parameters = mfu.matmul_weights(model)
     clock = iter([100.0, 100.0, 120.0, 120.0, 130.0, 130.0, 140.0, 140.0])  # two reads a write: start, elapsed
     monkeypatch.setattr(trainer_progress, "time", SimpleNamespace(monotonic=lambda: next(clock)))
     path, args, control = tmp_path / "progress.json", TrainingArguments(str(tmp_path)), TrainerControl()

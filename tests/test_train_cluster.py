@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable
@@ -452,13 +451,22 @@ def test_cluster_step_launches_follows_and_records_what_the_pods_wrote(fake, tmp
     workspace, data, train_dir = workspace_with_data(tmp_path)
     monkeypatch.setattr(progress_module, "CHECK_SECONDS", 0.02)
     monkeypatch.setattr(progress_module, "LINE_SECONDS", 0.0)
+    halfway_read = threading.Event()
+    line = progress_module.progress_line
+
+    def noting(progress):
+        if progress.step == 5:
+            halfway_read.set()  # formatted: the same check prints it
+        return line(progress)
+
+    monkeypatch.setattr(progress_module, "progress_line", noting)
 
     def script(fake):
         job, pods = start_replicas(fake, PYTORCHJOB)
         halfway = dataclasses.replace(PROGRESS, step=5, epoch=0.5, eta_seconds=50.0, last_checkpoint="checkpoint-5")
         train_dir.mkdir(parents=True, exist_ok=True)
         halfway.write(train_dir / TRAINING_PROGRESS)  # rank 0's progress file on the shared PVC, not a pod log
-        time.sleep(1.0)  # read within CHECK_SECONDS, and printed: each new record is, at LINE_SECONDS 0
+        assert halfway_read.wait(30), "the step never read the halfway record"
         for directory in ("merged", "adapter", "checkpoints/checkpoint-10"):  # what rank 0 writes onto the shared PVC
             (train_dir / directory).mkdir(parents=True)
         done = dataclasses.replace(PROGRESS, step=10, epoch=1.0, eta_seconds=0.0, last_checkpoint="checkpoint-10")

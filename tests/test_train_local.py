@@ -99,14 +99,14 @@ def test_local_backend_trains_with_two_processes_and_records_the_outputs(
     assert "step 3/3" in out  # the trainer's own lines reached the step's log
 
     # The step's progress lines, read from the progress file rank 0 rewrites: steps that only go up, a plausible
-    # ETA, the checkpoint at step 2, and 100% at the end; the last record's numbers in the KFP metrics.
+    # ETA, and 100% at the end with the last checkpoint; the last record's numbers in the KFP metrics. (A line at
+    # each checkpoint: tests/test_progress.py, where the reads are not left to the timing of three quick steps.)
     lines = [line for line in out.splitlines() if line.startswith("progress: ")]
     steps = [int(re.search(r"step (\d+)/3 ", line)[1]) for line in lines]
     assert steps == sorted(steps) and steps[-1] == 3 and len(lines) >= 2, lines
     etas = [re.search(r"ETA (\d+):(\d\d):(\d\d)", line) for line in lines]
     assert all(int(eta[1]) * 3600 + int(eta[2]) * 60 + int(eta[3]) < 600 for eta in etas if eta)
     assert lines[-1].startswith("progress: step 3/3 (100.0%)") and ", done, last checkpoint checkpoint-3" in lines[-1]
-    assert any("last checkpoint checkpoint-2" in line for line in lines)
     assert metrics["progress_percent"] == 100.0 and metrics["total_steps"] == 3 and metrics["tokens_per_second"] > 0
     assert "mfu" not in metrics  # on CPU: no peak to measure against
 

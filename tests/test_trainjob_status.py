@@ -5,8 +5,10 @@ reports there: tests/test_train_local.py."""
 from __future__ import annotations
 
 import logging
+from types import SimpleNamespace
 
 import pytest
+from crd_schemas import trainer_status_errors
 from fake_run import training_progress
 from fake_trainer_status import FakeTrainerStatus
 
@@ -77,6 +79,38 @@ def test_the_token_goes_over_https_only(monkeypatch, caplog, tmp_path):
     monkeypatch.setenv("KUBEFLOW_TRAINER_SERVER_TOKEN", str(tmp_path / "token"))
     assert TrainJobStatus.from_environment() is None
     assert "TrainJob status: not reported: its service account token" in caplog.text
+
+
+def test_after_a_failure_the_reporter_waits_longer_each_time(status_server, monkeypatch):
+    """Rank 0 posts inside its training loop, which the other ranks wait for: a server that does not answer must
+    not cost it a timeout every few seconds."""
+    now = [1000.0]
+    monkeypatch.setattr(trainjob_status, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    reporter = TrainJobStatus.from_environment()
+    status_server.token_file.write_text("a token the server did not issue")
+    attempts = []
+    for second in range(0, 200):
+        now[0] = 1000.0 + second
+        before = len(status_server.refused)
+        reporter.report(training_progress())
+        if len(status_server.refused) > before:
+            attempts.append(second)
+    assert attempts == [0, 10, 30, 70, 150]  # 5 s doubled after each failure in a row (up to 300 s)
+    status_server.token_file.write_text(status_server.token)
+    now[0] = 1000.0 + 460
+    reporter.report(training_progress())
+    now[0] += 5
+    reporter.report(training_progress())  # back to every 5 s once it answers
+    assert reporter.reported == 2 and len(status_server.updates) == 2
+
+
+def test_an_eta_beyond_int32_is_capped_as_upstream_would_refuse_it():
+    body = status_body(training_progress(eta_seconds=3.5e9), final=False)["trainerStatus"]
+    assert body["estimatedRemainingSeconds"] == 2**31 - 1
+    assert trainer_status_errors({**body, "estimatedRemainingSeconds": 2**31}) == [
+        "estimatedRemainingSeconds: 2147483648 is not an int32"
+    ]
+    assert trainer_status_errors(body) == []
 
 
 def test_a_server_that_refuses_or_is_gone_costs_the_run_nothing(status_server, monkeypatch, caplog):

@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
@@ -26,12 +25,6 @@ from trainer import mfu
 from trainer.trainjob_status import TrainJobStatus
 
 log = logging.getLogger(__name__)
-
-
-def non_embedding_parameters(model: torch.nn.Module) -> int:
-    """The base model's parameters without its embeddings (a 4-bit weight counted whole, a sharded one globally)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return int(base.num_parameters(exclude_embeddings=True))
 
 
 def pod_line(progress: TrainingProgress) -> str:
@@ -58,8 +51,11 @@ class ProgressFile(TrainerCallback):
         trains_adapter: bool,
         devices: int,
         status: TrainJobStatus | None = None,
+        with_reference: bool = False,
+        resumed_from: str | None = None,
     ) -> None:
         self.path = path
+        self.with_reference = with_reference  # DPO: a reference model's forward pass on every token too
         self.status = status  # the TrainJob's status server, where the cluster has one
         self.peak_flops, self.trains_adapter, self.devices = peak_flops, trains_adapter, devices
         self.started: float | None = None
@@ -67,7 +63,8 @@ class ProgressFile(TrainerCallback):
         self.per_token: float | None = None
         self.loss: float | None = None
         self.learning_rate: float | None = None
-        self.checkpoint: str | None = None
+        self.checkpoint = resumed_from  # the checkpoint this attempt resumed from, until it saves its own
+        self.final: TrainingProgress | None = None  # at the end of training, before the models are saved
         self.write_failed = False
 
     def on_train_begin(
@@ -76,7 +73,8 @@ class ProgressFile(TrainerCallback):
         self.started = time.monotonic()
         self.first_step, self.first_tokens = state.global_step, state.num_input_tokens_seen
         if self.peak_flops and kwargs.get("model") is not None:
-            self.per_token = mfu.flops_per_token(non_embedding_parameters(kwargs["model"]), self.trains_adapter)
+            weights = mfu.matmul_weights(kwargs["model"])
+            self.per_token = mfu.flops_per_token(weights, self.trains_adapter, self.with_reference)
         self._write(state)
 
     def on_log(
@@ -98,6 +96,7 @@ class ProgressFile(TrainerCallback):
     def on_train_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
+        self.final = self.progress(state)  # the summary's rate and MFU: training time only, not the saving after
         self._write(state, final=True)
 
     def progress(self, state: TrainerState) -> TrainingProgress:
@@ -128,7 +127,7 @@ class ProgressFile(TrainerCallback):
     def _write(self, state: TrainerState, log_line: bool = False, final: bool = False) -> None:
         if not state.is_world_process_zero:
             return
-        progress = self.progress(state)
+        progress = self.final if final and self.final else self.progress(state)
         if log_line:
             print(pod_line(progress), file=sys.stderr, flush=True)
         if self.status is not None:

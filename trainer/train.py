@@ -351,6 +351,8 @@ def run_checked(config: TrainConfig, topology: Topology) -> int:
         config.training_method.trains_adapter,
         topology.world_size,
         status,
+        with_reference=config.objective == "dpo",
+        resumed_from=resume_from.name if resume_from else None,
     )
     trainer = objective.trainer_class(
         model=load_model(config, source, args.bf16, args.fp16),
@@ -429,7 +431,7 @@ def run_checked(config: TrainConfig, topology: Topology) -> int:
             tokens_seen=tokens,
             train_runtime_s=runtime,
             non_padding_tokens_per_s=tokens / runtime if runtime else None,
-            mfu=progress.progress(trainer.state).mfu,
+            mfu=progress.final.mfu if progress.final else None,
             trainjob_status=status.summary() if status else None,
             final_train_loss=train_losses[-1] if train_losses else None,
             mean_train_loss=result.training_loss,

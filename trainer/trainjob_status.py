@@ -37,8 +37,12 @@ DISABLE_TRANSFORMERS_ENV = "DISABLE_KUBEFLOW_INTEGRATION"
 # The status server's client is limited to 5 requests/s; upstream's docs, its SDK and transformers send one update
 # every 5 s at most.
 MIN_SECONDS = 5.0
-TIMEOUT_SECONDS = 5.0
+# The post runs in rank 0's training loop, which the other ranks wait for: a server that drops packets may cost it
+# the connect timeout, so after each failure in a row the next attempt waits twice as long, up to BACKOFF_SECONDS.
+TIMEOUTS = (2.0, 5.0)  # connect, read
+BACKOFF_SECONDS = 300.0
 LOG_EVERY_FAILURES = 100  # after the first failure, one warning per this many
+INT32_MAX = 2**31 - 1  # estimatedRemainingSeconds is an int32: upstream refuses a larger one
 
 
 def status_body(progress: TrainingProgress, final: bool) -> dict[str, Any]:
@@ -60,7 +64,7 @@ def status_body(progress: TrainingProgress, final: bool) -> dict[str, Any]:
         "lastUpdatedTime": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
     if progress.eta_seconds is not None:
-        status["estimatedRemainingSeconds"] = 0 if percent == 100 else int(progress.eta_seconds)
+        status["estimatedRemainingSeconds"] = 0 if percent == 100 else min(int(progress.eta_seconds), INT32_MAX)
     return {"trainerStatus": status}
 
 
@@ -74,7 +78,8 @@ class TrainJobStatus:
     reported: int = 0
     failed: int = 0
     last_error: str | None = None
-    _last_sent: float = field(default=-MIN_SECONDS, repr=False)
+    _next_attempt: float = field(default=0.0, repr=False)
+    _failing: int = field(default=0, repr=False)  # failures in a row
 
     @classmethod
     def from_environment(cls) -> TrainJobStatus | None:
@@ -97,14 +102,16 @@ class TrainJobStatus:
         return reporter
 
     def report(self, progress: TrainingProgress, final: bool = False) -> None:
-        """Post ``progress``, at most every ``MIN_SECONDS`` unless ``final``; a failure is counted, never raised."""
+        """Post ``progress``, at most every ``MIN_SECONDS`` (longer after failures) unless ``final``; a failure is
+        counted, never raised."""
         now = time.monotonic()
-        if not final and now - self._last_sent < MIN_SECONDS:
+        if not final and now < self._next_attempt:
             return
-        self._last_sent = now
         try:
             self._post(status_body(progress, final))
         except Exception as error:  # whatever it is: a status update must never cost the run
+            self._failing += 1
+            self._next_attempt = now + min(MIN_SECONDS * 2**self._failing, BACKOFF_SECONDS)
             self.failed += 1
             self.last_error = str(error)
             if self.failed == 1 or self.failed % LOG_EVERY_FAILURES == 0:
@@ -115,6 +122,7 @@ class TrainJobStatus:
                     error,
                 )
             return
+        self._failing, self._next_attempt = 0, now + MIN_SECONDS
         self.reported += 1
 
     def _post(self, body: dict[str, Any]) -> None:
@@ -126,7 +134,7 @@ class TrainJobStatus:
             json=body,
             headers={"Authorization": f"Bearer {token}"},
             verify=self.ca_file or True,
-            timeout=TIMEOUT_SECONDS,
+            timeout=TIMEOUTS,
         )
         if response.status_code != 200:
             raise RuntimeError(f"HTTP {response.status_code}: {response.text.strip()[:200]}")

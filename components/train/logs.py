@@ -16,6 +16,7 @@ lines are asked for with their kubelet timestamps so none is printed twice.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from collections import defaultdict, deque
@@ -155,7 +156,9 @@ class ReplicaLogs:
         with self._lock:
             if self._stopped.is_set():  # the step has moved on (its report is written); late lines would interleave
                 return
-            print(f"[{replica}] {text}", file=self.out, flush=True)
+            out = self.out or sys.stdout
+            out.write(f"[{replica}] {text}\n")  # one write: the step's progress lines come from another thread
+            out.flush()
             self.tails[replica].append(text)
 
     def snapshot(self) -> list[dict[str, Any]]:

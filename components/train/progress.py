@@ -16,11 +16,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import TextIO
 
-from common.errors import UserError
 from common.records import TrainingProgress
 
 CHECK_SECONDS = 5.0  # how often the file is read: a checkpoint is reported within this
 LINE_SECONDS = 60.0  # the longest a moving run goes without a line
+JOIN_SECONDS = 10.0  # how long the step waits for a read in progress when training has ended
+CLOCK_SKEW_SECONDS = 60.0  # the pods' clocks and this one's may differ by this much
 
 
 def progress_line(progress: TrainingProgress) -> str:
@@ -50,7 +51,9 @@ class ProgressReporter:
     def __init__(self, path: Path, out: TextIO | None = None) -> None:
         self.path = path
         self.out = out
+        self.started = dt.datetime.now(dt.timezone.utc)
         self.last: TrainingProgress | None = None
+        self._unreadable: str | None = None  # why the file could not be read, once said
         self._printed: TrainingProgress | None = None
         self._since_line = 0.0
         self._stop = threading.Event()
@@ -64,7 +67,7 @@ class ProgressReporter:
         self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
     ) -> None:
         self._stop.set()
-        self._thread.join()
+        self._thread.join(timeout=CHECK_SECONDS + JOIN_SECONDS)  # a hung read of the volume must not hang the step
         self.check(final=True)
 
     def _watch(self) -> None:
@@ -73,22 +76,40 @@ class ProgressReporter:
             self.check()
 
     def check(self, final: bool = False) -> None:
-        """Read the file; print a line when the run has moved and a minute has passed, or it saved or finished."""
+        """Read the file; print a line when the run has moved and a minute has passed, or it saved or finished.
+        Never raises: progress lines are worth less than the step they report on."""
         try:
             progress = TrainingProgress.read(self.path)
-        except (UserError, OSError):  # being replaced, or from another version: the next check reads it again
-            return
-        if progress is None or progress == self._printed:
+            if progress is None or progress == self._printed:
+                return
+            line = progress_line(progress)
+        except Exception as error:  # being replaced, from another version, or not a progress record at all
+            if self._unreadable is None:
+                self._write(f"progress: cannot read {self.path} ({error}); the replicas' own lines say how it goes")
+            self._unreadable = str(error)
             return
         self.last = progress
         earlier = self._printed
         due = earlier is None or self._since_line >= LINE_SECONDS or final
         saved = earlier is not None and progress.last_checkpoint != earlier.last_checkpoint
         if due or saved or progress.finished:
-            out = self.out or sys.stdout  # looked up now: tests and callers may have replaced it
-            out.write(progress_line(progress) + "\n")  # one write: the log's other lines come from another thread
-            out.flush()
+            self._write(line + self._staleness(progress))
             self._printed, self._since_line = progress, 0.0
+
+    def _staleness(self, progress: TrainingProgress) -> str:
+        """For a record written before this step started (a job this step found running, or an earlier one's)."""
+        try:
+            written = dt.datetime.fromisoformat(progress.updated)
+        except ValueError:
+            return ""
+        if written >= self.started - dt.timedelta(seconds=CLOCK_SKEW_SECONDS):
+            return ""
+        return f" (written {progress.updated}, before this step started)"
+
+    def _write(self, line: str) -> None:
+        out = self.out or sys.stdout  # looked up now: tests and callers may have replaced it
+        out.write(line + "\n")  # one write: the replicas' lines come from other threads
+        out.flush()
 
     def metrics(self) -> dict[str, float]:
         """The last record's numbers, for the step's KFP metrics (those the training summary does not hold)."""
