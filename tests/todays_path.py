@@ -71,7 +71,7 @@ def main() -> int:
         # the token manifest's counts and data directory that the trainer reads (trainer.token_cache.TokenManifest)
         counts = SimpleNamespace(
             data_dir=str(parquet),
-            **{split: SimpleNamespace(conversations=len(rows)) for split, rows in splits.items()},
+            **{split: SimpleNamespace(conversations=len(rows), sources=()) for split, rows in splits.items()},
         )
         return counts, splits["train"], splits["eval"]
 
