@@ -175,6 +175,11 @@ def test_the_trainer_writes_rate_mfu_eta_and_checkpoint_on_rank_0_only(tiny_mode
     callback.on_train_end(args, state, control)
     assert TrainingProgress.read(path).finished and TrainingProgress.read(path).percent == 100.0
 
+    resumed = ProgressFile(path, None, trains_adapter=True, devices=1, resumed_from="checkpoint-7")
+    monkeypatch.setattr(trainer_progress, "time", SimpleNamespace(monotonic=lambda: 500.0))
+    resumed.on_train_begin(args, TrainerState(max_steps=40, global_step=7), control, model=model)
+    assert TrainingProgress.read(path).last_checkpoint == "checkpoint-7"  # an attempt resumed from it
+
     path.unlink()
     other_rank = TrainerState(max_steps=40)
     other_rank.is_world_process_zero = False

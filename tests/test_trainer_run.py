@@ -431,6 +431,11 @@ def test_sigterm_to_torchrun_saves_within_its_shutdown_timeout_and_a_relaunch_re
     assert finish(relaunch) == 0, (tmp_path / "log2").read_text()[-3000:]
     result = summary(output)
     assert result["resumed_from"] == str(saved.path) and result["global_step"] == saved.step + 2
+    # The rate is this attempt's two steps over its runtime; tokens_seen counts the first attempt's steps too.
+    attempt_tokens = result["non_padding_tokens_per_s"] * result["train_runtime_s"]
+    assert 0 < attempt_tokens < result["tokens_seen"] * 2 / (saved.step + 2) * 1.5
+    progress = json.loads((output / "progress.json").read_text())  # names a checkpoint from its first record on
+    assert progress["finished"] and int(progress["last_checkpoint"].removeprefix("checkpoint-")) >= saved.step
 
 
 def test_world_size_mismatch_fails_at_start(tiny_model_dir, prepared_data_dir, tmp_path):

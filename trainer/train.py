@@ -430,7 +430,8 @@ def run_checked(config: TrainConfig, topology: Topology) -> int:
             source_tokens=manifest.train.sources,
             tokens_seen=tokens,
             train_runtime_s=runtime,
-            non_padding_tokens_per_s=tokens / runtime if runtime else None,
+            # this attempt's tokens over its runtime: a resumed run's tokens_seen counts the earlier attempts' too
+            non_padding_tokens_per_s=(tokens - progress.first_tokens) / runtime if runtime else None,
             mfu=progress.final.mfu if progress.final else None,
             trainjob_status=status.summary() if status else None,
             final_train_loss=train_losses[-1] if train_losses else None,
