@@ -398,7 +398,8 @@ def test_each_sources_tokens_are_what_tokenising_its_rows_alone_counts(
     data_dir = mixture_splits(tmp_path, objective)
     stats = DataStats.read(data_dir / DATA_STATS)
     settings = TokenSettings(max_length=128, loss_on="assistant", packing=packing, eval_max_rows=0, objective=objective)
-    manifest = TokenManifest.read(build(data_dir, tiny_model_dir, settings, tmp_path / "cache", workers=2)[0])
+    tokens_dir, _ = build(data_dir, tiny_model_dir, settings, tmp_path / "cache", workers=2)
+    manifest = TokenManifest.read(tokens_dir)
     sources = manifest.train.sources
     assert [source.uri for source in sources] == [source.uri for source in stats.sources]
     assert [source.conversations for source in sources] == [source.train_rows for source in stats.sources]
@@ -434,6 +435,8 @@ def test_each_sources_tokens_are_what_tokenising_its_rows_alone_counts(
         assert sources[0].tokens > 2 * sources[0].loss_tokens  # the long answers really were cut
     else:
         assert manifest.train.longest_conversation_tokens > 128  # some rows really were truncated
+        trained = open_rows(tokens_dir, TRAIN_ROWS)["labels"]  # what the trainer computes its loss on
+        assert manifest.train.loss_tokens == sum(label != -100 for row in trained for label in row)
     lines = source_lines(manifest.train)
     assert lines[1].startswith(f"source 2: {stats.sources[1].uri}: {sources[1].conversations} conversations, ")
 

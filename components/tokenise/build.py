@@ -132,14 +132,20 @@ class Chunk:
 
     rows: pa.Table  # the trainer's rows (ROWS_SCHEMA, or PACKED_SCHEMA when packing; PAIR_ROWS_SCHEMA for pairs)
     conversations: pa.Table | None  # CONVERSATIONS_SCHEMA, when asked for
-    tokens: int
-    loss_tokens: int
     longest: int
-    # Per conversation (or pair) of the chunk, in order: its tokens and loss tokens, as the split's counts them
-    # (zero loss tokens for one dropped); the main process sums them over each source's rows
+    # Per conversation (or pair) of the chunk, in order: its tokens as tokenised, and the tokens the loss is
+    # computed on (none for a row dropped); the split's counts are their sums, a source's the sums over its rows
     row_tokens: np.ndarray
     row_loss_tokens: np.ndarray
     prompts_too_long: int = 0  # pairs dropped
+
+    @property
+    def tokens(self) -> int:
+        return int(self.row_tokens.sum())
+
+    @property
+    def loss_tokens(self) -> int:
+        return int(self.row_loss_tokens.sum())
 
 
 # Each worker process loads the tokenizer once; the chunks it is sent then only carry conversations.
@@ -172,11 +178,11 @@ def tokenise_chunk(messages: pa.Table, keep_conversations: bool) -> Chunk:
         if keep_conversations
         else None
     )
-    prepared = packed(rows, settings.max_length) if settings.packing else truncated(rows, settings.max_length)
-    loss_tokens = int(pc.sum(pc.not_equal(pc.list_flatten(prepared.column("labels")), -100)).as_py() or 0)
-    # Both truncation and TRL's packing keep a conversation's first max_length tokens (packing keeps every row)
+    # Both truncation and TRL's packing keep a conversation's first max_length tokens (trl's _pack_bfd slices each
+    # row so before packing); truncation then drops the rows left with no loss
     row_loss = labelled_per_row(pc.list_slice(rows.column("labels"), 0, settings.max_length), len(rows))
-    return Chunk(prepared, conversations, int(ids.size), loss_tokens, int(lengths.max(initial=0)), lengths, row_loss)
+    prepared = packed(rows, settings.max_length) if settings.packing else truncated(rows, settings.max_length, row_loss)
+    return Chunk(prepared, conversations, int(lengths.max(initial=0)), lengths, row_loss)
 
 
 def tokenise_pair_chunk(pairs: pa.Table, tokenizer: PreTrainedTokenizerBase, max_length: int) -> Chunk:
@@ -193,17 +199,15 @@ def tokenise_pair_chunk(pairs: pa.Table, tokenizer: PreTrainedTokenizerBase, max
     row_tokens, row_answers = np.zeros(len(pairs), np.int64), np.zeros(len(pairs), np.int64)
     row_tokens[kept] = 2 * prompt + chosen + rejected
     row_answers[kept] = np.minimum(chosen, room) + np.minimum(rejected, room)
-    return Chunk(
-        table, None, int(row_tokens.sum()), int(row_answers.sum()), longest, row_tokens, row_answers, len(dropped)
-    )
+    return Chunk(table, None, longest, row_tokens, row_answers, len(dropped))
 
 
-def truncated(rows: pa.Table, max_length: int) -> pa.Table:
-    """TRL without packing: keep the first ``max_length`` tokens, then drop rows left with no loss."""
+def truncated(rows: pa.Table, max_length: int, row_loss: np.ndarray) -> pa.Table:
+    """TRL without packing: keep the first ``max_length`` tokens, then drop rows left with no loss (``row_loss``:
+    each row's labelled tokens within them)."""
     ids = pc.list_slice(rows.column("input_ids"), 0, max_length)
     labels = pc.list_slice(rows.column("labels"), 0, max_length)
-    has_loss = labelled_per_row(labels, len(rows)) > 0
-    return pa.table({"input_ids": ids, "labels": labels}).filter(pa.array(has_loss)).cast(ROWS_SCHEMA)
+    return pa.table({"input_ids": ids, "labels": labels}).filter(pa.array(row_loss > 0)).cast(ROWS_SCHEMA)
 
 
 def labelled_per_row(labels: pa.ChunkedArray, count: int) -> np.ndarray:
@@ -321,7 +325,7 @@ class Builder:
     ) -> SplitStats:
         """Tokenise one Parquet split into ``rows_name`` (and ``conversations_name``) in the staging directory;
         ``sources`` sums each source's share of it."""
-        parquet = pq.ParquetFile(source)
+        parquet = pq.ParquetFile(source, pre_buffer=False)  # pre-buffering held column chunks far ahead of us
         total = parquet.metadata.num_rows if keep is None else len(keep)
         stats = SplitStats()
         started = last_report = time.monotonic()
