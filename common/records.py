@@ -11,6 +11,7 @@ lacks and what to do.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +60,11 @@ def _entries(value: Any, kind: type, path: Path, what: str, fix: str) -> tuple[A
         record_of(entry, kind, path, f"entry {number} of its {what}", fix)
         for number, entry in enumerate(_objects(value, path, what, fix), 1)
     )
+
+
+def _duration(seconds: float | None) -> str:
+    """``h:mm:ss``."""
+    return str(dt.timedelta(seconds=int(max(seconds or 0, 0))))
 
 
 def _objects(value: Any, path: Path, what: str, fix: str) -> list[dict[str, Any]]:
@@ -656,6 +662,22 @@ class TrainingProgress(VersionedFile):
     @property
     def percent(self) -> float:
         return 100.0 * self.step / self.total_steps if self.total_steps else 0.0
+
+    def described(self) -> str:
+        """One line, for the rank's log and the train step's: step / total, epoch, tokens, rate, MFU, loss, learning
+        rate, ETA and the newest checkpoint."""
+        parts = [
+            f"step {self.step}/{self.total_steps} ({self.percent:.1f}%)",
+            f"epoch {self.epoch:.2f}",
+            f"{self.tokens_seen:,} tokens",
+            f"{self.tokens_per_second:,.0f} tokens/s" if self.tokens_per_second is not None else "",
+            f"MFU {self.mfu:.1%}" if self.mfu is not None else "",
+            f"loss {self.loss:.4f}" if self.loss is not None else "",
+            f"lr {self.learning_rate:.2e}" if self.learning_rate is not None else "",
+            "done" if self.finished else f"ETA {_duration(self.eta_seconds)}" if self.eta_seconds else "",
+            f"last checkpoint {self.last_checkpoint}" if self.last_checkpoint else "no checkpoint yet",
+        ]
+        return ", ".join(part for part in parts if part)
 
     @classmethod
     def read(cls, path: Path) -> TrainingProgress | None:

@@ -18,7 +18,6 @@ import datetime as dt
 import json
 import re
 import secrets
-import ssl
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
@@ -92,11 +91,7 @@ class FakeTrainerStatus(LocalServer):
             def do_GET(self) -> None:
                 self._send(404, _status(404, "NotFound", "Not found"))
 
-        super().__init__(Handler)
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(self.ca_file, key_file)
-        self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
-        self.url = self.url.replace("http://", "https://", 1)
+        super().__init__(Handler, tls=(self.ca_file, key_file))
 
     @property
     def status_url(self) -> str:

@@ -14,12 +14,23 @@ from pathlib import Path
 
 class LocalServer:
     """Serves ``handler_class`` on ``port`` (0: a free one) of ``host`` (default 127.0.0.1) from ``start()`` (or
-    ``with``) until ``close()``."""
+    ``with``) until ``close()``; with ``tls`` (certificate and key files, ``self_signed_certificate``), over https."""
 
-    def __init__(self, handler_class: type[BaseHTTPRequestHandler], port: int = 0, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        handler_class: type[BaseHTTPRequestHandler],
+        port: int = 0,
+        host: str = "127.0.0.1",
+        tls: tuple[Path, Path] | None = None,
+    ) -> None:
         server_class = _IPv6Server if ":" in host else ThreadingHTTPServer
         self._server = server_class((host, port), handler_class)
-        self.url = f"http://{f'[{host}]' if ':' in host else host}:{self._server.server_address[1]}"
+        scheme = "https" if tls else "http"
+        self.url = f"{scheme}://{f'[{host}]' if ':' in host else host}:{self._server.server_address[1]}"
+        if tls:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
     def start(self):
@@ -96,12 +107,7 @@ class HeaderRecorder(LocalServer):
 
             do_GET = do_POST = do_PATCH = _answer
 
-        super().__init__(Handler, host=host)
-        if tls:
-            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            context.load_cert_chain(*tls)
-            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
-            self.url = self.url.replace("http://", "https://", 1)
+        super().__init__(Handler, host=host, tls=tls)
 
     @property
     def authorizations(self) -> set[str | None]:

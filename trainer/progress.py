@@ -27,18 +27,9 @@ from trainer.trainjob_status import TrainJobStatus
 log = logging.getLogger(__name__)
 
 
-def pod_line(progress: TrainingProgress) -> str:
-    """The rank's own log line: step, epoch, loss, learning rate, tokens/s, elapsed and ETA."""
-    rate = f"{progress.tokens_per_second:,.0f}" if progress.tokens_per_second is not None else "-"
-    return (
-        f"step {progress.step}/{progress.total_steps} epoch {progress.epoch:.2f} loss {progress.loss:.4f} "
-        f"lr {progress.learning_rate or 0.0:.2e} tokens/s {rate} elapsed {_duration(progress.elapsed_seconds)} "
-        f"eta {_duration(progress.eta_seconds)}"
-    )
-
-
-def _duration(seconds: float | None) -> str:
-    return str(dt.timedelta(seconds=int(max(seconds or 0, 0))))
+# The file is read every few seconds and printed once a minute: a write at every logging step, inside the loop the
+# other ranks wait for, would mostly go unread. A checkpoint and the end are always written.
+WRITE_SECONDS = 5.0
 
 
 class ProgressFile(TrainerCallback):
@@ -64,7 +55,7 @@ class ProgressFile(TrainerCallback):
         self.loss: float | None = None
         self.learning_rate: float | None = None
         self.checkpoint = resumed_from  # the checkpoint this attempt resumed from, until it saves its own
-        self.final: TrainingProgress | None = None  # at the end of training, before the models are saved
+        self.written_at = -WRITE_SECONDS
         self.write_failed = False
 
     def on_train_begin(
@@ -91,13 +82,12 @@ class ProgressFile(TrainerCallback):
 
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         self.checkpoint = f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
-        self._write(state)
+        self._write(state, always=True)
 
     def on_train_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
-        self.final = self.progress(state)  # the summary's rate and MFU: training time only, not the saving after
-        self._write(state, final=True)
+        self._write(state, always=True, final=True)
 
     def progress(self, state: TrainerState) -> TrainingProgress:
         """What the run has done, as of ``state``."""
@@ -112,9 +102,7 @@ class ProgressFile(TrainerCallback):
             epoch=round(float(state.epoch or 0.0), 4),
             tokens_seen=tokens,
             tokens_per_second=round(rate, 1) if rate is not None else None,
-            mfu=mfu.utilisation(rate, self.per_token, self.peak_flops, self.devices)
-            if rate and self.per_token
-            else None,
+            mfu=self.utilisation(rate),
             loss=self.loss,
             learning_rate=self.learning_rate,
             elapsed_seconds=round(elapsed, 1),
@@ -124,14 +112,24 @@ class ProgressFile(TrainerCallback):
             finished=state.max_steps > 0 and state.global_step >= state.max_steps,
         )
 
-    def _write(self, state: TrainerState, log_line: bool = False, final: bool = False) -> None:
+    def utilisation(self, tokens_per_second: float | None) -> float | None:
+        """The MFU of ``tokens_per_second`` (every rank's) on this run's GPUs; None where it is not known."""
+        if not tokens_per_second or not self.per_token:
+            return None
+        return mfu.utilisation(tokens_per_second, self.per_token, self.peak_flops, self.devices)
+
+    def _write(self, state: TrainerState, log_line: bool = False, always: bool = False, final: bool = False) -> None:
         if not state.is_world_process_zero:
             return
-        progress = self.final if final and self.final else self.progress(state)
+        progress = self.progress(state)
         if log_line:
-            print(pod_line(progress), file=sys.stderr, flush=True)
+            print(progress.described(), file=sys.stderr, flush=True)
         if self.status is not None:
             self.status.report(progress, final)
+        now = time.monotonic()
+        if not always and now - self.written_at < WRITE_SECONDS:
+            return
+        self.written_at = now
         try:
             progress.write(self.path)
         except OSError as error:  # a full or lost volume: the checkpoints will say so; training goes on

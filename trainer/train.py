@@ -409,6 +409,7 @@ def run_checked(config: TrainConfig, topology: Topology) -> int:
         train_losses = [entry["loss"] for entry in history if "loss" in entry]
         runtime = result.metrics.get("train_runtime", time.monotonic() - started)
         tokens = int(trainer.state.num_input_tokens_seen)
+        rate = (tokens - progress.first_tokens) / runtime if runtime else None
         TrainingSummary(
             config=config.as_json(),
             base_model_commit=base_model.snapshot_commit(source),
@@ -431,8 +432,8 @@ def run_checked(config: TrainConfig, topology: Topology) -> int:
             tokens_seen=tokens,
             train_runtime_s=runtime,
             # this attempt's tokens over its runtime: a resumed run's tokens_seen counts the earlier attempts' too
-            non_padding_tokens_per_s=(tokens - progress.first_tokens) / runtime if runtime else None,
-            mfu=progress.final.mfu if progress.final else None,
+            non_padding_tokens_per_s=rate,
+            mfu=progress.utilisation(rate),
             trainjob_status=status.summary() if status else None,
             final_train_loss=train_losses[-1] if train_losses else None,
             mean_train_loss=result.training_loss,

@@ -9,9 +9,10 @@ Reading is batch by batch: memory holds the index (8 bytes an eval n-gram) and o
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -25,6 +26,8 @@ BATCH_ROWS = 8192
 # Threads hashing batches ahead of the lookups: the prepare step's default CPUs. At a million records on two cores,
 # the check took 12.6 s in one thread, 8.8 s with one hashing ahead and 7.9 s with two (three: 8.8 s).
 HASH_THREADS = 2
+HASH_AHEAD = 3  # batches hashed and not yet looked up, at most
+Hashed = TypeVar("Hashed")
 EXAMPLES = 3  # overlapping rows quoted per source, in the report
 EXAMPLE_CHARS = 200
 
@@ -57,13 +60,7 @@ def row_texts(batch: pa.RecordBatch, columns: tuple[str, ...]) -> pa.Array:
 
 def index_of(path: Path, columns: tuple[str, ...]) -> NgramIndex:
     """The n-grams of the rows of the Parquet file at ``path`` (boilerplate left out: ``NgramIndex.of``)."""
-
-    def hashed(batch: pa.RecordBatch) -> np.ndarray:
-        return text_ngrams(row_texts(batch, columns))
-
-    return NgramIndex.of_parts(
-        mapped_ahead(hashed, batches(path, BATCH_ROWS, list(columns)), HASH_THREADS, 3, "ngrams")
-    )
+    return NgramIndex.of_parts(_texts(path, columns, text_ngrams))
 
 
 def overlapping(path: Path, columns: tuple[str, ...], indexes: list[NgramIndex]) -> list[SourceOverlap]:
@@ -74,8 +71,7 @@ def overlapping(path: Path, columns: tuple[str, ...], indexes: list[NgramIndex])
     examples: list[list[str]] = [[] for _ in indexes]
     start = 0
     if any(len(index) for index in indexes):
-        hashed = mapped_ahead(_hashed(columns), batches(path, BATCH_ROWS, list(columns)), HASH_THREADS, 3, "ngrams")
-        for texts, (hashes, rows) in hashed:
+        for texts, (hashes, rows) in _texts(path, columns, lambda texts: (texts, ngram_hashes(texts))):
             for number, index in enumerate(indexes):
                 counts, hit = index.matches(hashes, rows, len(texts))
                 overlapping_rows = np.flatnonzero(counts)
@@ -90,14 +86,16 @@ def overlapping(path: Path, columns: tuple[str, ...], indexes: list[NgramIndex])
     ]
 
 
-def _hashed(columns: tuple[str, ...]) -> Callable[[pa.RecordBatch], tuple[pa.Array, tuple[np.ndarray, np.ndarray]]]:
-    """A batch's texts and their n-grams (``ngram_hashes``): the part of the check that runs in threads."""
-
-    def hashed(batch: pa.RecordBatch) -> tuple[pa.Array, tuple[np.ndarray, np.ndarray]]:
-        texts = row_texts(batch, columns)
-        return texts, ngram_hashes(texts)
-
-    return hashed
+def _texts(path: Path, columns: tuple[str, ...], hashing: Callable[[pa.Array], Hashed]) -> Iterator[Hashed]:
+    """``hashing`` of each batch's row texts, in order, computed in ``HASH_THREADS`` threads a few batches ahead of
+    the caller: the part of the check that releases the GIL."""
+    return mapped_ahead(
+        lambda batch: hashing(row_texts(batch, columns)),
+        batches(path, BATCH_ROWS, list(columns)),
+        HASH_THREADS,
+        HASH_AHEAD,
+        "ngrams",
+    )
 
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:

@@ -25,23 +25,8 @@ CLOCK_SKEW_SECONDS = 60.0  # the pods' clocks and this one's may differ by this 
 
 
 def progress_line(progress: TrainingProgress) -> str:
-    """One line: step / total, epoch, tokens, rate, MFU, loss, learning rate, ETA and the newest checkpoint."""
-    parts = [
-        f"step {progress.step}/{progress.total_steps} ({progress.percent:.1f}%)",
-        f"epoch {progress.epoch:.2f}",
-        f"{progress.tokens_seen:,} tokens",
-        f"{progress.tokens_per_second:,.0f} tokens/s" if progress.tokens_per_second is not None else "",
-        f"MFU {progress.mfu:.1%}" if progress.mfu is not None else "",
-        f"loss {progress.loss:.4f}" if progress.loss is not None else "",
-        f"lr {progress.learning_rate:.2e}" if progress.learning_rate is not None else "",
-        "done" if progress.finished else f"ETA {_duration(progress.eta_seconds)}" if progress.eta_seconds else "",
-        f"last checkpoint {progress.last_checkpoint}" if progress.last_checkpoint else "no checkpoint yet",
-    ]
-    return "progress: " + ", ".join(part for part in parts if part)
-
-
-def _duration(seconds: float | None) -> str:
-    return str(dt.timedelta(seconds=int(max(seconds or 0, 0))))
+    """The step's line: the rank's own (``TrainingProgress.described``), marked as this step's."""
+    return f"progress: {progress.described()}"
 
 
 class ProgressReporter:
@@ -108,7 +93,7 @@ class ProgressReporter:
 
     def _write(self, line: str) -> None:
         out = self.out or sys.stdout  # looked up now: tests and callers may have replaced it
-        out.write(line + "\n")  # one write: the replicas' lines come from other threads
+        out.write(line + "\n")  # one write: the replicas' lines come from other threads (logs.ReplicaLogs.emit)
         out.flush()
 
     def metrics(self) -> dict[str, float]:
@@ -118,7 +103,6 @@ class ProgressReporter:
         numbers = {
             "progress_percent": round(self.last.percent, 2),
             "total_steps": self.last.total_steps,
-            "tokens_per_second": self.last.tokens_per_second,
             "final_learning_rate": self.last.learning_rate,
         }
         return {name: value for name, value in numbers.items() if value is not None}
