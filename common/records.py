@@ -581,6 +581,8 @@ class TrainingSummary(VersionedFile):
     mfu: float | None = None  # 2026-11-29
     # Progress posted to the TrainJob's status server (url, reported, failed, last_error); None where there is none
     trainjob_status: dict[str, Any] | None = None  # 2026-11-29
+    # The MLflow run rank 0 logged to (url, run_id) and what it sent and failed to; None without mlflow_tracking_uri
+    mlflow: dict[str, Any] | None = None  # 2026-11-29
 
     VERSION: ClassVar[int] = 1
     WHAT: ClassVar[str] = "training summary"
@@ -744,6 +746,7 @@ _LEFT_OUT_WHEN_NONE = frozenset(
         "chosen_log_prob",
         "rejected_log_prob",
         "min_reward_accuracy_improvement",
+        "mlflow_run_url",
     }
 )
 
@@ -787,6 +790,7 @@ class EvaluationResult(VersionedFile):
     published_model: dict[str, Any] | None = None  # the one found (PublishedModel.entry), and a problem if any
     published: ModelScores | None = None  # its numbers, when it was compared
     deltas_vs_published: dict[str, float] | None = None
+    mlflow_run_url: str | None = None  # the pipeline run's MLflow run, with mlflow_tracking_uri (2026-11-29)
 
     VERSION: ClassVar[int] = 1
     WHAT: ClassVar[str] = "evaluation"

@@ -26,6 +26,7 @@ from typing import Any
 from kfp import dsl, kubernetes
 
 from common.run_layout import HF_HOME
+from common.tracking import SECRET_KEYS as MLFLOW_SECRET_KEYS
 from components.data.sources import URL_ENV as DATASET_URL_ENV
 from components.evaluate.gate import GATED_STAGES
 from components.hub_auth import READ_SECRET_NAME, READ_TOKEN_CHECK_ENV, SECRET_KEY, TOKEN_ENV, WRITE_SECRET_NAME
@@ -114,6 +115,15 @@ def with_secrets_to_check(task: dsl.PipelineTask, data_connection_secret) -> dsl
     return with_hub_token(with_hub_write_token(checked), READ_SECRET_NAME, READ_TOKEN_CHECK_ENV)
 
 
+def with_mlflow_credentials(task: dsl.PipelineTask, secret_name) -> dsl.PipelineTask:
+    """The MLflow tracking server's credentials (``common.tracking.SECRET_KEYS``) from the Secret mlflow_secret
+    names, each optional: a server that needs no login needs no Secret. The first step (which checks the server)
+    and the evaluate step (which logs to it) get them here; the training pods get them in their manifest."""
+    return kubernetes.use_secret_as_env(
+        task, secret_name=secret_name, secret_key_to_env={key: key for key in MLFLOW_SECRET_KEYS}, optional=True
+    )
+
+
 def with_registry_credentials(task: dsl.PipelineTask, secret_name, mount_path: Path = SECRET_MOUNT) -> dsl.PipelineTask:
     """The dockerconfigjson Secret as files where the step looks (the store step's push Secret at SECRET_MOUNT, the
     serve step's pull Secret at PULL_SECRET_MOUNT): its password is in no environment variable, parameter or log."""
@@ -188,6 +198,7 @@ def build_pipeline(workspace: Workspace):
     def fine_tune(run: dict[str, Any]) -> None:
         run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER
         validated = with_secrets_to_check(small(validate_parameters(**run)), run["data_connection_secret"])
+        with_mlflow_credentials(validated, run["mlflow_secret"])
         workspace.attach(validated, run["pvc_name"], run["pvc_size"], run["pvc_storage_class"])
         prepared = workspace.mount(
             prepare_dataset(
@@ -264,6 +275,7 @@ def build_pipeline(workspace: Workspace):
                 )
             )
             with_hub_token(sized(evaluated, run["evaluate_cpu"], run["evaluate_memory"]))
+            with_mlflow_credentials(evaluated, run["mlflow_secret"])
             # The Hub cache on the PVC: the base model the training pods downloaded there is not fetched again, and
             # the benchmark datasets lm-eval downloads are kept for the next run.
             evaluated.set_env_variable("HF_HOME", f"{workspace.root}/{HF_HOME}")

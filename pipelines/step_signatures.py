@@ -167,6 +167,7 @@ STEPS = (
             ("gpus", "int"),
         ),
         options=(EvaluateOptions,),
+        shared=(Shared(TrainConfig, ("mlflow_tracking_uri", "mlflow_experiment")),),
         outputs=(("metrics", "Metrics"), ("report_html", "HTML"), ("report_markdown", "Markdown")),
         returns_tuple=("EvaluateOutputs", (("gate_passed", "bool"), ("gate_reason", "str"))),
     ),

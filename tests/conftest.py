@@ -437,6 +437,16 @@ def s3_server():
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory):
+    """MLflow's own tracking server on 127.0.0.1, SQLite store, artifacts proxied (tests/mlflow_server.py)."""
+    from mlflow_server import start_mlflow
+
+    server = start_mlflow(tmp_path_factory.mktemp("mlflow"))
+    yield server
+    server.stop()
+
+
 DATA_BUCKET = "qa-data"
 
 

@@ -14,6 +14,7 @@ import yaml
 from conftest import REPO_ROOT, run_module
 
 from common.run_layout import CLUSTER_WORKSPACE
+from common.tracking import SECRET_KEYS as MLFLOW_SECRET_KEYS
 from components.run_form.table import RUN_PARAMETERS
 from components.runtime_image import DEFAULT_IMAGE, IMAGE_ENV_VAR, runtime_image
 from pipelines.compile import DEFAULT_OUTPUT
@@ -339,6 +340,11 @@ SECRET_MOUNTS = {
     # model_oci_pull_secret, as the first step passes it on (a placeholder when it is empty): pull-only, for the
     # serve step's check that KServe can pull the image.
     "output:validate-parameters-pull_secret_volume": {"serve-model": OCI_PULL_MOUNT, "serve-model-2": OCI_PULL_MOUNT},
+    # MLflow's credentials: the first step checks the server with them, the training pods (rank 0) and the evaluate
+    # step log to it.
+    "param:mlflow_secret": {
+        step: MLFLOW_SECRET_KEYS for step in ("validate-parameters", "train-model pods", "evaluate-model")
+    },
     "param:model_registry_secret": {
         step: ("MODEL_REGISTRY_TOKEN",)
         for step in ("register-model", "register-model-2", "serve-model", "serve-model-2")
@@ -370,6 +376,7 @@ def secret_mounts(spec, platform) -> dict[str, dict[str, tuple[str, ...] | str]]
             add(mounted["secretNameParameter"], step, mounted["mountPath"])
     _, train = find_task(spec, "train-model")
     add(train["inputs"]["parameters"]["hf_token_secret"], "train-model pods", ("HF_TOKEN",))
+    add(train["inputs"]["parameters"]["mlflow_secret"], "train-model pods", MLFLOW_SECRET_KEYS)
     return found
 
 

@@ -400,6 +400,7 @@ def test_the_step_given_a_gpu_stops_when_cuda_does_not_work(capsys):
     inputs = {"base_model": "base", "train_dir": "train", "data_dir": "data", "tokens_dir": "tokens"}
     inputs |= {"workspace_root": "workspace", "run_id": "run", "repo_id": "", "force": False, "gpus": 1}
     inputs |= {"metrics": None, "report_html": None, "report_markdown": None}
+    inputs |= {"mlflow_tracking_uri": "", "mlflow_experiment": "llm-finetune"}
     assert not torch.cuda.is_available()
     with pytest.raises(SystemExit) as exited:
         run_step(inputs)

@@ -89,6 +89,7 @@ EVERY_STEP = (
 MODELS_BUCKET = "models"
 MODELS_URI = f"s3://{MODELS_BUCKET}/local"
 REGISTRY_TOKEN = "local-run-registry-token"
+EXPERIMENT = "local-runs"
 
 
 def run_pipeline(*args, env: dict[str, str] | None = None, timeout: float = 1800) -> subprocess.CompletedProcess:
@@ -138,7 +139,7 @@ def model_registry():
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, tiny_whole_vocabulary_dir, s3_bucket, oci_registry, model_registry):
+def runs(tmp_path_factory, tiny_whole_vocabulary_dir, s3_bucket, oci_registry, model_registry, mlflow_server):
     """The three runs, in order, in one output directory: (output_dir, [(result, new run directory)])."""
     output_dir = tmp_path_factory.mktemp("local-run") / "out"
     env = {**s3_bucket[1], "REGISTRY_AUTH_FILE": str(oci_registry.auth_file), "MODEL_REGISTRY_TOKEN": REGISTRY_TOKEN}
@@ -146,6 +147,7 @@ def runs(tmp_path_factory, tiny_whole_vocabulary_dir, s3_bucket, oci_registry, m
         *("--param", f"model_s3_uri={MODELS_URI}"),
         *("--param", f"model_oci_uri=oci://{oci_registry.host}/models/smol"),
         *("--param", f"model_registry_url={model_registry.url}"),
+        *("--param", f"mlflow_tracking_uri={mlflow_server.url}", "--param", f"mlflow_experiment={EXPERIMENT}"),
     )
     arguments = [
         (*DATA_PARAMS, *SHORT_TRAINING, *SHORT_EVALUATION, *LENIENT_GATE, *storage),
@@ -340,6 +342,56 @@ def test_the_register_step_catalogues_the_stored_version(runs, model_registry):
     fingerprint = json.loads((run_dir / "data" / "stats.json").read_text())["fingerprint"]
     assert properties["data_fingerprint"]["string_value"] == fingerprint
     assert f"registered: model {model['id']}, version {version['id']} ({run_dir.name})" in result.stdout
+
+
+def test_the_first_run_is_one_mlflow_run_with_the_training_per_step_the_evaluation_and_its_report(
+    runs, mlflow_server, model_registry, tmp_path
+):
+    """With mlflow_tracking_uri set: one MLflow run named by the pipeline run, holding the trainer's parameters and
+    its loss at every logged step, the evaluation's numbers and gate, and the report; ended by the evaluation, and
+    linked from the evaluation, the report, the model card and the Model Registry version."""
+    _, [(result, run_dir), *_] = runs
+    succeeded(result)
+    client = mlflow_server.client()
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+    (run,) = client.search_runs([experiment.experiment_id])  # the runs without mlflow_tracking_uri logged nothing
+    assert run.info.run_name == run_dir.name and run.data.tags["kfp.run_id"] == run_dir.name
+    assert run.info.status == "FINISHED"
+    assert run.data.params["method"] == "lora" and run.data.params["max_steps"] == "2"
+    history = json.loads((run_dir / "train" / "training_history.json").read_text())
+    logged = [(entry["step"], entry["loss"]) for entry in history if "loss" in entry]
+    assert [(entry.step, entry.value) for entry in client.get_metric_history(run.info.run_id, "loss")] == logged
+    assert [entry.step for entry in client.get_metric_history(run.info.run_id, "tokens_seen")] == [1, 2]
+    evaluation = json.loads((run_dir / "evaluate" / "evaluation.json").read_text())
+    assert run.data.metrics["fine_tuned_eval_loss"] == pytest.approx(evaluation["fine_tuned"]["eval_loss"])
+    assert run.data.metrics["gate_passed"] == 1 and run.data.tags["gate.reason"] == evaluation["gate"]["reason"]
+    names = {artifact.path for artifact in client.list_artifacts(run.info.run_id)}
+    assert {"report.html", "report.md", "evaluation.json", "sample_responses.json"} <= names
+    report = Path(client.download_artifacts(run.info.run_id, "report.html", str(tmp_path)))
+    assert report.read_bytes() == (run_dir / "evaluate" / "report.html").read_bytes()
+
+    url = f"{mlflow_server.url}/#/experiments/{experiment.experiment_id}/runs/{run.info.run_id}"
+    training = json.loads((run_dir / "train" / "training_summary.json").read_text())["mlflow"]
+    assert training["url"] == url and training["failed"] == 0 and training["metrics_unsent"] == 0
+    assert evaluation["mlflow_run_url"] == url and f'<a href="{url}">' in report.read_text()
+    assert f"- MLflow run: <{url}>" in (run_dir / "publish" / "upload" / "README.md").read_text()
+    (version,) = model_registry.model_versions.values()
+    assert version["customProperties"]["mlflow_run_url"]["string_value"] == url
+    assert f"MLflow run: {url}" in result.log
+
+
+def test_a_stopped_mlflow_server_fails_the_first_step_with_one_paragraph(tmp_path):
+    from mlflow_server import free_port
+
+    uri = f"http://127.0.0.1:{free_port()}"
+    result = run_pipeline("--output-dir", tmp_path / "out", "--param", f"mlflow_tracking_uri={uri}", timeout=300)
+    assert result.returncode == 1 and executed(result) == ["validate-parameters"]
+    assert squash(
+        f"parameter 'mlflow_tracking_uri' is {uri}, but the MLflow server there cannot track this run "
+        f"(experiments/get-by-name: {uri} did not answer"
+    ) in squash(result.stderr)
+    assert squash("or clear mlflow_tracking_uri to run without MLflow") in squash(result.stderr)
+    assert "Traceback" not in result.stderr
 
 
 def test_unchanged_data_skips_training_export_and_publish(runs):

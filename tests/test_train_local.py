@@ -17,6 +17,7 @@ import pytest
 import yaml
 from conftest import tokenised
 from fake_trainer_status import FakeTrainerStatus
+from mlflow_server import DyingProxy
 from train_jobs import stand_in_artifacts
 
 import components.train.progress as progress_module
@@ -40,7 +41,7 @@ FAST = dict(
     lora_r=4,
     lora_alpha=8,
 )
-SET_BY_THE_STEP = {"model", "tokens_dir", "output_dir", "require_cuda", "expected_world_size"}
+SET_BY_THE_STEP = {"model", "tokens_dir", "output_dir", "require_cuda", "expected_world_size", "mlflow_run_name"}
 # A command-line switch the pipeline never sets: the tests' and the GPU check's way onto the compiled path on CPU.
 LEFT_AT_ITS_DEFAULT = {"compile_backend"}
 
@@ -66,14 +67,19 @@ def local_run(tmp_path: Path, tokens_dir: Path, base_model: Path, training: dict
 
 @pytest.mark.slow
 def test_local_backend_trains_with_two_processes_and_records_the_outputs(
-    tiny_model_dir, prepared_data_dir, tmp_path, capsys, monkeypatch
+    tiny_model_dir, prepared_data_dir, tmp_path, capsys, monkeypatch, mlflow_server
 ):
     monkeypatch.setattr(progress_module, "CHECK_SECONDS", 0.05)  # a line for every record the trainer writes
     monkeypatch.setattr(progress_module, "LINE_SECONDS", 0.0)
-    with FakeTrainerStatus(tmp_path / "trainer-status") as status_server:  # as if in a TrainJob with the gate on
+    # MLflow dies mid-run: it answers until the run's parameters are logged, then nothing more.
+    dies = DyingProxy(mlflow_server.url, lambda path, body: path.endswith("/runs/log-batch"))
+    tracked = FAST | {"mlflow_tracking_uri": dies.url, "mlflow_experiment": "dies-mid-run"}
+    with FakeTrainerStatus(tmp_path / "trainer-status") as status_server, dies:  # a TrainJob with the gate on
         for name, value in status_server.environment().items():
             monkeypatch.setenv(name, value)
-        train_dir, artifacts = local_run(tmp_path, tokenised(tiny_model_dir, prepared_data_dir), tiny_model_dir, FAST)
+        train_dir, artifacts = local_run(
+            tmp_path, tokenised(tiny_model_dir, prepared_data_dir), tiny_model_dir, tracked
+        )
 
     assert train_dir == str(tmp_path / "workspace" / "runs" / "run-1" / "train")
     summary = json.loads((Path(train_dir) / "training_summary.json").read_text())
@@ -120,6 +126,15 @@ def test_local_backend_trains_with_two_processes_and_records_the_outputs(
         summary["trainjob_status"]["reported"] == len(status_server.updates)
         and not summary["trainjob_status"]["failed"]
     )
+
+    # Training finished although MLflow died: rank 0 alone created the run (named by the pipeline run) and logged
+    # its parameters; the metrics it could not send are counted in the summary, and the log says so.
+    tracked_run = summary["mlflow"]
+    assert tracked_run["failed"] >= 1 and tracked_run["metrics_unsent"] > 0 and tracked_run["metrics_logged"] == 0
+    assert "did not answer" in tracked_run["last_error"] and "MLflow: request 1 failed" in out
+    assert sum(path.endswith("/runs/create") for path in dies.requests) == 1
+    stored = mlflow_server.client().get_run(tracked_run["run_id"])
+    assert stored.info.run_name == "run-1" and stored.data.params["lora_r"] == "4"
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ from crd_schemas import PYTORCHJOB_CRD, TRAINJOB_CRD, schema_errors
 from train_jobs import GPU_TOLERATION, RUN_ID
 from train_jobs import example_spec as spec
 
+from common.tracking import SECRET_KEYS as MLFLOW_SECRET_KEYS
 from components.hub_auth import READ_SECRET_NAME, WRITE_SECRET_NAME
 from components.train.manifests import JobSpec, job_name, label_value, render_pytorchjob, render_trainjob, to_yaml
 from components.train.options import TORCHRUN_EXIT_SECONDS, LaunchOptions
@@ -175,6 +176,32 @@ def test_the_training_pods_get_the_read_token_never_the_write_token():
         (token,) = [item for item in env if item["name"] == "HF_TOKEN"]
         assert token["valueFrom"]["secretKeyRef"] == {"name": "hf-read-token", "key": "HF_TOKEN", "optional": True}
     assert WRITE_SECRET_NAME not in to_yaml(pytorchjob) + to_yaml(render_trainjob(job))
+
+
+def test_the_training_pods_get_the_mlflow_credentials_only_when_they_log_to_mlflow():
+    """Rank 0 logs to MLflow with the Secret mlflow_secret names, each key optional (a server without login needs
+    none); without mlflow_tracking_uri no pod gets them. The MLflow address and run name travel as trainer options."""
+    plain = spec(2, 1)
+    tracked = dataclasses.replace(
+        plain,
+        train=dataclasses.replace(plain.train, mlflow_tracking_uri="https://mlflow.example", mlflow_run_name=RUN_ID),
+        launch=dataclasses.replace(plain.launch, mlflow_secret="team-mlflow"),
+    )
+    for job, expected in ((plain, []), (tracked, list(MLFLOW_SECRET_KEYS))):
+        pytorchjob, trainjob = render_pytorchjob(job), render_trainjob(job)
+        containers = [pod["containers"][0] for pod in pod_specs_of_pytorchjob(pytorchjob)]
+        for env in [container["env"] for container in containers] + [trainjob["spec"]["trainer"]["env"]]:
+            mlflow = [item for item in env if item["name"].startswith("MLFLOW_")]
+            assert [item["name"] for item in mlflow] == expected
+            for item in mlflow:
+                assert item["valueFrom"]["secretKeyRef"] == {
+                    "name": "team-mlflow",
+                    "key": item["name"],
+                    "optional": True,
+                }
+        assert not schema_errors(pytorchjob, PYTORCHJOB_CRD) and not schema_errors(trainjob, TRAINJOB_CRD)
+    command = " ".join(containers[0]["command"] + containers[0].get("args", []))
+    assert "--mlflow-tracking-uri https://mlflow.example" in command and f"--mlflow-run-name {RUN_ID}" in command
 
 
 def test_the_schema_check_catches_what_the_api_server_would_drop_or_reject():

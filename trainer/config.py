@@ -16,6 +16,7 @@ from typing import Any, NamedTuple, Sequence
 
 from common.cli_options import add_options, choice_problems, flag, option, options_from, run_option
 from common.run_layout import ADAPTER, CHECKPOINTS, MERGED
+from common.tracking import uri_problem
 from trainer.methods import METHODS, Method, method_named
 
 # The training objectives (trainer/objectives: one module each, named here so that the run form need not import
@@ -217,6 +218,20 @@ class TrainConfig:
         "newest checkpoint instead of hanging. Must exceed the longest checkpoint save; raise it for full "
         "fine-tuning of large models on slow storage.",
     )
+    mlflow_tracking_uri: str = run_option(
+        "",
+        "MLflow tracking server to log the run to, e.g. https://<dashboard>/mlflow on OpenShift AI or "
+        "http://mlflow.<namespace>.svc:5000: one MLflow run per pipeline run, named by its run id, with the "
+        "training parameters and per-step metrics, the evaluation's numbers, benchmark scores and gate, and the "
+        "report. Credentials come from the Secret mlflow_secret names, never from here. The first step refuses a "
+        "server it cannot reach. Empty: no tracking.",
+    )
+    mlflow_experiment: str = run_option(
+        "llm-finetune", "MLflow experiment the runs go to (created when missing); used with mlflow_tracking_uri."
+    )
+    mlflow_run_name: str = option(
+        "", "The pipeline run's id: the MLflow run is named and tagged with it (the train step sets it)."
+    )
     require_cuda: bool = option(
         False, "Fail at start unless CUDA works: the launcher sets it when the job's pods were given GPUs."
     )
@@ -298,6 +313,10 @@ def option_problems(config: TrainConfig) -> dict[str, str]:
             f"must be at least 2 (got {config.save_total_limit}): a save interrupted by a pod "
             "restart must never leave the run without a complete checkpoint"
         )
+    if config.mlflow_tracking_uri.strip() and (problem := uri_problem(config.mlflow_tracking_uri)):
+        problems["mlflow_tracking_uri"] = problem
+    if config.mlflow_tracking_uri.strip() and not config.mlflow_experiment.strip():
+        problems["mlflow_experiment"] = "is empty: name the MLflow experiment the runs go to (default llm-finetune)"
     return {**problems, **choice_problems(TrainConfig, config)}
 
 

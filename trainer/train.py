@@ -48,6 +48,7 @@ from trainer.objectives.dpo import DPO
 from trainer.objectives.sft import SFT
 from trainer.progress import ProgressFile
 from trainer.rehearsal import SpeedPath
+from trainer.tracking import MlflowTracking
 from trainer.trainjob_status import DISABLE_TRANSFORMERS_ENV, TrainJobStatus
 
 log = logging.getLogger("trainer")
@@ -354,6 +355,7 @@ def run_checked(config: TrainConfig, topology: Topology) -> int:
         with_reference=config.objective == "dpo",
         resumed_from=resume_from.name if resume_from else None,
     )
+    tracking = MlflowTracking.from_config(config, topology.is_main, progress)
     trainer = objective.trainer_class(
         model=load_model(config, source, args.bf16, args.fp16),
         args=args,
@@ -361,7 +363,7 @@ def run_checked(config: TrainConfig, topology: Topology) -> int:
         eval_dataset=eval_split if len(eval_split) else None,
         processing_class=tokenizer,
         peft_config=lora_config(config),
-        callbacks=[CompletionManifest(), preemption, progress, sharding_check],
+        callbacks=[CompletionManifest(), preemption, progress, sharding_check, *([tracking] if tracking else [])],
         shards=shards,
     )
     if args.disable_tqdm:
@@ -380,7 +382,12 @@ def run_checked(config: TrainConfig, topology: Topology) -> int:
         lora_inputs_as_they_come(trainer.model, config, mixed_precision=args.bf16 or args.fp16),
         compiled.compile_failures_explained(),
     ):
-        result = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+        try:
+            result = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+        except BaseException:
+            if tracking:
+                tracking.training_failed()
+            raise
         if preemption.stopped_early:
             log.warning(
                 "stopped for termination at step %d; the restarted job resumes from its checkpoint",
@@ -435,6 +442,7 @@ def run_checked(config: TrainConfig, topology: Topology) -> int:
             non_padding_tokens_per_s=rate,
             mfu=progress.utilisation(rate),
             trainjob_status=status.summary() if status else None,
+            mlflow=tracking.summary() if tracking else None,
             final_train_loss=train_losses[-1] if train_losses else None,
             mean_train_loss=result.training_loss,
             final_eval_loss=eval_loss,

@@ -183,6 +183,7 @@ def render_markdown(
         "",
         f"**{gate_headline(evaluation)}**",
         "",
+        *([f"MLflow run: <{evaluation['mlflow_run_url']}>", ""] if evaluation.get("mlflow_run_url") else []),
         "| Metric | " + " | ".join(headers) + " |",
         "|---|" + "---:|" * len(headers),
     ]
@@ -243,6 +244,7 @@ def render_html(
         title=TITLE,
         gate_passed=evaluation["gate"]["passed"],
         gate_headline=gate_headline(evaluation),
+        mlflow_run_url=evaluation.get("mlflow_run_url"),
         columns=columns(evaluation),
         change_headers=change_headers(evaluation),
         metrics=metric_rows(evaluation),

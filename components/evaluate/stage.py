@@ -97,6 +97,7 @@ from components.evaluate.report import (
     render_html,
     render_markdown,
 )
+from components.evaluate.tracking import EvaluationTracking
 from components.evaluation_tables import score_text
 from components.hub_auth import hub_token
 from trainer.config import TrainConfig
@@ -290,9 +291,11 @@ def load_champion(published: PublishedModel, tokenizer: PreTrainedTokenizerBase,
     return champion
 
 
-def evaluate(options: EvaluateOptions, target: PublishedTarget | None = None) -> Evaluated:
+def evaluate(
+    options: EvaluateOptions, target: PublishedTarget | None = None, mlflow_run_url: str | None = None
+) -> Evaluated:
     """Compare the models and write the stage's files; see the module docstring for the order. Without
-    ``target`` no published model is looked for."""
+    ``target`` no published model is looked for; ``mlflow_run_url``, the run's MLflow run, goes into the record."""
     check_fine_tuned_dir(options.fine_tuned_model)
     training = TrainingSummary.read(options.train_dir / TRAINING_SUMMARY)
     # The base model as it was trained from: the Hub commit the trainer recorded (None for a local checkpoint).
@@ -390,6 +393,7 @@ def evaluate(options: EvaluateOptions, target: PublishedTarget | None = None) ->
         ),
         published=published_scores,
         deltas_vs_published=changes(tuned, published_scores) if published_scores else None,
+        mlflow_run_url=mlflow_run_url,
     )
     samples = SampleAnswers(
         tuple(
@@ -598,6 +602,7 @@ def run_in_pipeline(
     html_report_artifact,
     markdown_report_artifact,
     require_cuda: bool = False,
+    mlflow: tuple[str, str, str] = ("", "", ""),
 ) -> tuple[bool, str]:
     """What the KFP component does: evaluate, fill the UI artifacts, return the gate's decision and reason.
 
@@ -605,14 +610,32 @@ def run_in_pipeline(
     shows the artifact alone, without report.md's neighbouring image. ``target``
     says where the published model is looked for. With
     ``require_cuda`` (the pod was given a GPU) a CUDA failure stops the step
-    instead of generating on the CPU.
+    instead of generating on the CPU. ``mlflow``: the tracking server, experiment and pipeline run id of the run's
+    MLflow run (an empty server: none), which gets the same numbers as the step's metrics, the gate and the files,
+    and is ended here.
     """
     if require_cuda:
         check_cuda_usable("evaluation step")
-    evaluated = evaluate(options, target)
+    tracking = EvaluationTracking.start(*mlflow)
+    try:
+        evaluated = evaluate(options, target, tracking.url if tracking else None)
+    except BaseException:
+        if tracking:
+            tracking.failed()
+        raise
     print(summary(evaluated), flush=True)
-    for name, value in metrics_to_log(evaluated.evaluation).items():
+    numbers = metrics_to_log(evaluated.evaluation)
+    for name, value in numbers.items():
         metrics.log_metric(name, value)
+    if tracking:
+        gate = evaluated.evaluation.gate
+        tracking.finish(
+            numbers,
+            {"gate.passed": str(gate.passed).lower(), "gate.reason": gate.reason},
+            [evaluated.output_dir / name for name in (EVALUATION, EVALUATION_HTML, EVALUATION_MARKDOWN)]
+            + [evaluated.output_dir / SAMPLE_RESPONSES],
+            evaluated.training.global_step if evaluated.training else 0,
+        )
     png = evaluated.loss_curve_png
     markdown = render_markdown(
         evaluated.evaluation.as_json(),
@@ -654,6 +677,7 @@ def run_step(inputs: Mapping[str, Any]) -> tuple[bool, str]:
         inputs["report_html"],
         inputs["report_markdown"],
         require_cuda=inputs["gpus"] > 0,
+        mlflow=(inputs["mlflow_tracking_uri"], inputs["mlflow_experiment"], inputs["run_id"]),
     )
 
 

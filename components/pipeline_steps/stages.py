@@ -151,6 +151,8 @@ def evaluate_model(
     benchmark_fewshot: int,
     benchmark_batch_size: int,
     max_benchmark_drop: float,
+    mlflow_tracking_uri: str,
+    mlflow_experiment: str,
     metrics: dsl.Output[dsl.Metrics],
     report_html: dsl.Output[dsl.HTML],
     report_markdown: dsl.Output[dsl.Markdown],

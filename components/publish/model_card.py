@@ -100,6 +100,7 @@ def render_model_card(outputs: RunOutputs, options: PublishOptions, context: Car
         data_sources=source_table(outputs.stats, outputs.summary.source_tokens),
         source_tokens=shows_tokens(outputs.stats, outputs.summary.source_tokens),
         run_id=context.run_id,
+        mlflow_run_url=outputs.evaluation.mlflow_run_url,
         history=_history_rows(context.history),
         earlier_revision=next(
             (entry["revision"] for entry in reversed(context.history) if entry.get("revision")), None

@@ -66,6 +66,7 @@ def version_properties(dirs: RunDirs, run_id: str) -> dict[str, Property]:
         "gate_reason": gate.reason,
         "gguf_verified": verification.passed,
         "gguf_files": ", ".join(path.name for path in outputs.ggufs),
+        "mlflow_run_url": evaluation.mlflow_run_url,  # None (left out) without mlflow_tracking_uri
     }
     # The new model's standard benchmark scores (benchmark_arc_easy_acc_norm), what the gate checked it kept.
     scores = (evaluation.benchmarks or {}).get("scores", {}).get("fine_tuned", {})

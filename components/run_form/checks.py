@@ -357,10 +357,54 @@ def runtime_image_problems(values: dict[str, Any]) -> list[str]:
     return found
 
 
+def tracking_problems(values: dict[str, Any], environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """Run parameter name -> why the MLflow server ``mlflow_tracking_uri`` names cannot track this run: with the
+    credentials of the first step's environment (the Secret mlflow_secret names, mounted as in the steps that log),
+    its experiment is read or created, must not be deleted, and must keep artifacts where the server takes uploads.
+    A run is refused here, in seconds, rather than training for hours with nowhere to log. ``values`` holds every
+    run parameter, as the first step gets them."""
+    uri, secret, experiment = (values[name] for name in ("mlflow_tracking_uri", "mlflow_secret", "mlflow_experiment"))
+    if not uri.strip():
+        return {}
+    from common.tracking import MlflowError, MlflowServer, artifact_path
+
+    fix = "; or clear mlflow_tracking_uri to run without MLflow"
+    try:
+        server = MlflowServer.from_environment(uri, environ)
+    except ValueError as refused:
+        return {
+            "mlflow_tracking_uri": f"is {uri}, but the credentials in the Secret '{secret}' (mlflow_secret) "
+            f"{str(refused).removeprefix('its credentials ')}: use the server's https:// address, or empty the "
+            f"Secret's token and password if the server needs no login{fix}"
+        }
+    try:
+        location = server.experiment(experiment).get("artifact_location", "")
+    except MlflowError as error:
+        return {
+            "mlflow_tracking_uri": f"is {uri}, but the MLflow server there cannot track this run ({error}): check "
+            f"the address (the MLflow UI's, without /#/...), that the server runs, and the credentials in the Secret "
+            f"'{secret}' (mlflow_secret: MLFLOW_TRACKING_TOKEN, or MLFLOW_TRACKING_USERNAME and "
+            f"MLFLOW_TRACKING_PASSWORD, and MLFLOW_WORKSPACE where the server has workspaces){fix}"
+        }
+    try:
+        artifact_path(location)
+    except ValueError as refused:
+        return {
+            "mlflow_experiment": f"is {experiment!r}, whose artifacts go to {location}: the report could not be "
+            f"uploaded ({refused}). Name another mlflow_experiment (created with the server's own artifact store), or "
+            "clear mlflow_tracking_uri to run without MLflow"
+        }
+    return {}
+
+
 @exit_on_user_error
 def check_in_pipeline(values: dict[str, Any]) -> None:
-    """What the first step runs: every parameter's rules, the Secrets the run needs, then the image's packages."""
-    _refuse(_lines({**secret_problems(values), **_problems_by_name(values)}))
+    """What the first step runs: every parameter's rules, the Secrets the run needs and the MLflow server it logs
+    to, then the image's packages."""
+    found = _problems_by_name(values)
+    if not {"mlflow_tracking_uri", "mlflow_experiment", "mlflow_secret"} & found.keys():
+        found |= tracking_problems(values)
+    _refuse(_lines({**secret_problems(values), **found}))
     found = runtime_image_problems(values)
     if found:
         raise UserError("The run parameters ask for what this image cannot do: " + "; ".join(found) + ".")

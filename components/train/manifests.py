@@ -13,7 +13,8 @@ What every pod gets, and why:
 - the workspace PVC at the same path in every replica, so the paths in the
   trainer's options mean the same file everywhere (data in, checkpoints out);
 - ``HF_TOKEN`` from a Secret, marked optional so public models need none; the
-  token itself never appears in a manifest, parameter or log;
+  token itself never appears in a manifest, parameter or log; likewise, when
+  ``mlflow_tracking_uri`` is set, the MLflow credentials' keys of ``mlflow_secret``;
 - a memory-backed ``/dev/shm`` (NCCL and DataLoader workers use shared memory;
   the container runtime's 64 MiB default breaks multi-GPU training). It counts
   against the memory limit;
@@ -35,6 +36,7 @@ from typing import Any
 import yaml
 
 from common.run_layout import HF_HOME
+from common.tracking import SECRET_KEYS as MLFLOW_SECRET_KEYS
 from components.hub_auth import SECRET_KEY, TOKEN_ENV
 from components.train.kinds import PRIORITY_LABEL, PYTORCHJOB, QUEUE_LABEL, TRAINJOB
 from components.train.options import TORCHRUN_EXIT_SECONDS, LaunchOptions, parse_node_selector, parse_tolerations
@@ -154,6 +156,10 @@ def _env(spec: JobSpec) -> list[dict[str, Any]]:
     if spec.launch.hf_token_secret:
         secret = {"name": spec.launch.hf_token_secret, "key": SECRET_KEY, "optional": True}
         env.append({"name": TOKEN_ENV, "valueFrom": {"secretKeyRef": secret}})
+    if spec.train.mlflow_tracking_uri:  # rank 0 logs to MLflow: its credentials, each key optional
+        for key in MLFLOW_SECRET_KEYS:
+            secret = {"name": spec.launch.mlflow_secret, "key": key, "optional": True}
+            env.append({"name": key, "valueFrom": {"secretKeyRef": secret}})
     return env
 
 

@@ -73,6 +73,14 @@ class LaunchOptions:
         "Secret with key HF_TOKEN for the training pods: the read token (they only download the base model, never "
         "publish); optional, so a missing one only matters for private or gated models.",
     )
+    mlflow_secret: str = run_option(
+        "mlflow-credentials",
+        "Secret with the MLflow tracking server's credentials, for mlflow_tracking_uri: key MLFLOW_TRACKING_TOKEN (a "
+        "bearer token; on OpenShift AI, a service account's token), or MLFLOW_TRACKING_USERNAME and "
+        "MLFLOW_TRACKING_PASSWORD; and MLFLOW_WORKSPACE on a server with workspaces (OpenShift AI's: the project's "
+        "namespace). Mounted in the first step, the training pods and the evaluate step only. Optional: a server "
+        "that needs no login needs no Secret.",
+    )
     timeout_minutes: float = run_option(
         24 * 60.0,
         "Delete the training job and fail the run once it has run this many minutes (time waiting in a Kueue "
@@ -234,6 +242,10 @@ def launch_problems(launch: LaunchOptions) -> dict[str, str]:
         value = getattr(launch, name)
         if (value or name != "gpu_memory") and not is_positive_quantity(value):
             problems[name] = f"is {value!r}, not a positive Kubernetes quantity such as '8', '500m', '48Gi'"
+    if not is_subdomain_name(launch.mlflow_secret):
+        problems["mlflow_secret"] = (
+            f"is {launch.mlflow_secret!r}, not a valid Secret name (lowercase letters, digits, '-', '.')"
+        )
     if launch.hf_token_secret and not is_subdomain_name(launch.hf_token_secret):
         problems["hf_token_secret"] = f"is {launch.hf_token_secret!r}, not a valid Secret name (or empty for none)"
     for name in ("queue_name", "priority_class"):
