@@ -185,14 +185,14 @@ def test_the_trainer_keeps_its_metrics_through_an_outage_and_sends_them_when_the
     args, control = TrainingArguments(output_dir=str(tmp_path), report_to=[]), TrainerControl()
 
     tracking.on_train_begin(args, trainer_state(0), control)
-    assert tracking.failed == 1 and tracking.run is None
+    assert tracking.pacing.failed == 1 and tracking.run is None
     for step in (1, 2, 3):
         tracking.on_log(args, trainer_state(step), control, logs={"loss": 2.0 - step / 10, "learning_rate": 1e-4})
-    assert tracking.failed == 1  # within the backoff: no request
+    assert tracking.pacing.failed == 1  # within the backoff: no request
     clock[0] += trainer_tracking.MIN_SECONDS * 2
     tracking.on_log(args, trainer_state(4), control, logs={"eval_loss": 1.5})
-    assert tracking.failed == 2 and "did not answer" in tracking.last_error
-    assert tracking._next_attempt - clock[0] == trainer_tracking.MIN_SECONDS * 4  # twice as long after the second
+    assert tracking.pacing.failed == 2 and "did not answer" in tracking.pacing.last_error
+    assert tracking.pacing.next_attempt - clock[0] == trainer_tracking.MIN_SECONDS * 4  # twice as long after the second
 
     tracking.server = MlflowServer(mlflow_server.url)  # the server is back
     tracking.on_train_end(args, trainer_state(4), control)
@@ -224,7 +224,7 @@ def test_a_refused_batch_is_dropped_and_counted_and_what_follows_still_arrives(m
     retry.on_train_begin(args, trainer_state(0), control)
     retry.on_log(args, trainer_state(1), control, logs={"loss": 1.5})
     retry.on_train_end(args, trainer_state(1), control)
-    assert retry.run == first.run and retry.failed == 1 and "INVALID_PARAMETER_VALUE" in retry.last_error
+    assert retry.run == first.run and retry.pacing.failed == 1 and "INVALID_PARAMETER_VALUE" in retry.pacing.last_error
     history = mlflow_server.client().get_metric_history(first.run.run_id, "loss")
     assert [(entry.step, entry.value) for entry in history] == [(1, 1.5)]
     assert retry.summary()["metrics_unsent"] == 0
@@ -247,7 +247,11 @@ def test_a_server_that_accepts_and_never_answers_costs_one_timeout_a_send(tmp_pa
         tracking.on_train_begin(args, trainer_state(0), control)
         for step in range(1, 20):  # within the backoff: no request, no wait
             tracking.on_log(args, trainer_state(step), control, logs={"loss": 1.0})
-        assert time.monotonic() - started < 5 and tracking.failed == 1 and "did not answer" in tracking.last_error
+        assert (
+            time.monotonic() - started < 5
+            and tracking.pacing.failed == 1
+            and "did not answer" in tracking.pacing.last_error
+        )
         assert len(tracking.queued) == 19 * 2  # each step's loss and tokens seen, kept for later
 
 

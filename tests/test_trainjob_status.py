@@ -31,7 +31,7 @@ def test_progress_reaches_the_trainjob_status_in_the_shape_the_crd_takes(status_
     reporter.report(training_progress(step=450))
     reporter.report(training_progress(step=451))  # within 5 s of the last: not sent (the server's rate limit)
     reporter.report(training_progress(step=1000, eta_seconds=0.0, finished=True), final=True)
-    assert status_server.refused == [] and (reporter.reported, reporter.failed) == (2, 0)
+    assert status_server.refused == [] and (reporter.reported, reporter.pacing.failed) == (2, 0)
     first, last = status_server.updates
     assert (first["progressPercentage"], first["estimatedRemainingSeconds"]) == (45, 440)
     assert {metric["name"]: metric["value"] for metric in first["metrics"]} == {
@@ -119,12 +119,12 @@ def test_a_server_that_refuses_or_is_gone_costs_the_run_nothing(status_server, m
     reporter = TrainJobStatus.from_environment()
     status_server.token_file.write_text("a token the server did not issue")
     reporter.report(training_progress())
-    assert status_server.refused == [(403, "Forbidden")] and reporter.failed == 1
+    assert status_server.refused == [(403, "Forbidden")] and reporter.pacing.failed == 1
     assert "TrainJob status: update 1 failed (HTTP 403: " in caplog.text and "training goes on" in caplog.text
 
     status_server.close()  # the controller restarts, or its server is gone
     for _ in range(99):
         reporter.report(training_progress())
-    assert (reporter.reported, reporter.failed) == (0, 100)
+    assert (reporter.reported, reporter.pacing.failed) == (0, 100)
     assert caplog.text.count("TrainJob status: update") == 2  # the first failure and the hundredth
-    assert "Connection refused" in reporter.last_error or "Max retries" in reporter.last_error
+    assert "Connection refused" in reporter.pacing.last_error or "Max retries" in reporter.pacing.last_error

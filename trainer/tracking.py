@@ -21,14 +21,14 @@ from typing import Any, Callable
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from common.tracking import MAX_ENTRIES, MlflowError, MlflowServer, TrackedRun, metric
+from trainer.backoff import Backoff
 from trainer.config import TrainConfig
 from trainer.progress import ProgressFile
 
 log = logging.getLogger(__name__)
 
 MIN_SECONDS = 5.0
-BACKOFF_SECONDS = 300.0
-LOG_EVERY_FAILURES = 100  # after the first failure, one warning per this many
+BACKOFF_SECONDS = 300.0  # the longest wait after failures in a row (trainer/backoff.py)
 # Metrics kept while the server does not answer: hours of a step a second at about seven metrics a step. Beyond it
 # the oldest go, counted as dropped.
 MAX_QUEUED = 100_000
@@ -55,11 +55,9 @@ class MlflowTracking(TrainerCallback):
         self.progress = progress
         self.run: TrackedRun | None = None
         self.queued: deque[dict[str, Any]] = deque(maxlen=MAX_QUEUED)
-        self.logged = self.failed = self.dropped = 0
-        self.last_error: str | None = None
+        self.logged = self.dropped = 0
         self.clock = clock
-        self._next_attempt = 0.0
-        self._failing = 0  # failures in a row
+        self.pacing = Backoff(MIN_SECONDS, BACKOFF_SECONDS, clock)
 
     @classmethod
     def from_config(cls, config: TrainConfig, is_main: bool, progress: ProgressFile) -> MlflowTracking | None:
@@ -132,17 +130,16 @@ class MlflowTracking(TrainerCallback):
             try:
                 self.server.set_status(self.run, "FAILED")
             except Exception as error:  # whatever it is: the training's own error is the one to raise
-                self._failure(error, self.clock())
+                self._failure(error)
 
     def _send(self, force: bool = False) -> None:
         """Create or find the run, then send the parameters and queued metrics: one request of metrics while
         training, the whole queue (for up to ``LAST_SEND_SECONDS``) when ``force``. A request the server refuses
         for what it holds (a 4xx: a parameter changed on a retry, a token that may not write) drops that batch,
         counted, rather than block everything queued behind it; one it does not answer keeps the queue for later."""
-        now = self.clock()
-        if not force and now < self._next_attempt:
+        if not force and not self.pacing.due():
             return
-        deadline = now + LAST_SEND_SECONDS
+        deadline = self.clock() + LAST_SEND_SECONDS
         try:
             if self.run is None:
                 self.run = self.server.run_of(self.experiment, self.pipeline_run)
@@ -161,9 +158,9 @@ class MlflowTracking(TrainerCallback):
                 self.dropped += 0 if sent else len(batch)
                 requests += 1
         except Exception as error:  # whatever it is: tracking must never cost the run
-            self._failure(error, now)
+            self._failure(error)
             return
-        self._failing, self._next_attempt = 0, now + MIN_SECONDS
+        self.pacing.succeeded()
 
     def _refused_or_raise(self, send: Callable[[], None], count: int, what: str) -> bool:
         """Whether ``send`` went through; False (counted and logged) when the server refused it for good."""
@@ -172,20 +169,16 @@ class MlflowTracking(TrainerCallback):
         except MlflowError as error:
             if not error.refused:
                 raise
-            self._count(error, f"{count} {what} refused, dropped")
+            self._warn(self.pacing.count(error), error, f"{count} {what} refused, dropped")
             return False
         return True
 
-    def _failure(self, error: Exception, now: float) -> None:
-        self._failing += 1
-        self._next_attempt = now + min(MIN_SECONDS * 2**self._failing, BACKOFF_SECONDS)
-        self._count(error, f"{len(self.queued)} metrics wait to be sent")
+    def _failure(self, error: Exception) -> None:
+        self._warn(self.pacing.failure(error), error, f"{len(self.queued)} metrics wait to be sent")
 
-    def _count(self, error: Exception, outcome: str) -> None:
-        self.failed += 1
-        self.last_error = str(error)
-        if self.failed == 1 or self.failed % LOG_EVERY_FAILURES == 0:
-            log.warning("MLflow: request %d failed (%s); training goes on, %s", self.failed, error, outcome)
+    def _warn(self, worth_it: bool, error: Exception, outcome: str) -> None:
+        if worth_it:
+            log.warning("MLflow: request %d failed (%s); training goes on, %s", self.pacing.failed, error, outcome)
 
     def summary(self) -> dict[str, Any]:
         """What the training summary records of it."""
@@ -195,6 +188,6 @@ class MlflowTracking(TrainerCallback):
             "metrics_logged": self.logged,
             "metrics_unsent": len(self.queued),
             "metrics_dropped": self.dropped,
-            "failed": self.failed,
-            "last_error": self.last_error,
+            "failed": self.pacing.failed,
+            "last_error": self.pacing.last_error,
         }

@@ -27,6 +27,7 @@ from typing import Any
 
 from common.http_trust import token_may_go_to
 from common.records import TrainingProgress
+from trainer.backoff import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -37,11 +38,10 @@ DISABLE_TRANSFORMERS_ENV = "DISABLE_KUBEFLOW_INTEGRATION"
 # The status server's client is limited to 5 requests/s; upstream's docs, its SDK and transformers send one update
 # every 5 s at most.
 MIN_SECONDS = 5.0
-# The post runs in rank 0's training loop, which the other ranks wait for: a server that drops packets may cost it
-# the connect timeout, so after each failure in a row the next attempt waits twice as long, up to BACKOFF_SECONDS.
+# The post runs in rank 0's training loop, which the other ranks wait for: after each failure in a row the next
+# attempt waits twice as long, up to BACKOFF_SECONDS (trainer/backoff.py).
 TIMEOUTS = (2.0, 5.0)  # connect, read
 BACKOFF_SECONDS = 300.0
-LOG_EVERY_FAILURES = 100  # after the first failure, one warning per this many
 INT32_MAX = 2**31 - 1  # estimatedRemainingSeconds is an int32: upstream refuses a larger one
 
 
@@ -76,10 +76,9 @@ class TrainJobStatus:
     ca_file: str
     token_file: str
     reported: int = 0
-    failed: int = 0
-    last_error: str | None = None
-    _next_attempt: float = field(default=0.0, repr=False)
-    _failing: int = field(default=0, repr=False)  # failures in a row
+    pacing: Backoff = field(
+        default_factory=lambda: Backoff(MIN_SECONDS, BACKOFF_SECONDS, clock=lambda: time.monotonic()), repr=False
+    )
 
     @classmethod
     def from_environment(cls) -> TrainJobStatus | None:
@@ -104,25 +103,20 @@ class TrainJobStatus:
     def report(self, progress: TrainingProgress, final: bool = False) -> None:
         """Post ``progress``, at most every ``MIN_SECONDS`` (longer after failures) unless ``final``; a failure is
         counted, never raised."""
-        now = time.monotonic()
-        if not final and now < self._next_attempt:
+        if not final and not self.pacing.due():
             return
         try:
             self._post(status_body(progress, final))
         except Exception as error:  # whatever it is: a status update must never cost the run
-            self._failing += 1
-            self._next_attempt = now + min(MIN_SECONDS * 2**self._failing, BACKOFF_SECONDS)
-            self.failed += 1
-            self.last_error = str(error)
-            if self.failed == 1 or self.failed % LOG_EVERY_FAILURES == 0:
+            if self.pacing.failure(error):
                 log.warning(
                     "TrainJob status: update %d failed (%s); training goes on, and the train step's log has the "
                     "progress",
-                    self.failed,
+                    self.pacing.failed,
                     error,
                 )
             return
-        self._failing, self._next_attempt = 0, now + MIN_SECONDS
+        self.pacing.succeeded()
         self.reported += 1
 
     def _post(self, body: dict[str, Any]) -> None:
@@ -141,4 +135,5 @@ class TrainJobStatus:
 
     def summary(self) -> dict[str, Any]:
         """What the training summary records of it."""
-        return {"url": self.url, "reported": self.reported, "failed": self.failed, "last_error": self.last_error}
+        failed, last_error = self.pacing.failed, self.pacing.last_error
+        return {"url": self.url, "reported": self.reported, "failed": failed, "last_error": last_error}
