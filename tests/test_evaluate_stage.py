@@ -278,6 +278,8 @@ def test_failed_gate_is_a_result_not_an_error_and_fills_the_kfp_artifacts(
         benchmark_fewshot=0,
         benchmark_batch_size=16,
         max_benchmark_drop=0.02,
+        mlflow_tracking_uri="",
+        mlflow_experiment="llm-finetune",
         repo_id="",
         force=False,
         gpus=0,

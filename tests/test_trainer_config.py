@@ -62,6 +62,9 @@ def test_every_field_changed_round_trips():
         seed=7,
         base_model_revision="v1.0",
         collective_timeout_minutes=2.5,
+        mlflow_tracking_uri="https://mlflow.example/mlflow",
+        mlflow_experiment="team-runs",
+        mlflow_run_name="run-9",
         require_cuda=True,
         expected_world_size=8,
     )

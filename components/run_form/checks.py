@@ -363,9 +363,10 @@ def tracking_problems(values: dict[str, Any], environ: Mapping[str, str] = os.en
     its experiment is read or created, must not be deleted, and must keep artifacts where the server takes uploads.
     A run is refused here, in seconds, rather than training for hours with nowhere to log. ``values`` holds every
     run parameter, as the first step gets them."""
-    uri, secret, experiment = (values[name] for name in ("mlflow_tracking_uri", "mlflow_secret", "mlflow_experiment"))
+    uri = values.get("mlflow_tracking_uri", "")  # absent from the values of a check by hand: no tracking
     if not uri.strip():
         return {}
+    secret, experiment = values["mlflow_secret"], values["mlflow_experiment"]
     from common.tracking import MlflowError, MlflowServer, artifact_path
 
     fix = "; or clear mlflow_tracking_uri to run without MLflow"
