@@ -99,22 +99,7 @@ class MlflowServer:
 
     def call(self, method: str, endpoint: str, body: dict[str, Any] | None = None, **query: str) -> dict[str, Any]:
         """The JSON answer to ``method`` on ``API/endpoint``; MlflowError for anything but a 200."""
-        import requests
-
-        try:
-            response = requests.request(
-                method,
-                f"{self.uri}{API}/{endpoint}",
-                json=body,
-                params=query or None,
-                headers=self.headers,
-                timeout=TIMEOUTS,
-                allow_redirects=False,  # a login page is no answer, and credentials follow no redirect
-            )
-        except requests.RequestException as error:
-            raise MlflowError(f"{endpoint}: {self.uri} did not answer ({type(error).__name__}: {error})") from None
-        if response.status_code != 200:
-            raise MlflowError(f"{endpoint}: HTTP {response.status_code} {_reason(response)}", response.status_code)
+        response = self._request(method, f"{self.uri}{API}/{endpoint}", endpoint, json=body, params=query or None)
         try:
             answer = response.json() if response.content else {}
         except ValueError:
@@ -122,6 +107,26 @@ class MlflowServer:
         if not isinstance(answer, dict):
             raise MlflowError(f"{endpoint}: {self.uri} answered with something other than MLflow's JSON")
         return answer
+
+    def _request(self, method: str, url: str, what: str, headers: dict[str, str] | None = None, **kwargs: Any) -> Any:
+        """The 200 answer to ``method`` on ``url``; MlflowError naming ``what`` otherwise. No redirect is followed:
+        a login page is no answer, and the credentials go to this server only."""
+        import requests
+
+        try:
+            response = requests.request(
+                method,
+                url,
+                headers={**self.headers, **(headers or {})},
+                timeout=TIMEOUTS,
+                allow_redirects=False,
+                **kwargs,
+            )
+        except requests.RequestException as error:
+            raise MlflowError(f"{what}: {self.uri} did not answer ({type(error).__name__}: {error})") from None
+        if response.status_code != 200:
+            raise MlflowError(f"{what}: HTTP {response.status_code} {_reason(response)}", response.status_code)
+        return response
 
     def _answer(
         self, method: str, endpoint: str, path: tuple[str, ...], body: dict[str, Any] | None = None, **query: str
@@ -215,21 +220,8 @@ class MlflowServer:
 
     def upload(self, run: TrackedRun, name: str, content: bytes, content_type: str) -> None:
         """Put ``content`` among the run's artifacts as ``name``, through the server's artifact proxy."""
-        import requests
-
         url = f"{self.uri}{ARTIFACTS_API}/{artifact_path(run.artifact_uri)}/{quote(name)}"
-        try:
-            response = requests.put(
-                url,
-                data=content,
-                headers={**self.headers, "Content-Type": content_type},
-                timeout=TIMEOUTS,
-                allow_redirects=False,
-            )
-        except requests.RequestException as error:
-            raise MlflowError(f"artifact {name}: {self.uri} did not answer ({type(error).__name__})") from None
-        if response.status_code != 200:
-            raise MlflowError(f"artifact {name}: HTTP {response.status_code} {_reason(response)}", response.status_code)
+        self._request("PUT", url, f"artifact {name}", headers={"Content-Type": content_type}, data=content)
 
 
 def metric(key: str, value: float, step: int, timestamp_ms: int | None = None) -> dict[str, Any]:
@@ -272,9 +264,11 @@ def _reason(response: Any) -> str:
     """The server's error_code and message, or the start of its answer."""
     try:
         answer = response.json()
-        return f"{answer.get('error_code', '')}: {answer.get('message', '')}".strip(": ")[:300]
     except ValueError:
+        answer = None
+    if not isinstance(answer, dict):  # a proxy's page, or JSON of another shape
         return response.text.strip()[:300]
+    return f"{answer.get('error_code', '')}: {answer.get('message', '')}".strip(": ")[:300]
 
 
 def _quoted(value: str) -> str:

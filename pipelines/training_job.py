@@ -80,7 +80,6 @@ def render(pairs: list[str], *, namespace: str, run_id: str, image: str) -> str:
         model=resolve_base_model(values["base_model"], launch.backend),
         tokens_dir=Path(CLUSTER_WORKSPACE) / TOKEN_CACHE / TOKENS_KEY,
         output_dir=stage_dir(CLUSTER_WORKSPACE, run_id, "train"),
-        mlflow_run_name=run_id,  # as the train step names the run's MLflow run
         **arguments_for(TrainConfig, values),
     )
     pvc_name = values["pvc_name"] or CREATED_PVC

@@ -25,6 +25,7 @@ from common.tracking import (
 from components.evaluate.tracking import EvaluationTracking
 from components.run_form.checks import problems, tracking_problems
 from trainer import tracking as trainer_tracking
+from trainer.backoff import Backoff
 from trainer.progress import ProgressFile
 from trainer.tracking import MlflowTracking
 
@@ -166,6 +167,15 @@ def test_an_answer_that_is_not_mlflow_s_is_an_error_not_a_crash(tmp_path):
             MlflowServer(page.url + "/redirect").experiment("any")
 
 
+def logged(
+    callbacks: tuple[ProgressFile, MlflowTracking], args: TrainingArguments, state: TrainerState, logs: dict
+) -> None:
+    """One logging step as the Trainer calls its callbacks: the progress file first (its record, which the tracker
+    logs too), then the tracker."""
+    for callback in callbacks:
+        callback.on_log(args, state, TrainerControl(), logs=logs)
+
+
 def trainer_state(step: int, max_steps: int = 10) -> TrainerState:
     state = TrainerState()
     state.global_step, state.max_steps, state.epoch, state.num_input_tokens_seen = step, max_steps, step / 10, 64 * step
@@ -187,7 +197,7 @@ def test_the_trainer_keeps_its_metrics_through_an_outage_and_sends_them_when_the
     tracking.on_train_begin(args, trainer_state(0), control)
     assert tracking.pacing.failed == 1 and tracking.run is None
     for step in (1, 2, 3):
-        tracking.on_log(args, trainer_state(step), control, logs={"loss": 2.0 - step / 10, "learning_rate": 1e-4})
+        logged((progress, tracking), args, trainer_state(step), {"loss": 2.0 - step / 10, "learning_rate": 1e-4})
     assert tracking.pacing.failed == 1  # within the backoff: no request
     clock[0] += trainer_tracking.MIN_SECONDS * 2
     tracking.on_log(args, trainer_state(4), control, logs={"eval_loss": 1.5})
@@ -246,13 +256,39 @@ def test_a_server_that_accepts_and_never_answers_costs_one_timeout_a_send(tmp_pa
         started = time.monotonic()
         tracking.on_train_begin(args, trainer_state(0), control)
         for step in range(1, 20):  # within the backoff: no request, no wait
-            tracking.on_log(args, trainer_state(step), control, logs={"loss": 1.0})
+            logged((progress, tracking), args, trainer_state(step), {"loss": 1.0})
         assert (
             time.monotonic() - started < 5
             and tracking.pacing.failed == 1
             and "did not answer" in tracking.pacing.last_error
         )
         assert len(tracking.queued) == 19 * 2  # each step's loss and tokens seen, kept for later
+
+
+def test_parameters_a_server_did_not_answer_are_sent_when_it_does(mlflow_server, tmp_path):
+    server = MlflowServer(mlflow_server.url)
+    progress = ProgressFile(tmp_path / "progress.json", None, True, 1)
+    tracking = MlflowTracking(MlflowServer(closed_url()), "params-kept", "run-1", {"lora_r": 8}, progress)
+    tracking.run = server.run_of("params-kept", "run-1")  # found, then the server went away
+    args, control = TrainingArguments(output_dir=str(tmp_path), report_to=[]), TrainerControl()
+    tracking.on_train_begin(args, trainer_state(0), control)
+    assert tracking.pacing.failed == 1 and tracking.params["lora_r"] == 8
+    tracking.server = server  # back
+    tracking.on_train_end(args, trainer_state(0), control)
+    assert mlflow_server.client().get_run(tracking.run.run_id).data.params["lora_r"] == "8"
+
+
+def test_a_slow_server_is_called_less_often(tmp_path):
+    """Waiting for an answer takes at most a tenth of the time between calls (trainer/backoff.py)."""
+    clock = [100.0]
+    pacing = Backoff(5.0, 300.0, clock=lambda: clock[0])
+    started = clock[0]
+    clock[0] += 2.0  # the call took 2 s
+    pacing.succeeded(started)
+    assert pacing.next_attempt == clock[0] + 20.0 and not pacing.due()
+    clock[0] += 0.1
+    pacing.succeeded(clock[0])  # a quick answer: back to every 5 s
+    assert pacing.next_attempt == clock[0] + 5.0
 
 
 def test_a_failed_training_marks_the_run_failed(mlflow_server, tmp_path):

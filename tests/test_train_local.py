@@ -41,7 +41,7 @@ FAST = dict(
     lora_r=4,
     lora_alpha=8,
 )
-SET_BY_THE_STEP = {"model", "tokens_dir", "output_dir", "require_cuda", "expected_world_size", "mlflow_run_name"}
+SET_BY_THE_STEP = {"model", "tokens_dir", "output_dir", "require_cuda", "expected_world_size"}
 # A command-line switch the pipeline never sets: the tests' and the GPU check's way onto the compiled path on CPU.
 LEFT_AT_ITS_DEFAULT = {"compile_backend"}
 

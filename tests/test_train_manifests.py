@@ -180,11 +180,12 @@ def test_the_training_pods_get_the_read_token_never_the_write_token():
 
 def test_the_training_pods_get_the_mlflow_credentials_only_when_they_log_to_mlflow():
     """Rank 0 logs to MLflow with the Secret mlflow_secret names, each key optional (a server without login needs
-    none); without mlflow_tracking_uri no pod gets them. The MLflow address and run name travel as trainer options."""
+    none); without mlflow_tracking_uri no pod gets them. The MLflow address travels as a trainer option, and the run
+    is named after the run folder (runs/<run id>/train)."""
     plain = spec(2, 1)
     tracked = dataclasses.replace(
         plain,
-        train=dataclasses.replace(plain.train, mlflow_tracking_uri="https://mlflow.example", mlflow_run_name=RUN_ID),
+        train=dataclasses.replace(plain.train, mlflow_tracking_uri="https://mlflow.example"),
         launch=dataclasses.replace(plain.launch, mlflow_secret="team-mlflow"),
     )
     for job, expected in ((plain, []), (tracked, list(MLFLOW_SECRET_KEYS))):
@@ -201,7 +202,7 @@ def test_the_training_pods_get_the_mlflow_credentials_only_when_they_log_to_mlfl
                 }
         assert not schema_errors(pytorchjob, PYTORCHJOB_CRD) and not schema_errors(trainjob, TRAINJOB_CRD)
     command = " ".join(containers[0]["command"] + containers[0].get("args", []))
-    assert "--mlflow-tracking-uri https://mlflow.example" in command and f"--mlflow-run-name {RUN_ID}" in command
+    assert "--mlflow-tracking-uri https://mlflow.example" in command and f"/runs/{RUN_ID}/train" in command
 
 
 def test_the_schema_check_catches_what_the_api_server_would_drop_or_reject():

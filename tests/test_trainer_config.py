@@ -64,7 +64,6 @@ def test_every_field_changed_round_trips():
         collective_timeout_minutes=2.5,
         mlflow_tracking_uri="https://mlflow.example/mlflow",
         mlflow_experiment="team-runs",
-        mlflow_run_name="run-9",
         require_cuda=True,
         expected_world_size=8,
     )

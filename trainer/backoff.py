@@ -2,9 +2,10 @@
 
 Rank 0 posts to the TrainJob status server and to MLflow inside its training loop, which every other rank waits
 for. A server that drops packets costs each call its connect timeout, so after each failure in a row the next
-attempt waits twice as long, up to a ceiling; the first answer puts it back to its usual pace. Failures are
-counted for the training summary, and only the first and every hundredth is worth a warning: a server down for
-hours must not fill the log.
+attempt waits twice as long, up to a ceiling; the first answer puts it back to its usual pace. A server that
+answers slowly is called less often too, so that waiting for it takes at most a tenth of the training's time.
+Failures are counted for the training summary, and only the first and every hundredth is worth a warning: a
+server down for hours must not fill the log.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 LOG_EVERY_FAILURES = 100
+BUSY_SHARE = 0.1  # of the time between calls, the most that waiting for an answer may take
 
 
 @dataclass
@@ -31,8 +33,10 @@ class Backoff:
     def due(self) -> bool:
         return self.clock() >= self.next_attempt
 
-    def succeeded(self) -> None:
-        self._in_a_row, self.next_attempt = 0, self.clock() + self.every
+    def succeeded(self, started: float) -> None:
+        """The call begun at ``started`` (by ``clock``) was answered."""
+        now = self.clock()
+        self._in_a_row, self.next_attempt = 0, now + max(self.every, (now - started) / BUSY_SHARE)
 
     def failure(self, error: Exception) -> bool:
         """Count ``error`` and wait longer before the next attempt; whether it is worth a warning."""

@@ -229,9 +229,6 @@ class TrainConfig:
     mlflow_experiment: str = run_option(
         "llm-finetune", "MLflow experiment the runs go to (created when missing); used with mlflow_tracking_uri."
     )
-    mlflow_run_name: str = option(
-        "", "The pipeline run's id: the MLflow run is named and tagged with it (the train step sets it)."
-    )
     require_cuda: bool = option(
         False, "Fail at start unless CUDA works: the launcher sets it when the job's pods were given GPUs."
     )

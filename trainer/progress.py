@@ -57,6 +57,7 @@ class ProgressFile(TrainerCallback):
         self.checkpoint = resumed_from  # the checkpoint this attempt resumed from, until it saves its own
         self.written_at = -WRITE_SECONDS
         self.write_failed = False
+        self.latest: TrainingProgress | None = None  # rank 0's last record, which the MLflow tracker logs too
 
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
@@ -121,7 +122,7 @@ class ProgressFile(TrainerCallback):
     def _write(self, state: TrainerState, log_line: bool = False, always: bool = False, final: bool = False) -> None:
         if not state.is_world_process_zero:
             return
-        progress = self.progress(state)
+        progress = self.latest = self.progress(state)
         if log_line:
             print(progress.described(), file=sys.stderr, flush=True)
         if self.status is not None:

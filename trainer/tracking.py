@@ -73,9 +73,9 @@ class MlflowTracking(TrainerCallback):
             log.warning("MLflow: not tracked: %s %s", config.mlflow_tracking_uri, refused)
             return None
         params = {key: value for key, value in config.as_json().items() if value not in (None, "")}
-        # The train step names the run after the pipeline run; a trainer started by hand, after its run folder
-        # (runs/<run id>/train).
-        name = config.mlflow_run_name or config.output_dir.parent.name
+        # The MLflow run is named and tagged with the pipeline run's id, the name of the run's folder
+        # (runs/<run id>/train: common.run_layout.stage_dir), so a restarted trainer and the evaluation find it.
+        name = config.output_dir.parent.name
         log.info(
             "MLflow: logging parameters and metrics to %s, experiment %s, run %s",
             server.uri,
@@ -102,8 +102,8 @@ class MlflowTracking(TrainerCallback):
         **kwargs: Any,
     ) -> None:
         numbers = {key: value for key, value in (logs or {}).items() if isinstance(value, (int, float))}
-        if "loss" in numbers:  # a training step's log: the progress file's numbers beside it
-            progress = self.progress.progress(state)
+        progress = self.progress.latest  # the progress file's record of this step, written just before (rank 0)
+        if "loss" in numbers and progress is not None and progress.step == state.global_step:
             numbers |= {
                 "tokens_seen": progress.tokens_seen,
                 "tokens_per_second": progress.tokens_per_second,
@@ -139,15 +139,18 @@ class MlflowTracking(TrainerCallback):
         counted, rather than block everything queued behind it; one it does not answer keeps the queue for later."""
         if not force and not self.pacing.due():
             return
-        deadline = self.clock() + LAST_SEND_SECONDS
+        started = self.clock()
+        deadline = started + LAST_SEND_SECONDS
         try:
             if self.run is None:
                 self.run = self.server.run_of(self.experiment, self.pipeline_run)
                 self.server.set_status(self.run, "RUNNING")
                 log.info("MLflow: run %s", self.run.url)
             if self.params:
-                params, self.params = self.params, {}
-                self._refused_or_raise(lambda: self.server.log(self.run, params=params), len(params), "parameters")
+                self._refused_or_raise(
+                    lambda: self.server.log(self.run, params=self.params), len(self.params), "parameters"
+                )
+                self.params = {}  # sent, or refused for good: an unanswered send keeps them for the next
             requests = 0
             while self.queued and (requests < 1 or force and self.clock() < deadline):
                 batch = [self.queued[index] for index in range(min(MAX_ENTRIES, len(self.queued)))]
@@ -160,7 +163,7 @@ class MlflowTracking(TrainerCallback):
         except Exception as error:  # whatever it is: tracking must never cost the run
             self._failure(error)
             return
-        self.pacing.succeeded()
+        self.pacing.succeeded(started)
 
     def _refused_or_raise(self, send: Callable[[], None], count: int, what: str) -> bool:
         """Whether ``send`` went through; False (counted and logged) when the server refused it for good."""

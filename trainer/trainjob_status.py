@@ -105,6 +105,7 @@ class TrainJobStatus:
         counted, never raised."""
         if not final and not self.pacing.due():
             return
+        started = self.pacing.clock()
         try:
             self._post(status_body(progress, final))
         except Exception as error:  # whatever it is: a status update must never cost the run
@@ -116,7 +117,7 @@ class TrainJobStatus:
                     error,
                 )
             return
-        self.pacing.succeeded()
+        self.pacing.succeeded(started)
         self.reported += 1
 
     def _post(self, body: dict[str, Any]) -> None:

@@ -522,6 +522,8 @@ def write_outputs(evaluated: Evaluated) -> None:
 
 
 ROLE_LABELS = (("base", "base      "), ("published", "published "), ("fine_tuned", "fine-tuned"))
+# What the step writes for people: named in its log, uploaded to the run's MLflow run.
+OUTPUT_FILES = (EVALUATION, EVALUATION_MARKDOWN, EVALUATION_HTML, SAMPLE_RESPONSES)
 
 
 def summary(evaluated: Evaluated) -> str:
@@ -543,10 +545,7 @@ def summary(evaluated: Evaluated) -> str:
     lines += benchmark_verdicts(evaluation.as_json())
     gate = evaluation.gate
     lines.append(f"quality gate {'passed' if gate.passed else f'FAILED ({GATED_STAGES} are skipped)'}: {gate.reason}")
-    lines += [
-        f"{name} -> {evaluated.output_dir / name}"
-        for name in (EVALUATION, EVALUATION_MARKDOWN, EVALUATION_HTML, SAMPLE_RESPONSES)
-    ]
+    lines += [f"{name} -> {evaluated.output_dir / name}" for name in OUTPUT_FILES]
     return "\n".join(lines)
 
 
@@ -632,8 +631,7 @@ def run_in_pipeline(
         tracking.finish(
             numbers,
             {"gate.passed": str(gate.passed).lower(), "gate.reason": gate.reason},
-            [evaluated.output_dir / name for name in (EVALUATION, EVALUATION_HTML, EVALUATION_MARKDOWN)]
-            + [evaluated.output_dir / SAMPLE_RESPONSES],
+            [evaluated.output_dir / name for name in OUTPUT_FILES],
             evaluated.training.global_step if evaluated.training else 0,
         )
     png = evaluated.loss_curve_png

@@ -403,8 +403,8 @@ def check_in_pipeline(values: dict[str, Any]) -> None:
     """What the first step runs: every parameter's rules, the Secrets the run needs and the MLflow server it logs
     to, then the image's packages."""
     found = _problems_by_name(values)
-    if not {"mlflow_tracking_uri", "mlflow_experiment", "mlflow_secret"} & found.keys():
-        found |= tracking_problems(values)
+    if not found:  # a run refused anyway is not worth a call to the server (which may create the experiment)
+        found = tracking_problems(values)
     _refuse(_lines({**secret_problems(values), **found}))
     found = runtime_image_problems(values)
     if found:

@@ -276,8 +276,7 @@ def run_in_pipeline(
     config = TrainConfig(model=base_model, tokens_dir=Path(tokens_dir), output_dir=train_dir, **training)
     check_parameters(options, config, pvc_name, image)
     report_an_earlier_failure(train_dir)
-    # The MLflow run is named and tagged with the pipeline run's id: a restarted trainer and the evaluation find it.
-    config = dataclasses.replace(config, model=resolve_base_model(base_model, options.backend), mlflow_run_name=run_id)
+    config = dataclasses.replace(config, model=resolve_base_model(base_model, options.backend))
     print(
         f"training {config.model} ({config.method}) with backend {options.backend}; outputs go to {train_dir}",
         flush=True,
