@@ -358,6 +358,7 @@ def test_the_first_run_is_one_mlflow_run_with_the_training_per_step_the_evaluati
     assert run.info.run_name == run_dir.name and run.data.tags["kfp.run_id"] == run_dir.name
     assert run.info.status == "FINISHED"
     assert run.data.params["method"] == "lora" and run.data.params["max_steps"] == "2"
+    assert (run.data.params["world_size"], run.data.params["precision"]) == ("2", "fp32")
     history = json.loads((run_dir / "train" / "training_history.json").read_text())
     logged = [(entry["step"], entry["loss"]) for entry in history if "loss" in entry]
     assert [(entry.step, entry.value) for entry in client.get_metric_history(run.info.run_id, "loss")] == logged

@@ -56,12 +56,14 @@ class MlflowTracking(TrainerCallback):
         self.run: TrackedRun | None = None
         self.queued: deque[dict[str, Any]] = deque(maxlen=MAX_QUEUED)
         self.logged = self.dropped = 0
-        self.clock = clock
         self.pacing = Backoff(MIN_SECONDS, BACKOFF_SECONDS, clock)
 
     @classmethod
-    def from_config(cls, config: TrainConfig, is_main: bool, progress: ProgressFile) -> MlflowTracking | None:
-        """The tracker rank 0 adds when ``mlflow_tracking_uri`` is set; None elsewhere, saying in the log why."""
+    def from_config(
+        cls, config: TrainConfig, is_main: bool, progress: ProgressFile, **facts: Any
+    ) -> MlflowTracking | None:
+        """The tracker rank 0 adds when ``mlflow_tracking_uri`` is set; None elsewhere, saying in the log why.
+        ``facts`` (world size, precision) join the options as the run's parameters."""
         if not is_main:
             return None
         if not config.mlflow_tracking_uri:
@@ -72,7 +74,7 @@ class MlflowTracking(TrainerCallback):
         except ValueError as refused:  # the first step refuses this before any training: a trainer run by hand
             log.warning("MLflow: not tracked: %s %s", config.mlflow_tracking_uri, refused)
             return None
-        params = {key: value for key, value in config.as_json().items() if value not in (None, "")}
+        params = {key: value for key, value in config.as_json().items() if value not in (None, "")} | facts
         # The MLflow run is named and tagged with the pipeline run's id, the name of the run's folder
         # (runs/<run id>/train: common.run_layout.stage_dir), so a restarted trainer and the evaluation find it.
         name = config.output_dir.parent.name
@@ -87,10 +89,6 @@ class MlflowTracking(TrainerCallback):
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
-        self.params |= {
-            "world_size": args.world_size,
-            "precision": "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
-        }
         self._send(force=True)
 
     def on_log(
@@ -139,7 +137,7 @@ class MlflowTracking(TrainerCallback):
         counted, rather than block everything queued behind it; one it does not answer keeps the queue for later."""
         if not force and not self.pacing.due():
             return
-        started = self.clock()
+        started = self.pacing.clock()
         deadline = started + LAST_SEND_SECONDS
         try:
             if self.run is None:
@@ -152,7 +150,7 @@ class MlflowTracking(TrainerCallback):
                 )
                 self.params = {}  # sent, or refused for good: an unanswered send keeps them for the next
             requests = 0
-            while self.queued and (requests < 1 or force and self.clock() < deadline):
+            while self.queued and (requests < 1 or force and self.pacing.clock() < deadline):
                 batch = [self.queued[index] for index in range(min(MAX_ENTRIES, len(self.queued)))]
                 sent = self._refused_or_raise(lambda: self.server.log(self.run, metrics=batch), len(batch), "metrics")
                 for _ in batch:

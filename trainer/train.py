@@ -355,7 +355,9 @@ def run_checked(config: TrainConfig, topology: Topology) -> int:
         with_reference=config.objective == "dpo",
         resumed_from=resume_from.name if resume_from else None,
     )
-    tracking = MlflowTracking.from_config(config, topology.is_main, progress)
+    tracking = MlflowTracking.from_config(
+        config, topology.is_main, progress, world_size=topology.world_size, precision=precision
+    )
     trainer = objective.trainer_class(
         model=load_model(config, source, args.bf16, args.fp16),
         args=args,
