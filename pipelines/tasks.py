@@ -8,6 +8,9 @@ from kfp import dsl
 from kfp.dsl.pipeline_channel import PipelineChannel
 
 from components.runtime_image import runtime_image
+from pipelines import caller_names
+
+caller_names.install()  # before any task setter runs: see pipelines/caller_names.py
 
 # The bookkeeping steps (parameter checks, PVC name, data-change check, skip
 # notes) are small Python processes: fixed requests and limits, no run parameters.

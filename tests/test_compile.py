@@ -15,7 +15,7 @@ from conftest import REPO_ROOT, run_module
 
 from common.run_layout import CLUSTER_WORKSPACE
 from common.tracking import SECRET_KEYS as MLFLOW_SECRET_KEYS
-from components.run_form.table import RUN_PARAMETERS
+from components.run_form.table import PIPELINE_NAME, RUN_PARAMETERS
 from components.runtime_image import DEFAULT_IMAGE, IMAGE_ENV_VAR, runtime_image
 from pipelines.compile import DEFAULT_OUTPUT
 from pipelines.fine_tune import DATA_CONNECTION_KEYS
@@ -158,6 +158,40 @@ def test_committed_yaml_is_fresh():
     result = compile_cli("--check")
     assert result.returncode == 0, result.stderr
     assert f"{COMMITTED} is up to date" in result.stdout
+
+
+def test_building_the_pipeline_reads_no_frames_source_and_kfps_errors_still_name_the_setter(monkeypatch):
+    """kfp's task setters ask ``inspect.stack()`` for their own name (pipelines/caller_names.py). Building the
+    pipeline must walk no frame's source or module, and the error a setter raises on a task that is not a container
+    must still name that setter."""
+    import inspect
+
+    from kfp import dsl
+
+    from pipelines.fine_tune import build_pipeline
+    from pipelines.workspace import ClusterWorkspace
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("inspect read the stack's sources while the pipeline was built")
+
+    for name in ("getouterframes", "getframeinfo", "getmodule"):
+        monkeypatch.setattr(inspect, name, refuse)
+    assert build_pipeline(ClusterWorkspace()).name == PIPELINE_NAME
+    monkeypatch.undo()
+
+    errors = []
+
+    @dsl.pipeline
+    def with_an_importer():
+        task = dsl.importer(artifact_uri="s3://bucket/model", artifact_class=dsl.Model)
+        with pytest.raises(ValueError) as error:
+            task.set_cpu_limit("1")
+        errors.append(str(error.value))
+
+    assert errors == [
+        "set_cpu_limit can only be used on single-step components, not pipelines used as components, or special "
+        "components like importers."
+    ]
 
 
 def test_check_fails_on_a_stale_copy_without_touching_it(tmp_path):
