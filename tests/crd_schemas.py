@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-import yaml
+
+from tests.yaml_files import read_yaml
 
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
 """The vendored upstream schemas: the CRDs, and the Model Registry API that tests/fake_model_registry.py serves."""
@@ -46,7 +47,7 @@ def _closed(schema: dict[str, Any]) -> dict[str, Any]:
 @functools.cache
 def crd_validator(file_name: str) -> jsonschema.protocols.Validator:
     """A validator for the (only) served version of the CRD in ``tests/schemas/<file_name>``."""
-    crd = yaml.safe_load((SCHEMAS / file_name).read_text())
+    crd = read_yaml(SCHEMAS / file_name)
     (version,) = [v for v in crd["spec"]["versions"] if v.get("served", True)]
     schema = _closed(version["schema"]["openAPIV3Schema"])
     jsonschema.Draft7Validator.check_schema(schema)
@@ -68,7 +69,7 @@ INT32 = ("progressPercentage", "estimatedRemainingSeconds")  # format int32, whi
 
 @functools.cache
 def _trainer_status_validator() -> jsonschema.protocols.Validator:
-    crd = yaml.load((SCHEMAS / TRAINJOB_CRD).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    crd = read_yaml(SCHEMAS / TRAINJOB_CRD)
     (version,) = [v for v in crd["spec"]["versions"] if v.get("served", True)]
     schema = _closed(version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["trainerStatus"])
     return jsonschema.Draft7Validator(schema)

@@ -28,12 +28,12 @@ import threading
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qsl, urlsplit
 
-import yaml
 from openapi_core import OpenAPI
 from openapi_core.testing import MockRequest, MockResponse
 
 from tests.crd_schemas import SCHEMAS
 from tests.local_server import LocalServer
+from tests.yaml_files import read_yaml
 
 SPEC = SCHEMAS / "model-registry-openapi.yaml"
 PREFIX = "/api/model_registry/v1alpha3"
@@ -41,7 +41,7 @@ NOW = "1764115200000"  # milliseconds since the epoch, as a string: the spec's c
 
 
 def load_spec() -> OpenAPI:
-    spec = yaml.safe_load(SPEC.read_text())
+    spec = read_yaml(SPEC)
     spec["servers"] = [{"url": "http://127.0.0.1"}]  # the fake's own host; paths are matched as published
     return OpenAPI.from_dict(spec)
 

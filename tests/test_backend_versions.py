@@ -7,11 +7,11 @@ The healthz answers here have the API server's shape (backend/src/apiserver/main
 from __future__ import annotations
 
 import pytest
-import yaml
 from conftest import REPO_ROOT
 
 from common.errors import UserError
 from pipelines.backend_versions import FEATURES, LIMITING, MINIMUM_BACKEND, check_backend, parse_tag
+from tests.yaml_files import read_yaml_documents
 
 HOST = "https://ds-pipeline-dspa-ml.apps.cluster.example"
 PACKAGE = REPO_ROOT / "compiled" / "fine_tune_pipeline.yaml"
@@ -50,7 +50,7 @@ def test_the_minimum_is_the_newest_feature_the_optional_secrets():
 
 def test_the_compiled_pipeline_uses_the_feature_that_sets_the_minimum():
     """Else the minimum is stale: drop the feature from FEATURES and the minimum follows."""
-    platform = list(yaml.safe_load_all(PACKAGE.read_text()))[1]
+    platform = read_yaml_documents(PACKAGE)[1]
     executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"].values()
     assert any(secret.get("optional") is True for executor in executors for secret in executor.get("secretAsEnv", []))
 

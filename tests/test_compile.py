@@ -10,7 +10,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 from conftest import REPO_ROOT, run_module
 
 from common.run_layout import CLUSTER_WORKSPACE
@@ -19,6 +18,7 @@ from components.run_form.table import PIPELINE_NAME, RUN_PARAMETERS
 from components.runtime_image import DEFAULT_IMAGE, IMAGE_ENV_VAR, runtime_image
 from pipelines.compile import DEFAULT_OUTPUT
 from pipelines.fine_tune import DATA_CONNECTION_KEYS
+from tests.yaml_files import read_yaml_documents
 
 COMMITTED = REPO_ROOT / "compiled" / "fine_tune_pipeline.yaml"
 ROOT = None  # owner of the root DAG in the helpers below
@@ -50,7 +50,7 @@ def is_pvc_stub(label: str) -> bool:
 
 def load(path: Path) -> tuple[dict, dict]:
     """The pipeline spec and the kubernetes platform spec of a compiled YAML."""
-    pipeline, platform = yaml.safe_load_all(Path(path).read_text())
+    pipeline, platform = read_yaml_documents(path)
     return pipeline, platform["platforms"]["kubernetes"]
 
 

@@ -33,6 +33,7 @@ from components.train.api_server import require_kind
 from components.train.kinds import KINDS
 from pipelines.compile import DEFAULT_OUTPUT
 from pipelines.cron import validate_cron
+from tests.yaml_files import read_yaml_documents
 
 PAGE = REPO_ROOT / "docs" / "getting-started" / "openshift-ai.md"
 COMPILED = sorted((REPO_ROOT / "compiled").glob("*.yaml"))
@@ -94,7 +95,7 @@ def secret_identity(entry: dict, defaults: dict[str, object]) -> tuple[str, str]
 def compiled_mounts(path: Path) -> dict[tuple[str, str], Mount]:
     """Every Secret the compiled pipeline at ``path`` mounts in a step: the platform spec's secretAsEnv and
     secretAsVolume of each executor, the name resolved to its run parameter's default."""
-    documents = [document for document in yaml.safe_load_all(path.read_text()) if document]
+    documents = [document for document in read_yaml_documents(path) if document]
     spec = next(document for document in documents if "root" in document)
     platform = next(document for document in documents if "platforms" in document)
     defaults = {
@@ -416,7 +417,7 @@ def compiled_step_names() -> set[str]:
                 walk(value)
 
     for compiled in COMPILED:
-        for document in yaml.safe_load_all(compiled.read_text()):
+        for document in read_yaml_documents(compiled):
             walk(document)
     return names
 

@@ -14,7 +14,6 @@ import re
 from pathlib import Path
 
 import pytest
-import yaml
 from conftest import REPO_ROOT, run_module
 from fake_hub import FakeHub
 from fake_run import FINGERPRINT, GGUF, data_stats, make_run
@@ -22,6 +21,7 @@ from first_step_run import paragraph, run_first_step
 from huggingface_hub import ModelCard
 
 from common.errors import UserError
+from tests.yaml_files import read_yaml_documents
 
 CANARY = "hf_CANARY_4f1d8e0b7a2c9d3e"
 READ_CANARY = "hf_CANARY_read_9b3e2d1c0a"
@@ -228,7 +228,7 @@ def test_the_first_step_refuses_a_repository_without_the_secret_in_one_paragraph
 def test_the_first_step_gets_the_hub_token_secret():
     """The first step can only see the Secrets if its pod mounts them: optional, so a run without a repository
     needs none, by reference, so no token is in the YAML, and under two variables, since both hold HF_TOKEN."""
-    _, platform = yaml.safe_load_all((REPO_ROOT / "compiled" / "fine_tune_pipeline.yaml").read_text())
+    _, platform = read_yaml_documents(REPO_ROOT / "compiled" / "fine_tune_pipeline.yaml")
     executor = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]["exec-validate-parameters"]
     hub = {secret.get("secretName"): secret for secret in executor["secretAsEnv"] if secret.get("secretName")}
     assert hub["hf-token"]["keyToEnv"] == [{"envVar": "HF_TOKEN", "secretKey": "HF_TOKEN"}]

@@ -13,7 +13,6 @@ import inspect
 import re
 
 import pytest
-import yaml
 from conftest import REPO_ROOT
 
 from components.pipeline_steps import stages as steps
@@ -26,6 +25,7 @@ from pipelines.first_step import validate_parameters
 from pipelines.generate import GENERATED, RUN_PARAMETER_PAGE, stale
 from pipelines.step_signatures import STEPS, run_arguments
 from pipelines.workspace import ClusterWorkspace
+from tests.yaml_files import read_yaml_documents
 from trainer.config import TrainConfig
 
 # Which options each step takes under their field names: every step's, from pipelines/step_signatures.py.
@@ -124,7 +124,7 @@ def test_the_first_step_takes_every_run_parameter():
 
 def test_the_run_form_shows_each_declared_help_text():
     """What OpenShift AI shows beside each field of the run form is the dataclass's help, in the committed YAML."""
-    spec = next(yaml.safe_load_all((REPO_ROOT / "compiled" / "fine_tune_pipeline.yaml").read_text()))
+    spec = read_yaml_documents(REPO_ROOT / "compiled" / "fine_tune_pipeline.yaml")[0]
     compiled = spec["root"]["inputDefinitions"]["parameters"]
     for parameter in RUN_PARAMETERS:
         assert " ".join(compiled[parameter.name]["description"].split()) == parameter.help, parameter.name

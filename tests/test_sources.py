@@ -18,7 +18,6 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
-import yaml
 from conftest import REPO_ROOT, qa, read_split, read_stats, run_cli, write_jsonl
 from fake_hub import FakeHub
 from first_step_run import paragraph, run_first_step
@@ -31,6 +30,7 @@ from components.data.options import PrepareOptions
 from components.data.prepare import prepare
 from components.data.stage import locate_dataset_uri, resolve_inputs_of
 from components.sample_data import bundled_dataset_path
+from tests.yaml_files import read_yaml_documents
 
 SAMPLE = bundled_dataset_path().read_bytes()
 LINES = b"".join(json.dumps(qa(i)).encode() + b"\n" for i in range(3))
@@ -521,7 +521,7 @@ def test_a_secret_reference_without_the_variable_is_a_clear_error_naming_the_par
 
 def test_the_secret_key_reaches_the_first_step_and_the_prepare_step_only():
     """Optional, from the Secret data_connection_secret names: a run that does not use it needs no key."""
-    _, platform = yaml.safe_load_all((REPO_ROOT / "compiled" / "fine_tune_pipeline.yaml").read_text())
+    _, platform = read_yaml_documents(REPO_ROOT / "compiled" / "fine_tune_pipeline.yaml")
     executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
     mapped = {
         label: secret

@@ -18,6 +18,7 @@ from local_server import LocalServer, non_loopback_address
 from pipelines.backend_versions import MINIMUM_BACKEND
 from pipelines.cron import validate_cron
 from pipelines.submit import main
+from tests.yaml_files import read_yaml_documents
 
 TOKEN = "kfp-CANARY-9e2b7d41"
 PACKAGE = REPO_ROOT / "compiled" / "fine_tune_pipeline.yaml"
@@ -63,7 +64,7 @@ def test_run_sends_the_package_and_typed_parameters(server, capfd):
     [run] = server.bodies("POST", "/apis/v2beta1/runs")
     assert run["runtime_config"]["parameters"] == {"eval_fraction": 0.2, "dataset_uri": "s3://qa/2026/"}
     assert run["experiment_id"] == "exp-1"
-    compiled = list(yaml.safe_load_all(PACKAGE.read_text()))
+    compiled = read_yaml_documents(PACKAGE)
     assert run["pipeline_spec"]["pipeline_spec"]["pipelineInfo"] == compiled[0]["pipelineInfo"]
     assert run["pipeline_spec"]["platform_spec"] == compiled[1]  # the PVC settings travel with the run
     assert all(request.authorization == f"Bearer {TOKEN}" for request in server.received)

@@ -16,6 +16,7 @@ from common.tracking import SECRET_KEYS as MLFLOW_SECRET_KEYS
 from components.hub_auth import READ_SECRET_NAME, WRITE_SECRET_NAME
 from components.train.manifests import JobSpec, job_name, label_value, render_pytorchjob, render_trainjob, to_yaml
 from components.train.options import TORCHRUN_EXIT_SECONDS, LaunchOptions
+from tests.yaml_files import read_yaml_documents
 from trainer.config import parse_config
 
 RANK_FLAGS = (
@@ -164,8 +165,8 @@ def test_trainjob_validates_against_the_trainer_v2_crd(job):
 def test_the_training_pods_get_the_read_token_never_the_write_token():
     """Training only downloads the base model, so its pods get hf-read-token: LaunchOptions' default and what the
     compiled pipeline passes the train step. hf-token, which may write to the Hub, is the publish step's alone."""
-    compiled = yaml.safe_load_all((REPO_ROOT / "compiled" / "fine_tune_pipeline.yaml").read_text())
-    tasks = [component["dag"]["tasks"] for component in next(compiled)["components"].values() if "dag" in component]
+    compiled = read_yaml_documents(REPO_ROOT / "compiled" / "fine_tune_pipeline.yaml")
+    tasks = [component["dag"]["tasks"] for component in compiled[0]["components"].values() if "dag" in component]
     (train,) = [dag["train-model"] for dag in tasks if "train-model" in dag]
     passed = train["inputs"]["parameters"]["hf_token_secret"]["runtimeValue"]["constant"]
     assert passed == LaunchOptions().hf_token_secret == READ_SECRET_NAME == "hf-read-token"
