@@ -7,14 +7,18 @@ those, so this runs the command and reads the CPU time of each of its descendant
 
     python benchmarks/suite_processes.py -- .venv/bin/python -m pytest -n 2 -q
 
-A process is counted from the last sample that saw it, so each loses up to one interval of CPU at its end, and
-one that starts and ends between two samples is missed; the last line compares the sum with the CPU the kernel
+This process makes itself the subreaper of the command's tree (``PR_SET_CHILD_SUBREAPER``), so a process whose
+parent ended (a killed torchrun agent's ranks, a server left running) is re-parented to it and still counted,
+and is sampled once more after it ends, before this process reaps it. A process whose parent waits for it is
+counted from the last sample that saw it: it loses the CPU it used after that sample, and one that starts and
+ends between two samples is missed. The sum is a lower bound; the last line compares it with the CPU the kernel
 counted for every descendant that was waited for (``RUSAGE_CHILDREN``). Linux only.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import resource
 import subprocess
@@ -27,7 +31,10 @@ from pathlib import Path
 
 PROC = Path("/proc")
 TICKS = os.sysconf("SC_CLK_TCK")
-XDIST_WORKER = "import sys;exec(eval(sys.stdin.readline()))"  # how execnet starts pytest-xdist's workers
+PR_SET_CHILD_SUBREAPER = 36  # prctl(2)'s option, from linux/prctl.h
+# How execnet starts pytest-xdist's workers: execnet.gateway_io.popen_bootstrapline.
+XDIST_WORKER = "import sys;exec(eval(sys.stdin.readline()))"
+PYTHON_OPTIONS_WITH_A_VALUE = ("-X", "-W", "-Q")
 
 
 @dataclass
@@ -47,8 +54,8 @@ def kind_of(command: Sequence[str]) -> str:
     if not program.startswith("python"):
         return program
     arguments = list(command[1:])
-    while arguments and arguments[0] in ("-u", "-B", "-O", "-E", "-s", "-I"):
-        arguments.pop(0)
+    while arguments and arguments[0].startswith("-") and arguments[0] not in ("-m", "-c"):
+        arguments = arguments[2:] if arguments[0] in PYTHON_OPTIONS_WITH_A_VALUE else arguments[1:]
     if len(arguments) >= 2 and arguments[0] == "-m":
         return f"python -m {arguments[1]}"
     if len(arguments) >= 2 and arguments[0] == "-c":
@@ -67,6 +74,7 @@ def read_stat(pid: int) -> tuple[int, int, float] | None:
 
 
 def read_command(pid: int) -> list[str]:
+    """The command line of ``pid``, or an empty one when it is gone or is a zombie."""
     try:
         raw = (PROC / str(pid) / "cmdline").read_bytes()
     except OSError:
@@ -75,7 +83,10 @@ def read_command(pid: int) -> list[str]:
 
 
 def sample(root: int, seen: dict[tuple[int, int], Sampled]) -> None:
-    """Update ``seen`` (keyed by pid and start time, since pids are reused) with every descendant of ``root``."""
+    """Update ``seen`` (keyed by pid and start time, since pids are reused) with every descendant of ``root``.
+
+    The command line is read again while the process lives: a process seen between its fork and its exec, or a
+    wrapper that execs what it wraps, is counted as what it became."""
     stats = {}
     for entry in PROC.iterdir():
         if entry.name.isdigit() and (stat := read_stat(int(entry.name))) is not None:
@@ -86,31 +97,56 @@ def sample(root: int, seen: dict[tuple[int, int], Sampled]) -> None:
         fresh = {pid for pid, (parent, _, _) in stats.items() if parent in descendants and pid not in descendants}
         descendants |= fresh
         added = bool(fresh)
-    for pid in descendants:
+    for pid in descendants - {root}:
         if pid not in stats:
             continue
         _, started, cpu_seconds = stats[pid]
-        process = seen.get((pid, started))
-        if process is None:
-            process = seen[pid, started] = Sampled(read_command(pid))
+        process = seen.setdefault((pid, started), Sampled([]))
+        process.command = read_command(pid) or process.command
         process.cpu_seconds = cpu_seconds
+
+
+def reap(root: int) -> int | None:
+    """Wait for every child of this process that has ended (the command, and the orphans re-parented here): the
+    command's exit code once it has ended."""
+    code = None
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return code
+        if pid == 0:
+            return code
+        if pid == root:
+            code = os.waitstatus_to_exitcode(status)
 
 
 def run(command: Sequence[str], interval: float) -> tuple[int, dict[tuple[int, int], Sampled], float]:
     """Run ``command`` to its end while sampling; its exit code, what was sampled, and the CPU seconds of every
     descendant the kernel counted."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     seen: dict[tuple[int, int], Sampled] = {}
     process = subprocess.Popen(command)
-    while process.poll() is None:
-        sample(process.pid, seen)
-        time.sleep(interval)
+    code = None
+    while code is None:
+        sample(os.getpid(), seen)  # before reaping: an ended child is a zombie whose CPU is still readable
+        code = reap(process.pid)
+        try:
+            time.sleep(interval)
+        except KeyboardInterrupt:  # the command got the interrupt too: count what it did until it ends
+            pass
+    process.returncode = code  # reaped here, not by Popen
+    sample(os.getpid(), seen)  # what the command left running, once more
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     counted = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return process.returncode, seen, counted
+    return code, seen, counted
 
 
 def table(seen: dict[tuple[int, int], Sampled], counted: float) -> list[str]:
+    """The Markdown table: CPU seconds, processes and seconds each, by kind, largest first, then the whole."""
     seconds: dict[str, float] = defaultdict(float)
     processes: dict[str, int] = defaultdict(int)
     for process in seen.values():
@@ -119,15 +155,24 @@ def table(seen: dict[tuple[int, int], Sampled], counted: float) -> list[str]:
         processes[kind] += 1
     lines = ["| CPU seconds | processes | each | kind |", "| ---: | ---: | ---: | --- |"]
     for kind in sorted(seconds, key=lambda kind: -seconds[kind]):
-        lines.append(f"| {seconds[kind]:.1f} | {processes[kind]} | {seconds[kind] / processes[kind]:.2f} | {kind} |")
+        lines.append(f"| {seconds[kind]:.2f} | {processes[kind]} | {seconds[kind] / processes[kind]:.2f} | {kind} |")
     sampled = sum(seconds.values())
-    lines.append(f"| {sampled:.1f} | {len(seen)} | | all sampled, of {counted:.1f} the kernel counted |")
+    lines.append(f"| {sampled:.2f} | {len(seen)} | | all sampled, of {counted:.2f} the kernel counted |")
     return lines
+
+
+def positive_seconds(text: str) -> float:
+    seconds = float(text)
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
+    return seconds
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python benchmarks/suite_processes.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--interval", type=float, default=0.2, help="seconds between samples (default: %(default)s)")
+    parser.add_argument(
+        "--interval", type=positive_seconds, default=0.2, help="seconds between samples (default: %(default)s)"
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command to run, after --")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
