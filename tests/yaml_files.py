@@ -16,12 +16,8 @@ import yaml
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def parse_yaml(text: str) -> Any:
-    return yaml.load(text, Loader=SAFE_LOADER)
-
-
 def read_yaml(path: Path) -> Any:
-    return parse_yaml(Path(path).read_text(encoding="utf-8"))
+    return yaml.load(Path(path).read_text(encoding="utf-8"), Loader=SAFE_LOADER)
 
 
 def read_yaml_documents(path: Path) -> list[Any]:
