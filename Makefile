@@ -45,7 +45,7 @@ $(VENV)/.installed: pyproject.toml
 # about two seconds when it is there already, and the fix tests/test_lock.py names
 # when it is not (after a pull that moved the lock, or a hand-installed version).
 # One pip per core, each with part of the lock and its hashes (tools/install_lock.py):
-# a clean clone's install took 79 s on a 2-core host instead of 150 s with one pip.
+# a clean clone's install took 79 s on a 2-core host, and 147-152 s with one pip.
 install: $(VENV)/.installed
 	$(PY) tools/install_lock.py $(LOCK) --also "$(TORCH_SPEC)"
 	$(PY) -m pip check
