@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from outside_reads import OutsideReads, interpreter_dirs
 from shared_builds import build_once
+from suite_order import Kind, run_order
 
 from common.startup import imports_without_collection
 
@@ -416,13 +417,17 @@ def our_ggufs(gguf_models, tmp_path_factory) -> dict[tuple[str, str], Path]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Order the run: the order pytest-xdist's workers are handed tests in (tests/worker_groups.py groups them).
+    """Order the run: the order pytest-xdist's workers are handed tests in (tests/suite_order.py says which and why;
+    tests/worker_groups.py groups them)."""
 
-    The order is test_lock.py first (an environment that is not the locked
-    one makes other tests fail in ways that look like bugs, and its message names the cause and the fix), then the
-    slow tests, so that the many short ones fill both workers at the end instead of one long one running alone.
-    """
-    items.sort(key=lambda item: (item.path.name != "test_lock.py", item.get_closest_marker("slow") is None))
+    def kind_of(item: pytest.Item) -> Kind:
+        if item.path.name == "test_lock.py":
+            return "lock"
+        if item.get_closest_marker("slow"):
+            return "slow"
+        return "waits" if item.get_closest_marker("waits") else "rest"
+
+    items[:] = run_order(items, kind_of)
 
 
 @pytest.fixture(scope="module")

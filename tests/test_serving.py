@@ -55,6 +55,7 @@ from components.serve.manifest import (
 from components.serve.options import ServingOptions, option_problems
 from components.serve.stage import serve
 
+pytestmark = pytest.mark.waits  # on readiness timeouts and the fake cluster's answers
 ISVC_CRD = "serving.kserve.io_inferenceservices.yaml"
 S3_SECRET = "aws-connection-models"
 PULL_SECRET = "oci-pull-models"  # model_oci_pull_secret: what KServe's pods pull the modelcar with

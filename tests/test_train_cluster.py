@@ -40,7 +40,7 @@ from components.train.owner import POD_NAME_ENV
 from components.train.reports import TrainingFailed
 from components.train.stage import SUMMARY_METRICS, run_in_pipeline
 
-pytestmark = pytest.mark.usefixtures("no_hub")
+pytestmark = [pytest.mark.usefixtures("no_hub"), pytest.mark.waits]  # on the launcher's polls and timeouts
 
 SUCCESS = {PYTORCHJOB: "Succeeded", TRAINJOB: "Complete"}
 

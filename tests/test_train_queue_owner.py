@@ -22,6 +22,7 @@ from components.train.api_server import connect
 from components.train.kueue import require_local_queue
 from components.train.owner import POD_NAME_ENV, run_owner
 
+pytestmark = pytest.mark.waits  # on the launcher's polls of the fake cluster
 WITHOUT_KUEUE = {group: kinds for group, kinds in SERVED.items() if not group.startswith("kueue.x-k8s.io/")}
 
 

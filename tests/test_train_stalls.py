@@ -20,6 +20,7 @@ from components.train import kueue, stalls
 from components.train.kinds import PYTORCHJOB, TRAINJOB
 from components.train.reports import TrainingFailed
 
+pytestmark = pytest.mark.waits  # on the start and queue timeouts, which it lets run out
 QUEUE = "gpu-queue"
 QUEUED = {QUEUE_LABEL: QUEUE}
 MOUNT_FAILED = (
