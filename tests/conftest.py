@@ -427,7 +427,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             return "slow"
         return "waits" if item.get_closest_marker("waits") else "rest"
 
-    items[:] = run_order(items, kind_of)
+    items[:] = run_order(items, kind_of, module_of=lambda item: item.nodeid.split("::")[0])
 
 
 @pytest.fixture(scope="module")

@@ -13,28 +13,38 @@ def test_the_few_are_spread_evenly_and_each_list_keeps_its_order():
     assert many[0] == "w0" and many[-1] == "w5" and [t for t in many if t[0] == "w"] == [f"w{n}" for n in range(6)]
 
 
-def test_the_run_order_puts_the_lock_first_waits_among_the_slow_and_the_rest_last():
-    kinds = {"s1": "slow", "r1": "rest", "w1": "waits", "l1": "lock", "s2": "slow", "r2": "rest"}
-    assert run_order(list(kinds), kinds.get) == ["l1", "s1", "w1", "s2", "r1", "r2"]
+def test_the_run_order_puts_the_lock_first_waiting_modules_between_slow_ones_and_the_rest_last():
+    kinds = {"a": "slow", "r": "rest", "w": "waits", "l": "lock", "b": "slow"}
+    tests = ["a::1", "r::1", "w::1", "a::2", "l::1", "w::2", "b::1", "r::2", "b::2"]
+    order = run_order(tests, lambda test: kinds[test[0]], module_of=lambda test: test.split("::")[0])
+    assert order == ["l::1", "a::1", "a::2", "w::1", "w::2", "b::1", "b::2", "r::1", "r::2"]
 
 
 def test_the_suite_hands_out_its_waiting_tests_among_its_slow_ones():
     """The order conftest.py gives a collection of a module of each kind (PYTEST_ADDOPTS cleared: no xdist)."""
-    modules = ["tests/test_split.py", "tests/test_train_stalls.py", "tests/test_compiled_runs.py", "tests/test_lock.py"]
+    modules = [
+        "test_split.py",
+        "test_train_stalls.py",
+        "test_compiled_runs.py",
+        "test_trainer_dpo.py",
+        "test_lock.py",
+    ]
     result = run_module(
         "pytest",
         "--collect-only",
         "-q",
         "-p",
         "no:cacheprovider",
-        *modules,
+        *(f"tests/{module}" for module in modules),
         env=inner_pytest_environment(PYTEST_ADDOPTS=""),
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     files = [line.split("::")[0].removeprefix("tests/") for line in result.stdout.splitlines() if "::" in line]
 
-    slow = [position for position, name in enumerate(files) if name == "test_compiled_runs.py"]
+    slow = [position for position, name in enumerate(files) if name in ("test_compiled_runs.py", "test_trainer_dpo.py")]
     waits = [position for position, name in enumerate(files) if name == "test_train_stalls.py"]
     assert files[: files.count("test_lock.py")] == ["test_lock.py"] * files.count("test_lock.py")
     assert slow[0] < waits[0] and waits[-1] < slow[-1]  # spread among the slow tests
-    assert files[slow[-1] + 1 :] == ["test_split.py"] * files.count("test_split.py")  # the computing rest last
+    assert waits == list(range(waits[0], waits[-1] + 1))  # in one piece: a run without xdist builds its fixtures once
+    rest = [position for position, name in enumerate(files) if name == "test_split.py"]
+    assert rest[0] > slow[-1]  # the short tests that compute close the run
