@@ -66,7 +66,7 @@ def pins(lock_text: str, source: str) -> dict[str, str]:
 
 
 def canonical(name: str) -> str:
-    """PEP 503's normalised name."""
+    """PEP 503's normalised name (``packaging.utils.canonicalize_name``'s, which a new venv does not hold yet)."""
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
